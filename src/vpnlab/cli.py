@@ -1,0 +1,318 @@
+"""The `vpnlab` command line."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import StudyError, VpnlabError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure what a VPN costs, on real VPN software.")
+out = Console()
+err = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_SCENARIOS_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def user_errors(func):
+    """Print a VpnlabError as one clear message and exit non-zero, without a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except VpnlabError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT)
+
+    return wrapper
+
+
+def _need_root(what: str) -> None:
+    import os
+
+    if os.geteuid() != 0:
+        raise VpnlabError(f"{what} builds network namespaces and needs root: run it with sudo")
+
+
+def _load(study: str | None):
+    from .study import builtin_studies, load_builtin, load_study
+
+    if study is None:
+        return load_builtin("default"), True
+    if not Path(study).exists():
+        name = study.removeprefix("builtin:")
+        if name in builtin_studies():
+            return load_builtin(name), name == "default"
+        raise StudyError(f"{study}: no such study file (built-in studies: {', '.join(sorted(builtin_studies()))})")
+    return load_study(study), False
+
+
+def _stored_study(directory: Path):
+    from .store import DB_NAME, Store
+    from .study import parse_study
+
+    if not (directory / DB_NAME).is_file():
+        raise VpnlabError(f"{directory}: no {DB_NAME} here, nothing to resume")
+    store = Store.open_dir(directory)
+    try:
+        runs = store.runs()
+    finally:
+        store.close()
+    if not runs:
+        raise VpnlabError(f"{directory}: the results store has no run to resume")
+    text = runs[0]["study_text"]
+    return parse_study(text, f"{directory}/study (stored)"), text
+
+
+@app.command()
+@user_errors
+def run(
+    study: Optional[str] = typer.Argument(None, help="study YAML file, or the name of a built-in study (default: 'default')"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory (default ./vpnlab-results/<timestamp>)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its estimated duration; create nothing"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted run in this results directory"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
+):
+    """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
+    from .capabilities import detect
+    from .plan import check_plan, make_plan
+    from .runner import Interrupted, Runner, default_out_dir
+
+    if resume is not None:
+        loaded, text = _stored_study(resume)
+        if study is not None:
+            given, _ = _load(study)
+            if given.source_text != text:
+                raise StudyError(f"{study}: differs from the study stored in {resume}; resume takes the stored one")
+        out_dir, is_default = resume, loaded.name == "default"
+    else:
+        loaded, is_default = _load(study)
+    plan = make_plan(loaded)
+    if dry_run:
+        _print_plan(plan)
+        return
+    _need_root("vpnlab run")
+    caps = detect()
+    problems = check_plan(plan, caps)
+    if problems and is_default:
+        # The default study means "every VPN this machine can run": drop the others, say so.
+        runnable = [s for s in plan.scenarios if not any(p.startswith(f"scenario {s.index} ") for p in problems)]
+        for p in problems:
+            err.print(f"[yellow]skipped:[/] {p}", highlight=False)
+        plan.scenarios = runnable
+        for i, s in enumerate(plan.scenarios):
+            s.index = i
+    elif problems:
+        raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems)
+                          + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
+    out_dir = out_dir or default_out_dir()
+    err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
+              f"{_duration(plan.estimate_s())}; results in {out_dir}", highlight=False)
+    runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty())
+    try:
+        status = runner.run()
+    except (KeyboardInterrupt, Interrupted):
+        err.print(f"[yellow]interrupted[/]: everything it created is removed; "
+                  f"finish later with: vpnlab run --resume {out_dir}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    _show(out_dir)
+    out.print(f"results: {out_dir}")
+    if runner.failures:
+        raise typer.Exit(EXIT_SCENARIOS_FAILED)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def _print_plan(plan) -> None:
+    table = Table(title=f"plan of study '{plan.study.name}' ({plan.study.topology})")
+    for col in ("#", "id", "vpn", "link", "workload", "reps", "est."):
+        table.add_column(col)
+    for s in plan.scenarios:
+        table.add_row(str(s.index), s.id, s.vpn.label, s.link.label, s.workload.label,
+                      str(s.repetitions), _duration(s.estimate_s()))
+    out.print(table)
+    out.print(f"{len(plan.scenarios)} scenarios, estimated {_duration(plan.estimate_s())}. Nothing was created.")
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _show(directory: Path) -> None:
+    from .analysis import summarise
+    from .store import Store
+
+    store = Store.open_dir(directory)
+    try:
+        summaries = summarise(store)
+        scenarios = store.scenarios()
+        runs = store.runs()
+    finally:
+        store.close()
+    last = runs[-1]
+    out.print(f"[bold]{last['study_name']}[/] - kernel {last['kernel']}, vpnlab {last['vpnlab_version']}, "
+              f"status {last['status']}")
+    for sc in scenarios:
+        title = f"{sc['vpn_label']} | {sc['link_label']} | {sc['workload_label']}  [{sc['implementation']}]"
+        if sc["status"] == "failed":
+            out.print(f"[red]{title}: failed[/] - {sc['failure']}", highlight=False)
+            continue
+        table = Table(title=title, title_justify="left")
+        for col in ("metric", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
+            table.add_column(col, justify="right" if col not in ("metric", "grade") else "left")
+        for s in summaries.get(sc["id"], []):
+            ci = f"{_fmt(s.ci_low)} .. {_fmt(s.ci_high)}" if s.n > 1 else "-"
+            rel = "-" if s.relative is None else (
+                f"{s.relative:.1f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x")
+            flag = f" ({s.flagged} flagged)" if s.flagged else ""
+            table.add_row(f"{s.metric} [{s.unit}]", str(s.n), _fmt(s.mean), _fmt(s.sd), ci, rel, s.grade + flag)
+        out.print(table)
+
+
+@app.command()
+@user_errors
+def show(directory: Path = typer.Argument(..., help="a results directory")):
+    """Summarise a results directory: n, mean, sd, 95% CI and the value relative to no VPN."""
+    from .store import DB_NAME
+
+    if not (directory / DB_NAME).is_file():
+        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
+    _show(directory)
+
+
+@app.command()
+@user_errors
+def export(
+    directory: Path = typer.Argument(..., help="a results directory"),
+    fmt: str = typer.Option("csv", "--format", help="csv or json"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="file to write (default: standard output)"),
+):
+    """Every sample, one row per sample per metric (long format)."""
+    from . import export as exporter
+    from .store import DB_NAME, Store
+
+    if fmt not in ("csv", "json"):
+        raise VpnlabError(f"--format: expected csv or json, got {fmt!r}")
+    if not (directory / DB_NAME).is_file():
+        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
+    store = Store.open_dir(directory)
+    try:
+        if output:
+            with open(output, "w", newline="") as fh:
+                count = exporter.write(store, fmt, fh)
+            err.print(f"{count} rows written to {output}")
+        else:
+            exporter.write(store, fmt, sys.stdout)
+    finally:
+        store.close()
+
+
+@app.command()
+@user_errors
+def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
+    """What this kernel and machine offer, and which VPN implementations can run here."""
+    from .capabilities import KERNEL_PROBES, TOOLS, detect
+    from .drivers import REGISTRY
+
+    _need_root("vpnlab doctor")
+    caps = detect()
+    drivers = {}
+    for name, driver in REGISTRY.items():
+        options = driver.Options()
+        impls = []
+        for impl in driver.implementations(options):
+            missing = impl.missing(caps)
+            impls.append({"implementation": impl.name, "usable": not missing, "missing": missing})
+        drivers[name] = impls
+    report = {
+        "kernel": caps.kernel,
+        "features": caps.features,
+        "tools": {t: caps.tool(t) for t in TOOLS},
+        "drivers": drivers,
+    }
+    if as_json:
+        out.print_json(json.dumps(report))
+        return
+    table = Table(title=f"kernel {caps.kernel}", title_justify="left")
+    table.add_column("feature")
+    table.add_column("present")
+    for feature, text in KERNEL_PROBES.items():
+        table.add_row(text, "[green]yes[/]" if caps.has(feature) else "[red]no[/]")
+    out.print(table)
+    table = Table(title="tools", title_justify="left")
+    table.add_column("tool")
+    table.add_column("where / how to get it")
+    for tool, package in TOOLS.items():
+        path = caps.tool(tool)
+        table.add_row(tool, path if path else f"[red]missing[/] - apt-get install {package}")
+    out.print(table)
+    table = Table(title="VPN drivers", title_justify="left")
+    for col in ("driver", "implementation", "usable here"):
+        table.add_column(col)
+    for name, impls in drivers.items():
+        for impl in impls:
+            usable = "[green]yes[/]" if impl["usable"] else "[red]no[/]: needs " + ", ".join(impl["missing"])
+            table.add_row(name, impl["implementation"], usable)
+    out.print(table)
+
+
+@app.command("list")
+def list_things():
+    """VPN drivers with their options, workloads with their metrics, built-in studies."""
+    from .drivers import REGISTRY
+    from .study import builtin_studies
+    from .workloads import REGISTRY as WORKLOADS
+
+    table = Table(title="VPN drivers", title_justify="left")
+    for col in ("driver", "what", "options (default)"):
+        table.add_column(col)
+    for name, driver in REGISTRY.items():
+        opts = ", ".join(f"{k}={f.default!r}" if f.default is not None else k
+                         for k, f in driver.Options.model_fields.items())
+        table.add_row(name, driver.summary, opts or "-")
+    out.print(table)
+    table = Table(title="workloads", title_justify="left")
+    for col in ("kind", "metrics"):
+        table.add_column(col)
+    for kind, wk in WORKLOADS.items():
+        table.add_row(kind, ", ".join(m.name for m in wk.metrics))
+    out.print(table)
+    out.print("built-in studies: " + ", ".join(sorted(builtin_studies())))
+
+
+@app.command()
+@user_errors
+def clean():
+    """Remove what crashed runs left behind (namespaces, processes, keys), and nothing else."""
+    from .testbed.state import clean_stale_runs
+
+    _need_root("vpnlab clean")
+    cleaned = clean_stale_runs()
+    if not cleaned:
+        out.print("nothing to clean")
+    for line in cleaned:
+        out.print(f"cleaned {line}")
+
+
+@app.callback(invoke_without_command=True)
+def main(version: bool = typer.Option(False, "--version", help="print the version and exit")):
+    if version:
+        out.print(f"vpnlab {__version__}")
+        raise typer.Exit()

@@ -1,0 +1,13 @@
+"""The registry of VPN drivers: one module each, all keeping the contract in base.py."""
+
+from __future__ import annotations
+
+from .base import Driver
+from .none import NoVpn
+from .wireguard import WireGuard
+
+REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard())}
+
+
+def get(name: str) -> Driver:
+    return REGISTRY[name]

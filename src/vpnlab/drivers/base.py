@@ -1,0 +1,175 @@
+"""The contract every VPN driver keeps (one module per VPN, as Pantheon has one wrapper per scheme).
+
+A driver says what it needs from the kernel and the tools (its implementations,
+best first), which options it takes (a pydantic model), how to bring a tunnel
+up between two sites of a testbed, and how many bytes its encapsulation adds to
+a packet on the wire. `up` returns a Tunnel that knows how to check its health
+and take itself down.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from ..capabilities import TOOLS, Capabilities
+from ..errors import CapabilityError, TunnelError
+from ..testbed.node import Node
+from ..testbed.state import RunState
+from ..testbed.topology import TunnelSite
+
+
+class Options(BaseModel):
+    """Base for a driver's options: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way to run a driver, and what it takes from this machine."""
+
+    name: str
+    kernel: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+
+    def missing(self, caps: Capabilities) -> list[str]:
+        out = [f"kernel feature '{f}'" for f in self.kernel if not caps.has(f)]
+        out += [f"'{t}' (Debian package {TOOLS.get(t, t)})" for t in self.tools if not caps.tool(t)]
+        return out
+
+
+@dataclass
+class TunnelEnv:
+    """What a driver may use while it brings a tunnel up."""
+
+    state: RunState
+    layer: int
+    log_dir: Path
+    implementation: str
+
+    @property
+    def secrets(self) -> Path:
+        return self.state.secrets_dir
+
+    def secret_file(self, name: str, content: str | bytes) -> Path:
+        """A per-run secret, mode 0600, removed with the run."""
+        path = self.secrets / f"l{self.layer}-{name}"
+        path.touch(mode=0o600)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        return path
+
+    def log(self, name: str) -> Path:
+        return self.log_dir / f"l{self.layer}-{name}.log"
+
+    @property
+    def unique(self) -> str:
+        """Short machine-wide unique tag for names that are not per namespace."""
+        return f"{self.state.run_id}{self.layer}"
+
+
+@dataclass
+class Tunnel:
+    """A running tunnel: its processes, how to recognise it on the wire, how to end it."""
+
+    driver: "Driver"
+    env: TunnelEnv
+    implementation: str
+    outer_filter: str                       # pcap filter matching its outer packets on the WAN
+    interfaces: tuple[str, str]             # tunnel interface at the left and right site
+    mtu: int | None = None
+    processes: list[tuple[Node, subprocess.Popen, Path]] = field(default_factory=list)
+    cleanup_files: list[Path] = field(default_factory=list)
+
+    def health(self) -> str | None:
+        """None when healthy, else what is wrong (quoting the daemon's log)."""
+        for node, proc, log in self.processes:
+            if proc.poll() is not None:
+                return f"{Path(proc.args[4]).name} in {node.role} exited with {proc.returncode}\n{tail(log)}"
+        return None
+
+    def down(self) -> None:
+        for node, proc, _ in reversed(self.processes):
+            node.stop(proc)
+        self.processes.clear()
+        for path in self.cleanup_files:
+            path.unlink(missing_ok=True)
+
+
+class Driver:
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Options: ClassVar[type[Options]]
+
+    # -- study time --------------------------------------------------------
+    def check(self, options: Options, profile: str) -> str | None:
+        """A problem with this combination as 'field: message', or None."""
+        return None
+
+    def describe(self, options: Options, profile: str) -> str:
+        """A short label for reports."""
+        return self.name if profile == "default" else f"{self.name} {profile}"
+
+    # -- machine -----------------------------------------------------------
+    def implementations(self, options: Options) -> list[Implementation]:
+        """Ways to run this configuration, preferred first."""
+        raise NotImplementedError
+
+    def resolve(self, options: Options, caps: Capabilities) -> Implementation:
+        """The implementation that will run here, or a CapabilityError naming what to install."""
+        candidates = self.implementations(options)
+        wanted = getattr(options, "implementation", "auto")
+        if wanted != "auto":
+            candidates = [c for c in candidates if c.name == wanted]
+        reasons = []
+        for candidate in candidates:
+            missing = candidate.missing(caps)
+            if not missing:
+                return candidate
+            reasons.append(f"{candidate.name} needs {', '.join(missing)}")
+        raise CapabilityError(f"{self.name}: cannot run here: " + "; ".join(reasons))
+
+    # -- run time ----------------------------------------------------------
+    def up(self, left: TunnelSite, right: TunnelSite, options: Options, profile: str, env: TunnelEnv) -> Tunnel:
+        raise NotImplementedError
+
+    def overhead(self, options: Options, inner_len: int) -> int:
+        """Bytes the tunnel adds on the WAN to an inner IP packet of `inner_len` bytes (IPv4 outer)."""
+        raise NotImplementedError
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None, interval: float = 0.05) -> None:
+    """Poll until predicate() is true; fail early, with the log, if a daemon died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if tunnel is not None:
+            problem = tunnel.health()
+            if problem:
+                raise TunnelError(f"{what}: {problem}")
+        time.sleep(interval)
+    logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in (tunnel.processes if tunnel else []))
+    raise TunnelError(f"timed out after {timeout:g} s waiting for {what}" + (f"\n{logs}" if logs else ""))
+
+
+def route_into(node: Node, subnets: list[str], dev: str) -> None:
+    """Send these networks into the tunnel interface instead of along the chain."""
+    if subnets:
+        node.ip(*(f"route replace {net} dev {dev}" for net in subnets))

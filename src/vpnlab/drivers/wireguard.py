@@ -1,0 +1,75 @@
+"""WireGuard: the kernel module where the kernel has it, otherwise wireguard-go over TUN."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+
+SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
+HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
+
+
+class WireGuardOptions(Options):
+    implementation: Literal["auto", "kernel", "wireguard-go"] = "auto"
+    port: int = Field(51820, ge=1, le=65535)
+    mtu: int = Field(1420, ge=1280, le=9000)
+
+
+class WireGuard(Driver):
+    name = "wireguard"
+    summary = "WireGuard (Noise IK, ChaCha20-Poly1305) over UDP"
+    Options = WireGuardOptions
+
+    def check(self, options, profile):
+        if profile == "fips":
+            return ("profile: WireGuard has no FIPS 140 configuration "
+                    "(ChaCha20-Poly1305, Curve25519 and BLAKE2s are not FIPS-approved)")
+        return None
+
+    def describe(self, options, profile):
+        return "wireguard" if options.implementation == "auto" else f"wireguard {options.implementation}"
+
+    def implementations(self, options):
+        return [
+            Implementation("kernel", kernel=("wireguard",), tools=("wg",)),
+            Implementation("wireguard-go", kernel=("tun",), tools=("wireguard-go", "wg")),
+        ]
+
+    def overhead(self, options, inner_len: int) -> int:
+        return HEADER + (-inner_len) % 16  # the plaintext is padded to a multiple of 16
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        # Interface names double as wireguard-go socket names, so they must be unique machine-wide.
+        names = (f"vw{env.unique}a", f"vw{env.unique}b")
+        tunnel = Tunnel(self, env, env.implementation, f"udp port {options.port}", names, options.mtu)
+        keys = {}
+        for site, dev in ((left, names[0]), (right, names[1])):
+            private = site.node.run(["wg", "genkey"]).stdout.strip()
+            public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
+            keys[dev] = (env.secret_file(f"{dev}.key", private + "\n"), public)
+            if env.implementation == "kernel":
+                site.node.ip(f"link add {dev} type wireguard")
+            else:
+                sock = SOCKET_DIR / f"{dev}.sock"
+                env.state.add_file(sock)  # a killed wireguard-go leaves its socket behind
+                tunnel.cleanup_files.append(sock)
+                log = env.log(f"wireguard-go-{site.node.role}")
+                proc = site.node.spawn(["wireguard-go", dev], log, env={"WG_PROCESS_FOREGROUND": "1"}, what="wireguard-go")
+                tunnel.processes.append((site.node, proc, log))
+        if env.implementation != "kernel":
+            wait_for(lambda: all((SOCKET_DIR / f"{d}.sock").exists() for d in names), 10,
+                     "wireguard-go control sockets", tunnel)
+        for site, peer, dev, peer_dev in ((left, right, names[0], names[1]), (right, left, names[1], names[0])):
+            allowed = ",".join([f"{peer.tunnel_ip}/32", *peer.subnets])
+            argv = ["wg", "set", dev, "private-key", keys[dev][0], "listen-port", options.port,
+                    "peer", keys[peer_dev][1], "allowed-ips", allowed]
+            if site is left:  # the client knows where the gateway is; the gateway learns the client
+                argv += ["endpoint", f"{peer.underlay_ip}:{options.port}"]
+            site.node.run(argv)
+            site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} mtu {options.mtu} up")
+            route_into(site.node, peer.subnets, dev)
+        return tunnel

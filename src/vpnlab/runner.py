@@ -1,0 +1,214 @@
+"""Runs a plan: for each scenario, testbed -> tunnel -> workload -> samples -> store.
+
+Each scenario gets a fresh testbed, so one scenario's failure or leftover
+state cannot leak into the next. Whatever ends the run (the last scenario, an
+exception, Ctrl-C, SIGTERM), the finally-blocks take down tunnels, servers and
+namespaces; after a SIGKILL the next run (or `vpnlab clean`) does it from the
+state record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from . import __version__
+from .capabilities import Capabilities, tool_versions
+from .drivers import REGISTRY as DRIVERS
+from .drivers.base import Tunnel, TunnelEnv, wait_for
+from .errors import TunnelError, VpnlabError
+from .plan import Plan, Scenario
+from .store import SETUP_REPETITION, Store
+from .testbed.state import RunState, clean_stale_runs
+from .testbed.topology import Layout, Testbed
+from .workloads import REGISTRY as WORKLOADS
+from .workloads.base import WorkloadContext
+
+SETUP_TIMEOUT_S = 30
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP: unwind like Ctrl-C so every finally-block runs."""
+
+
+@dataclass
+class Progressor:
+    """Live progress with ETA; silent when not on a terminal and not asked for."""
+
+    console: Console
+    total_s: float
+    enabled: bool = True
+    _progress: Progress | None = field(default=None, init=False)
+    _task: int | None = field(default=None, init=False)
+
+    def __enter__(self):
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console,
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task("starting", total=round(self.total_s))
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress:
+            self._progress.__exit__(*exc)
+
+    def describe(self, text: str) -> None:
+        if self._progress:
+            self._progress.update(self._task, description=text)
+
+    def advance(self, seconds: float) -> None:
+        if self._progress:
+            self._progress.advance(self._task, round(seconds))
+
+    def log(self, text: str) -> None:
+        self.console.print(text)
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _signals_unwind():
+    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class Runner:
+    def __init__(self, plan: Plan, out_dir: Path, caps: Capabilities, console: Console | None = None,
+                 progress: bool = True):
+        self.plan = plan
+        self.out_dir = Path(out_dir)
+        self.caps = caps
+        self.console = console or Console(stderr=True)
+        self.show_progress = progress
+        self.failures: list[tuple[Scenario, str]] = []
+
+    def run(self) -> str:
+        """Run every unfinished repetition; returns the run's final status."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "study.yaml").write_text(self.plan.study.source_text)
+        for line in clean_stale_runs():
+            self.console.print(f"[yellow]cleaned up after a crashed {line}[/]")
+        store = Store.open_dir(self.out_dir)
+        state = RunState.create()
+        run_id = store.start_run(
+            version=__version__, kernel=self.caps.kernel, hostname=socket.gethostname(),
+            capabilities=self.caps.features, tool_versions=tool_versions(),
+            study_name=self.plan.study.name, study_text=self.plan.study.source_text,
+        )
+        status = "failed"
+        try:
+            with _signals_unwind():
+                for scenario in self.plan.scenarios:
+                    store.add_scenario(scenario)
+                todo = [(s, self._remaining(store, s)) for s in self.plan.scenarios]
+                total = sum(s.estimate_s() * len(reps) / s.repetitions for s, reps in todo if reps)
+                with Progressor(self.console, total, self.show_progress) as progress:
+                    for scenario, reps in todo:
+                        if reps:
+                            self._run_scenario(store, state, run_id, scenario, reps, progress)
+                status = "completed" if not self.failures else "completed-with-failures"
+        except (KeyboardInterrupt, Interrupted):
+            status = "interrupted"
+            raise
+        finally:
+            state.teardown()
+            store.finish_run(run_id, status)
+            store.close()
+        return status
+
+    @staticmethod
+    def _remaining(store: Store, scenario: Scenario) -> list[int]:
+        done = store.done_repetitions(scenario.id)
+        return [r for r in range(1, scenario.repetitions + 1) if r not in done]
+
+    def _run_scenario(self, store: Store, state: RunState, run_id: int, scenario: Scenario,
+                      reps: list[int], progress: Progressor) -> None:
+        progress.describe(f"[{scenario.index + 1}/{len(self.plan.scenarios)}] {scenario.label}")
+        log_dir = self.out_dir / "logs" / scenario.id
+        log_dir.mkdir(parents=True, exist_ok=True)
+        store.set_status(scenario.id, "running")
+        layout = Layout.for_topology(scenario.topology, len(scenario.vpn.layers))
+        bed = None
+        tunnels: list[Tunnel] = []
+        ctx = None
+        try:
+            started = time.monotonic()
+            bed = Testbed.build(state, layout, scenario.link, tag=f"{scenario.index}")
+            ctx = WorkloadContext(bed, log_dir)
+            if scenario.vpn.layers:
+                setup_s = self._bring_up(bed, scenario, state, log_dir, tunnels)
+                if not store.has_sample(scenario.id, SETUP_REPETITION, "setup_s"):
+                    store.record_repetition(run_id, scenario.id, SETUP_REPETITION, {"setup_s": setup_s},
+                                            {"setup_s": "s"}, {}, [])
+            progress.advance(time.monotonic() - started)
+            kind = WORKLOADS[scenario.workload.kind]
+            units = {m.name: m.unit for m in kind.metrics} | {"link_utilisation_pct": "%"}
+            for rep in reps:
+                for tunnel in tunnels:
+                    problem = tunnel.health()
+                    if problem:
+                        raise TunnelError(f"tunnel died before repetition {rep}: {problem}")
+                rep_started = time.monotonic()
+                measurement = kind.run(scenario.workload, ctx)
+                values = dict(measurement.values)
+                if scenario.link.rate_mbit and "throughput_mbps" in values:
+                    values["link_utilisation_pct"] = 100 * values["throughput_mbps"] / scenario.link.rate_mbit
+                store.record_repetition(run_id, scenario.id, rep, values, units,
+                                        {measurement.tool: measurement.raw}, measurement.flags)
+                progress.advance(time.monotonic() - rep_started)
+            store.set_status(scenario.id, "done")
+        except (VpnlabError, subprocess.SubprocessError) as exc:
+            self.failures.append((scenario, str(exc)))
+            store.set_status(scenario.id, "failed", str(exc))
+            progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed:[/] {exc}")
+        finally:
+            if ctx:
+                ctx.stop_services()
+            for tunnel in reversed(tunnels):
+                tunnel.down()
+            if bed:
+                bed.destroy()
+
+    def _bring_up(self, bed: Testbed, scenario: Scenario, state: RunState, log_dir: Path,
+                  tunnels: list[Tunnel]) -> float:
+        """Start every tunnel layer, outermost first; seconds until the first packet gets through."""
+        started = time.monotonic()
+        for layer, (config, impl) in enumerate(zip(scenario.vpn.layers, scenario.implementations)):
+            left, right = bed.tunnel_sites(layer)
+            env = TunnelEnv(state, layer, log_dir, impl)
+            driver = DRIVERS[config.driver]
+            tunnels.append(driver.up(left, right, config.options, config.profile, env))
+
+        def first_packet() -> bool:
+            probe = bed.source.run(["ping", "-n", "-c", "1", "-W", "0.2", bed.sink_ip], check=False, timeout=5)
+            return probe.returncode == 0
+
+        wait_for(first_packet, SETUP_TIMEOUT_S, f"the first packet through {scenario.vpn.label}",
+                 tunnels[-1], interval=0)
+        return time.monotonic() - started
+
+
+def default_out_dir() -> Path:
+    return Path("vpnlab-results") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0

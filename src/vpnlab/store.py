@@ -1,0 +1,208 @@
+"""The results store: one SQLite file per results directory.
+
+Every repetition's samples, raw tool output and completion mark are committed
+in one transaction the moment they are measured, so a killed run loses at most
+the repetition in flight and `--resume` knows exactly what is left to do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+DB_NAME = "results.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL,
+    vpnlab_version TEXT NOT NULL,
+    kernel TEXT NOT NULL,
+    hostname TEXT NOT NULL,
+    capabilities TEXT NOT NULL,
+    tool_versions TEXT NOT NULL,
+    study_name TEXT NOT NULL,
+    study_text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS scenarios (
+    id TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    label TEXT NOT NULL,
+    topology TEXT NOT NULL,
+    vpn TEXT NOT NULL,
+    vpn_label TEXT NOT NULL,
+    vpn_options TEXT NOT NULL,
+    implementation TEXT NOT NULL,
+    link_label TEXT NOT NULL,
+    link_rate_mbit REAL,
+    link_delay_ms REAL NOT NULL,
+    link_jitter_ms REAL NOT NULL,
+    link_loss_pct REAL NOT NULL,
+    workload TEXT NOT NULL,
+    workload_label TEXT NOT NULL,
+    workload_params TEXT NOT NULL,
+    repetitions INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    failure TEXT
+);
+CREATE TABLE IF NOT EXISTS repetitions (
+    scenario_id TEXT NOT NULL REFERENCES scenarios(id),
+    repetition INTEGER NOT NULL,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    completed_at TEXT NOT NULL,
+    flags TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (scenario_id, repetition)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    scenario_id TEXT NOT NULL REFERENCES scenarios(id),
+    repetition INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL,
+    measured_at TEXT NOT NULL,
+    PRIMARY KEY (scenario_id, repetition, metric)
+);
+CREATE TABLE IF NOT EXISTS raw_outputs (
+    scenario_id TEXT NOT NULL REFERENCES scenarios(id),
+    repetition INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    output TEXT NOT NULL,
+    PRIMARY KEY (scenario_id, repetition, tool)
+);
+"""
+
+SETUP_REPETITION = 0  # scenario-level samples (tunnel set-up) use repetition 0
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class SampleRow:
+    scenario_id: str
+    repetition: int
+    metric: str
+    value: float
+    unit: str
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = path
+        self.db = sqlite3.connect(path)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(SCHEMA)
+        version = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version is None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(version[0]) != SCHEMA_VERSION:
+            raise ValueError(f"{path}: results schema {version[0]}, this vpnlab reads {SCHEMA_VERSION}")
+
+    @classmethod
+    def open_dir(cls, directory: Path) -> "Store":
+        return cls(Path(directory) / DB_NAME)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writing -----------------------------------------------------------
+    def start_run(self, *, version: str, kernel: str, hostname: str, capabilities: dict,
+                  tool_versions: dict, study_name: str, study_text: str) -> int:
+        with self.db:
+            cur = self.db.execute(
+                "INSERT INTO runs (started_at, status, vpnlab_version, kernel, hostname, capabilities,"
+                " tool_versions, study_name, study_text) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                (now(), version, kernel, hostname, json.dumps(capabilities), json.dumps(tool_versions),
+                 study_name, study_text),
+            )
+        return cur.lastrowid
+
+    def finish_run(self, run_id: int, status: str) -> None:
+        with self.db:
+            self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (now(), status, run_id))
+
+    def add_scenario(self, scenario) -> None:
+        """Record a planned scenario; a resumed run keeps the row and its status."""
+        link, workload = scenario.link, scenario.workload
+        with self.db:
+            self.db.execute(
+                "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
+                " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
+                " workload_label, workload_params, repetitions)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation",
+                (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
+                 scenario.vpn.label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
+                 "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
+                 link.jitter_ms, link.loss_pct, workload.kind, workload.label,
+                 json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions),
+            )
+
+    def set_status(self, scenario_id: str, status: str, failure: str | None = None) -> None:
+        with self.db:
+            self.db.execute("UPDATE scenarios SET status=?, failure=? WHERE id=?", (status, failure, scenario_id))
+
+    def record_repetition(self, run_id: int, scenario_id: str, repetition: int, values: dict[str, float],
+                          units: dict[str, str], raw: dict[str, str], flags: list[str]) -> None:
+        """Samples, raw output and the completion mark of one repetition, atomically."""
+        stamp = now()
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?)",
+                [(scenario_id, repetition, m, float(v), units.get(m, ""), stamp) for m, v in values.items()],
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO raw_outputs VALUES (?, ?, ?, ?)",
+                [(scenario_id, repetition, tool, text) for tool, text in raw.items()],
+            )
+            if repetition != SETUP_REPETITION:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO repetitions VALUES (?, ?, ?, ?, ?)",
+                    (scenario_id, repetition, run_id, stamp, ";".join(flags)),
+                )
+
+    # -- reading -----------------------------------------------------------
+    def done_repetitions(self, scenario_id: str) -> set[int]:
+        rows = self.db.execute("SELECT repetition FROM repetitions WHERE scenario_id=?", (scenario_id,))
+        return {r[0] for r in rows}
+
+    def has_sample(self, scenario_id: str, repetition: int, metric: str) -> bool:
+        row = self.db.execute("SELECT 1 FROM samples WHERE scenario_id=? AND repetition=? AND metric=?",
+                              (scenario_id, repetition, metric)).fetchone()
+        return row is not None
+
+    def runs(self) -> list[sqlite3.Row]:
+        return self.db.execute("SELECT * FROM runs ORDER BY id").fetchall()
+
+    def scenarios(self) -> list[sqlite3.Row]:
+        return self.db.execute("SELECT * FROM scenarios ORDER BY idx").fetchall()
+
+    def samples(self) -> list[sqlite3.Row]:
+        return self.db.execute(
+            "SELECT s.*, COALESCE(r.flags, '') AS flags FROM samples s LEFT JOIN repetitions r"
+            " ON r.scenario_id = s.scenario_id AND r.repetition = s.repetition"
+            " ORDER BY s.scenario_id, s.repetition, s.metric"
+        ).fetchall()
+
+    def raw_output(self, scenario_id: str, repetition: int, tool: str) -> str | None:
+        row = self.db.execute("SELECT output FROM raw_outputs WHERE scenario_id=? AND repetition=? AND tool=?",
+                              (scenario_id, repetition, tool)).fetchone()
+        return row[0] if row else None
+
+
+def _vpn_name(vpn) -> str:
+    """'wireguard', or 'openvpn-in-strongswan' for nested tunnels (inner first, as people say it)."""
+    layers = vpn.layers
+    return "-in-".join(layer.driver for layer in reversed(layers)) if layers else "none"

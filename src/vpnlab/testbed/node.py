@@ -1,0 +1,96 @@
+"""A node is a network namespace that executes commands (Mininet's "Nodes execute commands")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CommandError
+from .state import RunState
+
+
+@dataclass
+class Node:
+    role: str
+    namespace: str
+    state: RunState
+
+    def _wrap(self, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace, *map(str, argv)]
+
+    def run(
+        self,
+        argv: list,
+        *,
+        check: bool = True,
+        timeout: float | None = 120,
+        input: str | None = None,
+        env: dict | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run a command in this namespace and wait for it."""
+        full = self._wrap(argv)
+        try:
+            proc = subprocess.run(
+                full,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                input=input,
+                env={**os.environ, **env} if env else None,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandError(full, -1, "", f"timed out after {timeout} s") from exc
+        if check and proc.returncode != 0:
+            raise CommandError(full, proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    def ip(self, *lines: str) -> None:
+        """Apply `ip` commands in this namespace in one batch."""
+        self._batch("ip", lines)
+
+    def tc(self, *lines: str) -> None:
+        """Apply `tc` commands in this namespace in one batch."""
+        self._batch("tc", lines)
+
+    def _batch(self, tool: str, lines) -> None:
+        if not lines:
+            return
+        argv = [tool, "-n", self.namespace, "-batch", "-"]
+        script = "\n".join(lines) + "\n"
+        proc = subprocess.run(argv, input=script, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CommandError([*argv, "<<", script.strip()], proc.returncode, "", proc.stderr)
+
+    def sysctl(self, **settings) -> None:
+        # Run inside the namespace, /proc/sys/net is the namespace's own. -e: a key this
+        # kernel does not make per-namespace is left alone rather than failing the run.
+        self.run(["sysctl", "-q", "-e", "-w", *(f"{k}={v}" for k, v in settings.items())])
+
+    def spawn(self, argv: list, log_path: Path, *, env: dict | None = None, what: str = "") -> subprocess.Popen:
+        """Start a long-running process in this namespace, recorded for cleanup.
+
+        `ip netns exec` execs the command, so the PID is the daemon's own.
+        """
+        log = open(log_path, "ab")
+        try:
+            proc = subprocess.Popen(
+                self._wrap(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env} if env else None,
+                start_new_session=True,  # Ctrl-C reaches the tool, which stops its daemons in order
+            )
+        finally:
+            log.close()
+        self.state.add_process(proc.pid, what or str(argv[0]))
+        return proc
+
+    def stop(self, proc: subprocess.Popen, grace: float = 3.0) -> None:
+        self.state.stop_process(proc.pid, grace)
+        try:
+            proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass

@@ -1,0 +1,210 @@
+"""What a run owns on this machine, written down before it is created.
+
+Every namespace, process and file a run makes is recorded in
+/run/vpnlab/<run-id>/state.json *before* it exists, so that whatever kills the
+run (an exception, Ctrl-C, SIGTERM, SIGKILL, a power cut of the tool alone),
+the run itself or the next one can remove exactly that and nothing else.
+/run is a tmpfs: after a reboot both the record and the namespaces are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STATE_ROOT = Path(os.environ.get("VPNLAB_STATE_DIR", "/run/vpnlab"))
+NAMESPACE_PREFIX = "vl"  # namespaces are named vl<run-id>-<role>
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (None if gone).
+
+    Paired with the PID it identifies a process uniquely, so cleanup never
+    signals an unrelated process that reused a PID.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(pid: int, start: int | None) -> bool:
+    now = process_start_time(pid)
+    return now is not None and (start is None or now == start)
+
+
+@dataclass
+class RunState:
+    """The record of one run's resources, kept on disk as JSON."""
+
+    run_id: str
+    directory: Path
+    owner_pid: int
+    owner_start: int | None
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[dict] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @classmethod
+    def create(cls) -> "RunState":
+        STATE_ROOT.mkdir(parents=True, exist_ok=True)
+        os.chmod(STATE_ROOT, 0o700)
+        while True:
+            run_id = secrets.token_hex(3)
+            directory = STATE_ROOT / run_id
+            try:
+                directory.mkdir(mode=0o700)
+                break
+            except FileExistsError:
+                continue
+        pid = os.getpid()
+        state = cls(run_id, directory, pid, process_start_time(pid))
+        state.secrets_dir.mkdir(mode=0o700)
+        state.save()
+        return state
+
+    @classmethod
+    def load(cls, directory: Path) -> "RunState":
+        data = json.loads((directory / "state.json").read_text())
+        return cls(
+            run_id=data["run_id"],
+            directory=directory,
+            owner_pid=data["owner_pid"],
+            owner_start=data.get("owner_start"),
+            namespaces=data.get("namespaces", []),
+            processes=data.get("processes", []),
+            files=data.get("files", []),
+        )
+
+    @property
+    def secrets_dir(self) -> Path:
+        """Per-run keys and passwords: 0700 directory on tmpfs, removed at the end."""
+        return self.directory / "secrets"
+
+    def namespace_name(self, role: str) -> str:
+        return f"{NAMESPACE_PREFIX}{self.run_id}-{role}"
+
+    def save(self) -> None:
+        data = {
+            "run_id": self.run_id,
+            "owner_pid": self.owner_pid,
+            "owner_start": self.owner_start,
+            "namespaces": self.namespaces,
+            "processes": self.processes,
+            "files": self.files,
+        }
+        tmp = self.directory / "state.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.directory / "state.json")
+
+    # -- recording -------------------------------------------------------
+    def add_namespace(self, name: str) -> None:
+        self.namespaces.append(name)
+        self.save()
+
+    def add_process(self, pid: int, what: str) -> None:
+        self.processes.append({"pid": pid, "start": process_start_time(pid), "what": what})
+        self.save()
+
+    def add_file(self, path: str | Path) -> None:
+        self.files.append(str(path))
+        self.save()
+
+    def owner_alive(self) -> bool:
+        return _alive(self.owner_pid, self.owner_start)
+
+    # -- teardown --------------------------------------------------------
+    def stop_process(self, pid: int, grace: float = 3.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds; only if it is still ours."""
+        entry = next((p for p in self.processes if p["pid"] == pid), None)
+        start = entry["start"] if entry else None
+        if _alive(pid, start):
+            _signal(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _alive(pid, start):
+                _reap(pid)
+                time.sleep(0.02)
+            if _alive(pid, start):
+                _signal(pid, signal.SIGKILL)
+                for _ in range(100):
+                    _reap(pid)
+                    if not _alive(pid, start):
+                        break
+                    time.sleep(0.01)
+        if entry:
+            self.processes.remove(entry)
+            self.save()
+
+    def remove_namespace(self, name: str) -> None:
+        """Kill what still runs inside the namespace, then delete it."""
+        if name not in self.namespaces:
+            return
+        if Path(f"/run/netns/{name}").exists():
+            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+            for pid in map(int, pids):
+                _signal(pid, signal.SIGKILL)
+                _reap(pid)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        self.namespaces.remove(name)
+        self.save()
+
+    def teardown(self) -> None:
+        """Remove everything recorded, in the safe order, then the record itself."""
+        for entry in list(self.processes):
+            self.stop_process(entry["pid"])
+        for name in list(self.namespaces):
+            self.remove_namespace(name)
+        for path in self.files:
+            Path(path).unlink(missing_ok=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    """Collect a child's exit status so it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stale_runs() -> list[RunState]:
+    """Records of runs whose tool process is gone (crashed, killed)."""
+    if not STATE_ROOT.is_dir():
+        return []
+    found = []
+    for directory in sorted(STATE_ROOT.iterdir()):
+        if not (directory / "state.json").is_file():
+            continue
+        try:
+            state = RunState.load(directory)
+        except (OSError, ValueError, KeyError):
+            continue
+        if not state.owner_alive():
+            found.append(state)
+    return found
+
+
+def clean_stale_runs() -> list[str]:
+    """Tear down what crashed runs left behind; returns a line per run cleaned."""
+    cleaned = []
+    for state in stale_runs():
+        cleaned.append(f"run {state.run_id}: {len(state.namespaces)} namespaces, "
+                       f"{len(state.processes)} processes, {len(state.files)} files")
+        state.teardown()
+    return cleaned

@@ -1,0 +1,185 @@
+"""Topologies as chains of namespaces ("Links connect nodes").
+
+Every topology is a line of nodes joined by veth links; link i joins node i and
+node i+1 and owns 198.18.i.0/24 (node i is .1, node i+1 is .2). One link is
+the WAN and is shaped. Tunnel layer L (0 = outermost) joins two gateways and
+owns 198.19.L.0/24 inside the tunnel.
+
+  remote-access           client =WAN= gw -- server
+  site-to-site            host-a -- gw-a =WAN= gw-b -- host-b
+  site-to-site, nested    host-a -- gw-a1 -- gw-a0 =WAN= gw-b0 -- gw-b1 -- host-b
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+from dataclasses import dataclass, field
+
+from ..errors import CommandError
+from .node import Node
+from .shaping import shape_commands
+from .state import RunState
+
+LINK_NET = ipaddress.ip_network("198.18.0.0/16")
+TUNNEL_NET = ipaddress.ip_network("198.19.0.0/16")
+
+
+def link_subnet(i: int) -> ipaddress.IPv4Network:
+    return list(LINK_NET.subnets(new_prefix=24))[i]
+
+
+def tunnel_subnet(layer: int) -> ipaddress.IPv4Network:
+    return list(TUNNEL_NET.subnets(new_prefix=24))[layer]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the nodes, the WAN and each tunnel layer sit in the chain."""
+
+    roles: list[str]
+    wan: int                          # index of the WAN link
+    tunnels: list[tuple[int, int]]    # per layer, outermost first: (left node, right node)
+
+    @classmethod
+    def for_topology(cls, topology: str, layers: int) -> "Layout":
+        if topology == "remote-access":
+            if layers > 1:
+                raise ValueError("nested tunnels need the site-to-site topology")
+            return cls(["client", "gw", "server"], wan=0, tunnels=[(0, 1)][:layers])
+        depth = max(layers, 1)
+        left = [f"gw-a{k}" for k in reversed(range(depth))]
+        right = [f"gw-b{k}" for k in range(depth)]
+        roles = ["host-a", *left, *right, "host-b"]
+        return cls(roles, wan=depth, tunnels=[(depth - k, depth + 1 + k) for k in range(layers)])
+
+
+@dataclass
+class TunnelSite:
+    """One end of a tunnel layer as its driver sees it."""
+
+    node: Node
+    underlay_ip: str        # address the other end sends outer packets to
+    tunnel_ip: str          # this end's address inside the tunnel (/24)
+    subnets: list[str]      # networks behind this end, reached through the tunnel
+
+
+@dataclass
+class Testbed:
+    state: RunState
+    layout: Layout
+    nodes: list[Node] = field(default_factory=list)
+
+    # -- addressing ------------------------------------------------------
+    # Each node's interface on link i is called l<i> (names are per namespace).
+    def address(self, node: int, link: int) -> str:
+        host = 1 if node == link else 2
+        return str(link_subnet(link).network_address + host)
+
+    @property
+    def source(self) -> Node:
+        return self.nodes[0]
+
+    @property
+    def sink(self) -> Node:
+        return self.nodes[-1]
+
+    @property
+    def sink_ip(self) -> str:
+        return self.address(len(self.nodes) - 1, len(self.nodes) - 2)
+
+    @property
+    def wan_nodes(self) -> tuple[Node, Node]:
+        return self.nodes[self.layout.wan], self.nodes[self.layout.wan + 1]
+
+    def tunnel_sites(self, layer: int) -> tuple[TunnelSite, TunnelSite]:
+        a, b = self.layout.tunnels[layer]
+        net = tunnel_subnet(layer)
+        links = range(len(self.nodes) - 1)
+        left = TunnelSite(
+            node=self.nodes[a],
+            underlay_ip=self.address(a, a),
+            tunnel_ip=str(net.network_address + 1),
+            subnets=[str(link_subnet(j)) for j in links if j < a],
+        )
+        right = TunnelSite(
+            node=self.nodes[b],
+            underlay_ip=self.address(b, b - 1),
+            tunnel_ip=str(net.network_address + 2),
+            subnets=[str(link_subnet(j)) for j in links if j >= b],
+        )
+        return left, right
+
+    # -- building ----------------------------------------------------------
+    @classmethod
+    def build(cls, state: RunState, layout: Layout, link, tag: str) -> "Testbed":
+        """Create namespaces, veth links, addresses, routes and WAN shaping.
+
+        `tag` keeps namespaces of consecutive scenarios apart in one run.
+        """
+        bed = cls(state, layout)
+        for role in layout.roles:
+            name = state.namespace_name(f"{tag}{role}")
+            state.add_namespace(name)  # recorded first: a crash right after still gets cleaned
+            _run(["ip", "netns", "add", name])
+            bed.nodes.append(Node(role, name, state))
+        count = len(bed.nodes)
+        for i in range(count - 1):
+            left, right = bed.nodes[i], bed.nodes[i + 1]
+            # Created inside the left namespace, peer moved straight into the right one:
+            # nothing ever exists in the default namespace.
+            left.ip(f"link add l{i} type veth peer name l{i} netns {right.namespace}")
+        for n, node in enumerate(bed.nodes):
+            node.sysctl(**{
+                "net.ipv4.ip_forward": 1,
+                "net.ipv4.conf.all.rp_filter": 0,
+                "net.ipv4.conf.default.rp_filter": 0,
+                # iperf3 -w is silently capped by these; raise them so a window sweep is real.
+                "net.core.rmem_max": 64 * 1024 * 1024,
+                "net.core.wmem_max": 64 * 1024 * 1024,
+            })
+            cmds = ["link set lo up"]
+            for j in (n - 1, n):
+                if 0 <= j < count - 1:
+                    cmds.append(f"addr add {bed.address(n, j)}/24 dev l{j}")
+                    cmds.append(f"link set l{j} up")
+            # Chain routing: links further left via the left neighbour, further right via the right one.
+            for j in range(count - 1):
+                if j < n - 1:
+                    cmds.append(f"route add {link_subnet(j)} via {bed.address(n - 1, n - 1)}")
+                elif j > n:
+                    cmds.append(f"route add {link_subnet(j)} via {bed.address(n + 1, n)}")
+            # Tunnel-internal subnets, for replies to a remote-access client's tunnel address.
+            for layer, (a, b) in enumerate(layout.tunnels):
+                if n > b:
+                    cmds.append(f"route add {tunnel_subnet(layer)} via {bed.address(n - 1, n - 1)}")
+                elif n < a:
+                    cmds.append(f"route add {tunnel_subnet(layer)} via {bed.address(n + 1, n)}")
+            node.ip(*cmds)
+        left, right = bed.wan_nodes
+        left.tc(*shape_commands(f"l{layout.wan}", link))
+        right.tc(*shape_commands(f"l{layout.wan}", link))
+        return bed
+
+    def destroy(self) -> None:
+        for node in self.nodes:
+            self.state.remove_namespace(node.namespace)
+        self.nodes.clear()
+
+    def wan_counters(self) -> dict[str, int]:
+        """Bytes and packets the left WAN end has sent and received."""
+        out = self.wan_nodes[0].run(["ip", "-j", "-s", "link", "show", f"l{self.layout.wan}"]).stdout
+        stats = json.loads(out)[0]["stats64"]
+        return {
+            "tx_bytes": stats["tx"]["bytes"],
+            "rx_bytes": stats["rx"]["bytes"],
+            "tx_packets": stats["tx"]["packets"],
+            "rx_packets": stats["rx"]["packets"],
+        }
+
+
+def _run(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CommandError(argv, proc.returncode, proc.stdout, proc.stderr)
