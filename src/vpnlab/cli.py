@@ -184,6 +184,8 @@ def _show(directory: Path) -> None:
             flag = f" ({s.flagged} flagged)" if s.flagged else ""
             table.add_row(f"{s.metric} [{s.unit}]", str(s.n), _fmt(s.mean), _fmt(s.sd), ci, rel, s.grade + flag)
         out.print(table)
+        if sc["notes"]:
+            out.print(f"[yellow]note:[/] {sc['notes']}", highlight=False)
 
 
 @app.command()

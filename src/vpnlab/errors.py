@@ -17,6 +17,10 @@ class TunnelError(VpnlabError):
     """A tunnel did not come up or died; the message quotes the daemon's log."""
 
 
+class MeasurementError(VpnlabError):
+    """A tool ran but its output holds no usable measurement."""
+
+
 class CommandError(VpnlabError):
     """An external command failed."""
 

@@ -27,6 +27,7 @@ from .drivers import REGISTRY as DRIVERS
 from .drivers.base import Tunnel, TunnelEnv, wait_for
 from .errors import TunnelError, VpnlabError
 from .plan import Plan, Scenario
+from .proof import PROBE_INNER_LEN, prove
 from .store import SETUP_REPETITION, Store
 from .testbed.state import RunState, clean_stale_runs
 from .testbed.topology import Layout, Testbed
@@ -34,6 +35,7 @@ from .workloads import REGISTRY as WORKLOADS
 from .workloads.base import WorkloadContext
 
 SETUP_TIMEOUT_S = 30
+TUNNEL_UNITS = {"setup_s": "s", "overhead_bytes": "B", "overhead_model_bytes": "B", "tunnel_mtu": "B"}
 
 
 class Interrupted(BaseException):
@@ -153,11 +155,12 @@ class Runner:
             started = time.monotonic()
             bed = Testbed.build(state, layout, scenario.link, tag=f"{scenario.index}")
             ctx = WorkloadContext(bed, log_dir)
+            tunnel_values: dict[str, float] = {}
             if scenario.vpn.layers:
-                setup_s = self._bring_up(bed, scenario, state, log_dir, tunnels)
-                if not store.has_sample(scenario.id, SETUP_REPETITION, "setup_s"):
-                    store.record_repetition(run_id, scenario.id, SETUP_REPETITION, {"setup_s": setup_s},
-                                            {"setup_s": "s"}, {}, [])
+                tunnel_values["setup_s"] = self._bring_up(bed, scenario, state, log_dir, tunnels)
+            tunnel_values |= self._prove(store, bed, scenario, tunnels, log_dir)
+            if tunnel_values and not store.has_sample(scenario.id, SETUP_REPETITION, "setup_s"):
+                store.record_repetition(run_id, scenario.id, SETUP_REPETITION, tunnel_values, TUNNEL_UNITS, {}, [])
             progress.advance(time.monotonic() - started)
             kind = WORKLOADS[scenario.workload.kind]
             units = {m.name: m.unit for m in kind.metrics} | {"link_utilisation_pct": "%"}
@@ -186,6 +189,32 @@ class Runner:
                 tunnel.down()
             if bed:
                 bed.destroy()
+
+    @staticmethod
+    def _prove(store: Store, bed: Testbed, scenario: Scenario, tunnels: list[Tunnel], log_dir: Path) -> dict:
+        """Proof of tunnel and measured overhead; raises TunnelError if the traffic bypassed the tunnel."""
+        outer = tunnels[0].outer if tunnels else None
+        underlay = bed.tunnel_sites(0)[0].underlay_ip if tunnels else None
+        result = prove(bed, outer, underlay, log_dir / "proof.pcap")
+        if not result.ok:
+            raise TunnelError("proof of tunnel failed: " + "; ".join(result.problems))
+        if not tunnels:
+            return {}
+        model = PROBE_INNER_LEN
+        for layer in reversed(scenario.vpn.layers):  # innermost encapsulation first
+            model += DRIVERS[layer.driver].overhead(layer.options, model)
+        model -= PROBE_INNER_LEN
+        values = {"overhead_model_bytes": float(model)}
+        if result.overhead_bytes is None:
+            store.add_note(scenario.id, "overhead not measured: no probe of the expected size seen on the WAN")
+        else:
+            values["overhead_bytes"] = float(result.overhead_bytes)
+            if result.overhead_bytes != model:
+                store.add_note(scenario.id, f"overhead {result.overhead_bytes} B per {PROBE_INNER_LEN}-byte packet"
+                                            f" measured, the encapsulation model says {model} B")
+        if tunnels[-1].mtu:
+            values["tunnel_mtu"] = float(tunnels[-1].mtu)
+        return values
 
     def _bring_up(self, bed: Testbed, scenario: Scenario, state: RunState, log_dir: Path,
                   tunnels: list[Tunnel]) -> float:

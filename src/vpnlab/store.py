@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS scenarios (
     workload_params TEXT NOT NULL,
     repetitions INTEGER NOT NULL,
     status TEXT NOT NULL DEFAULT 'pending',
-    failure TEXT
+    failure TEXT,
+    notes TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS repetitions (
     scenario_id TEXT NOT NULL REFERENCES scenarios(id),
@@ -149,6 +150,12 @@ class Store:
                  link.jitter_ms, link.loss_pct, workload.kind, workload.label,
                  json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions),
             )
+
+    def add_note(self, scenario_id: str, note: str) -> None:
+        """Something a reader of the results must know (a model mismatch, a suspect figure)."""
+        with self.db:
+            self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ? END"
+                            " WHERE id=? AND instr(notes, ?) = 0", (note, note, scenario_id, note))
 
     def set_status(self, scenario_id: str, status: str, failure: str | None = None) -> None:
         with self.db:

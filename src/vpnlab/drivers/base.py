@@ -83,7 +83,7 @@ class Tunnel:
     driver: "Driver"
     env: TunnelEnv
     implementation: str
-    outer_filter: str                       # pcap filter matching its outer packets on the WAN
+    outer: tuple[str, int | None]           # its packets on the WAN: ("udp"|"tcp"|"esp"|"gre", port)
     interfaces: tuple[str, str]             # tunnel interface at the left and right site
     mtu: int | None = None
     processes: list[tuple[Node, subprocess.Popen, Path]] = field(default_factory=list)

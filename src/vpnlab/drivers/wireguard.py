@@ -45,7 +45,7 @@ class WireGuard(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         # Interface names double as wireguard-go socket names, so they must be unique machine-wide.
         names = (f"vw{env.unique}a", f"vw{env.unique}b")
-        tunnel = Tunnel(self, env, env.implementation, f"udp port {options.port}", names, options.mtu)
+        tunnel = Tunnel(self, env, env.implementation, ("udp", options.port), names, options.mtu)
         keys = {}
         for site, dev in ((left, names[0]), (right, names[1])):
             private = site.node.run(["wg", "genkey"]).stdout.strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..errors import CommandError, VpnlabError
+from ..errors import CommandError, MeasurementError, VpnlabError
 from ..study import TcpWorkload, UdpWorkload
 from .base import Measurement, Metric, WorkloadContext
 
@@ -51,9 +51,9 @@ def _client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, st
     try:
         data = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        raise VpnlabError(f"iperf3 gave no JSON (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout[:300]}")
+        raise MeasurementError(f"iperf3 gave no JSON (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout[:300]}")
     if "error" in data:
-        raise VpnlabError(f"iperf3: {data['error']}")
+        raise MeasurementError(f"iperf3: {data['error']}")
     return data, proc.stdout
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..errors import MeasurementError
 from ..study import PingWorkload
 from .base import Measurement, Metric, WorkloadContext
 
@@ -23,7 +24,7 @@ def parse(output: str) -> dict[str, float]:
     values = {}
     loss = _LOSS.search(output)
     if not loss:
-        raise ValueError("no packet-loss line in ping output")
+        raise MeasurementError(f"ping gave no statistics: {output.strip()[:200]}")
     values["ping_loss_pct"] = float(loss.group(1))
     rtt = _RTT.search(output)
     if rtt:  # absent when every probe was lost

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Set up everything vpnlab needs on a Debian or Ubuntu machine, then run it.
+#   ./bootstrap.sh run [vpnlab run arguments]   the default study (or the one you name)
+#   ./bootstrap.sh test [pytest arguments]      the test suite
+#   ./bootstrap.sh bench [bench arguments]      the benchmarks
+#   ./bootstrap.sh setup                        only install
+# Needs root (namespaces, qdiscs, daemons): run it as root or with sudo.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PACKAGES=(
+  python3 python3-venv ca-certificates iproute2 procps iputils-ping tcpdump iperf3
+  wireguard-tools wireguard-go openvpn openssl
+  strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-extra-plugins
+  ocserv openconnect
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bootstrap.sh: vpnlab builds network namespaces and needs root; run: sudo $0 $*" >&2
+  exit 2
+fi
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing Debian packages: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >&2
+  local available=()
+  for p in "${missing[@]}"; do
+    if apt-cache show "$p" >/dev/null 2>&1; then available+=("$p"); else
+      echo "note: package $p is not available here; the VPNs that need it will be reported by 'vpnlab doctor'" >&2
+    fi
+  done
+  # vpnlab starts the daemons in its own namespaces: keep the packages from starting
+  # system-wide services (ocserv would listen on port 443) unless the admin has a policy.
+  local policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  apt-get install -y -q --no-install-recommends "${available[@]}" >&2
+  if [ -n "$policy" ]; then rm -f "$policy"; trap - EXIT; fi
+}
+
+install_python() {
+  local stamp=.venv/.installed
+  if [ ! -x .venv/bin/python ]; then
+    /usr/bin/python3 -m venv .venv >&2
+  fi
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/pip install -q --upgrade pip >&2
+    .venv/bin/pip install -q -e '.[test]' >&2
+    touch "$stamp"
+  fi
+}
+
+command="${1:-run}"
+shift || true
+install_packages
+install_python
+
+case "$command" in
+  setup) echo "vpnlab is installed: $(pwd)/.venv/bin/vpnlab" ;;
+  run)   exec .venv/bin/vpnlab run "$@" ;;
+  test)
+    set +e
+    .venv/bin/python -m pytest -ra "$@"
+    rc=$?
+    if [ $rc -eq 5 ]; then echo "bootstrap.sh: pytest collected no tests: that is a failure" >&2; exit 1; fi
+    exit $rc ;;
+  bench) exec .venv/bin/python -m bench "$@" ;;
+  *) echo "usage: $0 run|test|bench|setup [arguments]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,112 @@
+"""Proof that traffic really went through the tunnel, and its exact overhead.
+
+Before a scenario is measured, the WAN is captured while the source pings the
+sink with a per-run marker in the payload:
+- through a tunnel, the marker must never appear in clear on the WAN and the
+  probes must be carried by the tunnel's own outer protocol and port;
+- without a VPN the marker must appear (this proves the capture itself works).
+Probes of a known inner size give the bytes the tunnel adds per packet, which
+is compared with the drivers' encapsulation model. Counting packets on the
+wire, not interface counters, keeps TCP retransmissions out of the figure.
+"""
+
+from __future__ import annotations
+
+import collections
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dpkt
+
+from .errors import VpnlabError
+from .testbed.topology import Testbed
+
+PROBE_PAYLOAD = 1000          # ICMP payload bytes: inner IP packet of 1028 bytes
+PROBE_INNER_LEN = PROBE_PAYLOAD + 8 + 20
+PROBES = 5
+
+
+@dataclass
+class Proof:
+    marker_in_clear: bool
+    packets: int                   # IPv4 packets captured on the WAN
+    outer_packets: int             # of those, matching the tunnel's outer protocol and port
+    overhead_bytes: int | None     # measured outer minus inner IP length of the probes
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _outer_matches(ip: dpkt.ip.IP, outer: tuple[str, int | None]) -> bool:
+    proto, port = outer
+    layer = ip.data
+    if proto == "esp":
+        return ip.p == dpkt.ip.IP_PROTO_ESP or (isinstance(layer, dpkt.udp.UDP) and 4500 in (layer.sport, layer.dport))
+    if proto == "gre":
+        return ip.p == dpkt.ip.IP_PROTO_GRE
+    wanted = dpkt.udp.UDP if proto == "udp" else dpkt.tcp.TCP
+    return isinstance(layer, wanted) and (port is None or port in (layer.sport, layer.dport))
+
+
+def analyse(pcap: Path, marker: bytes, outer: tuple[str, int | None] | None, src_ip: str) -> Proof:
+    """Read a WAN capture. `outer` is None for the no-VPN baseline."""
+    packets = outer_packets = 0
+    in_clear = False
+    lengths: collections.Counter[int] = collections.Counter()
+    with open(pcap, "rb") as fh:
+        for _, frame in dpkt.pcap.Reader(fh):
+            eth = dpkt.ethernet.Ethernet(frame)
+            if not isinstance(eth.data, dpkt.ip.IP):
+                continue  # ARP and the like
+            ip = eth.data
+            packets += 1
+            in_clear = in_clear or marker in bytes(ip)
+            if outer and _outer_matches(ip, outer):
+                outer_packets += 1
+                if ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN:
+                    lengths[ip.len] += 1
+    overhead = None
+    if lengths:
+        overhead = lengths.most_common(1)[0][0] - PROBE_INNER_LEN
+    proof = Proof(in_clear, packets, outer_packets, overhead)
+    if outer is None:
+        if not in_clear:
+            proof.problems.append("the marker sent without a VPN was not seen on the WAN: the capture does not work")
+    else:
+        if in_clear:
+            proof.problems.append("the marker crossed the WAN in clear: traffic bypassed the tunnel")
+        if outer_packets == 0:
+            proof.problems.append(f"no packets of the tunnel's outer protocol ({outer[0]} {outer[1] or ''}) on the WAN")
+        elif outer_packets < packets:
+            proof.problems.append(f"{packets - outer_packets} of {packets} WAN packets were not the tunnel's")
+    return proof
+
+
+def _ip_bytes(text: str) -> bytes:
+    return bytes(int(part) for part in text.split("."))
+
+
+def prove(bed: Testbed, outer: tuple[str, int | None] | None, underlay_src: str | None, pcap: Path) -> Proof:
+    """Capture the WAN while sending marked probes from the source to the sink."""
+    marker = secrets.token_bytes(16)
+    left = bed.wan_nodes[0]
+    dev = f"l{bed.layout.wan}"
+    log = pcap.with_suffix(".log")
+    capture = left.spawn(["tcpdump", "-i", dev, "-n", "-U", "--immediate-mode", "-s", "0", "-Z", "root", "-w", pcap],
+                         log, what="tcpdump")
+    try:
+        deadline = time.monotonic() + 10
+        while "listening on" not in log.read_text(errors="replace"):
+            if capture.poll() is not None or time.monotonic() > deadline:
+                raise VpnlabError(f"tcpdump did not start on the WAN: {log.read_text(errors='replace').strip()}")
+            time.sleep(0.05)
+        bed.source.run(["ping", "-n", "-q", "-c", PROBES, "-i", "0.05", "-W", 2, "-s", PROBE_PAYLOAD,
+                        "-p", marker.hex(), bed.sink_ip], check=False, timeout=30)
+        time.sleep(0.1)  # let the last replies reach the capture
+    finally:
+        left.stop(capture)
+    return analyse(pcap, marker, outer, underlay_src or bed.address(0, 0))

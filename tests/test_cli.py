@@ -1,0 +1,205 @@
+"""The command line as a user drives it: real runs, interrupted runs, bad input."""
+
+import csv
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import our_namespaces
+from vpnlab.testbed.state import STATE_ROOT
+
+VPNLAB = [sys.executable, "-m", "vpnlab"]
+
+SMALL = """
+name: small
+repetitions: 2
+vpns: [{driver: none}, {driver: wireguard}]
+links: [{name: wan, rate_mbit: 50}]
+workloads:
+  - {kind: tcp, duration_s: 1, omit_s: 0}
+  - {kind: udp, rate_mbit: 10, duration_s: 1}
+  - {kind: ping, count: 5, interval_s: 0.02}
+"""
+
+LONG = """
+name: long
+repetitions: 4
+vpns: [{driver: none}, {driver: wireguard}]
+links: [{rate_mbit: 50}]
+workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]
+"""
+
+
+def vpnlab(*args, check=True, **kwargs):
+    proc = subprocess.run([*VPNLAB, *map(str, args)], capture_output=True, text=True, timeout=600, **kwargs)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"vpnlab {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def sample_count(out: Path) -> int:
+    db = sqlite3.connect(out / "results.sqlite")
+    try:
+        return db.execute("SELECT count(*) FROM repetitions").fetchone()[0]
+    finally:
+        db.close()
+
+
+def our_processes() -> list[str]:
+    names = {"wireguard-go", "iperf3", "tcpdump", "openvpn", "charon", "ocserv", "openconnect"}
+    out = subprocess.run(["ps", "-eo", "comm="], capture_output=True, text=True).stdout.split()
+    return [n for n in out if n in names]
+
+
+def test_bad_study_exits_nonzero_and_creates_nothing(tmp_path):
+    study = tmp_path / "bad.yaml"
+    study.write_text(SMALL.replace("rate_mbit: 50", "rate_mbit: fifty").replace("{kind: tcp,", "{kind: tcp, windw: 1,"))
+    before = our_namespaces()
+    proc = vpnlab("run", study, "--out", tmp_path / "out", check=False)
+    assert proc.returncode == 2
+    assert "bad.yaml" in proc.stderr and "links[0].rate_mbit" in proc.stderr
+    assert "workloads[0].windw: unknown field" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+    assert our_namespaces() == before
+
+
+def test_missing_study_file(tmp_path):
+    proc = vpnlab("run", tmp_path / "nope.yaml", check=False)
+    assert proc.returncode == 2 and "no such study file" in proc.stderr
+
+
+def test_dry_run_creates_nothing(tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text(SMALL)
+    proc = vpnlab("run", study, "--dry-run", "--out", tmp_path / "out")
+    assert "6 scenarios" in proc.stdout and "Nothing was created" in proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.integration
+def test_run_show_export(tmp_path, no_leftovers):
+    study = tmp_path / "s.yaml"
+    study.write_text(SMALL)
+    out = tmp_path / "out"
+    proc = vpnlab("run", study, "--out", out, "--no-progress")
+    assert "results:" in proc.stdout
+    assert (out / "study.yaml").read_text() == SMALL
+    assert sample_count(out) == 6 * 2
+
+    rows = list(csv.DictReader(io.StringIO(vpnlab("export", out, "--format", "csv").stdout)))
+    for column in ("scenario_id", "vpn", "vpn_options", "topology", "link_rate_mbit", "link_delay_ms",
+                   "link_jitter_ms", "link_loss_pct", "workload", "workload_params", "repetition",
+                   "metric", "value", "unit"):
+        assert column in rows[0]
+    metrics = {(r["vpn"], r["metric"]) for r in rows}
+    for metric in ("throughput_mbps", "retransmits", "udp_jitter_ms", "udp_loss_pct", "rtt_avg_ms",
+                   "link_utilisation_pct"):
+        assert ("none", metric) in metrics and ("wireguard", metric) in metrics
+    assert ("wireguard", "setup_s") in metrics and ("wireguard", "overhead_bytes") in metrics
+    tcp = [float(r["value"]) for r in rows if r["metric"] == "throughput_mbps" and r["workload"] == "tcp"]
+    assert all(10 < v < 50 for v in tcp), tcp  # shaped at 50 Mbit/s
+    impl = {r["implementation"] for r in rows if r["vpn"] == "wireguard"}
+    assert impl <= {"kernel", "wireguard-go"} and len(impl) == 1
+
+    as_json = json.loads(vpnlab("export", out, "--format", "json").stdout)
+    assert len(as_json) == len(rows)
+
+    shown = vpnlab("show", out).stdout
+    assert "95% CI" in shown and "vs no-VPN" in shown
+    assert our_processes() == []
+
+
+def start_run(study_text, tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text(study_text)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*VPNLAB, "run", str(study), "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (out / "results.sqlite").exists() and sample_count(out) >= 1:
+            return proc, out
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("no sample within 120 s")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_cleans_up_and_resume_finishes(tmp_path, sig, no_leftovers):
+    proc, out = start_run(LONG, tmp_path)
+    time.sleep(1.5)  # mid-scenario: tunnel and iperf3 running
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "--resume" in stderr
+    assert our_processes() == []
+    done = sample_count(out)
+    assert 1 <= done < 8
+
+    vpnlab("run", "--resume", out, "--no-progress")
+    assert sample_count(out) == 8
+    db = sqlite3.connect(out / "results.sqlite")
+    statuses = [r[0] for r in db.execute("SELECT status FROM runs ORDER BY id")]
+    dupes = db.execute("SELECT count(*) FROM (SELECT scenario_id, repetition, metric FROM samples"
+                       " GROUP BY 1, 2, 3 HAVING count(*) > 1)").fetchone()[0]
+    db.close()
+    assert statuses == ["interrupted", "completed"]
+    assert dupes == 0
+
+
+@pytest.mark.integration
+def test_sigkill_leftovers_are_cleaned_by_the_next_command(tmp_path, no_leftovers):
+    proc, out = start_run(LONG, tmp_path)
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait()
+    leftover = our_namespaces()
+    assert leftover, "a SIGKILLed run cannot clean up itself; its namespaces should still be there"
+    records = [d for d in STATE_ROOT.iterdir() if (d / "state.json").exists()]
+    pids = [p["pid"] for d in records for p in json.loads((d / "state.json").read_text())["processes"]]
+
+    cleaned = vpnlab("clean").stdout
+    assert "cleaned run" in cleaned
+    assert our_namespaces() == set()
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert our_processes() == []
+    assert vpnlab("clean").stdout.strip() == "nothing to clean"
+
+    vpnlab("run", "--resume", out, "--no-progress")
+    assert sample_count(out) == 8
+
+
+def test_resume_refuses_a_different_study(tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text(LONG)
+    out = tmp_path / "out"
+    out.mkdir()
+    from vpnlab.store import Store
+
+    Store.open_dir(out).start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                                  study_name="long", study_text=LONG)
+    other = tmp_path / "other.yaml"
+    other.write_text(LONG.replace("repetitions: 4", "repetitions: 5"))
+    proc = vpnlab("run", other, "--resume", out, check=False)
+    assert proc.returncode == 2 and "differs from the study stored" in proc.stderr
+
+
+def test_doctor_json_lists_features_and_drivers():
+    if os.geteuid() != 0:
+        pytest.skip("doctor probes the kernel in a namespace and needs root")
+    report = json.loads(vpnlab("doctor", "--json").stdout)
+    assert report["features"]["netns"] is True
+    assert {"none", "wireguard"} <= set(report["drivers"])
+    assert any(i["usable"] for i in report["drivers"]["wireguard"])

@@ -1,0 +1,45 @@
+"""Parsers, on real output captured from the tools."""
+
+import json
+
+import pytest
+
+from conftest import DATA
+from vpnlab.errors import MeasurementError
+from vpnlab.workloads import iperf, ping
+
+
+def test_iperf3_tcp():
+    values = iperf.parse_tcp(json.loads((DATA / "iperf3-3.12-tcp.json").read_text()))
+    assert values["throughput_mbps"] == pytest.approx(295.416359, rel=1e-6)
+    assert values["retransmits"] == 13641
+
+
+def test_iperf3_udp_takes_receiver_figures():
+    values = iperf.parse_udp(json.loads((DATA / "iperf3-3.12-udp.json").read_text()))
+    assert values["throughput_mbps"] == pytest.approx(49.96246137, rel=1e-6)
+    assert values["udp_sent_mbps"] == pytest.approx(49.97532612, rel=1e-6)
+    assert values["udp_jitter_ms"] == pytest.approx(0.0442549, rel=1e-4)
+    assert values["udp_loss_pct"] == 0
+
+
+def test_iperf3_udp_without_sum_received():
+    data = json.loads((DATA / "iperf3-3.12-udp.json").read_text())
+    del data["end"]["sum_received"], data["end"]["sum_sent"]
+    values = iperf.parse_udp(data)
+    assert values["throughput_mbps"] == pytest.approx(49.975326, rel=1e-6)
+
+
+def test_ping():
+    values = ping.parse((DATA / "ping-ok.txt").read_text())
+    assert values == {"ping_loss_pct": 0.0, "rtt_min_ms": 0.040, "rtt_avg_ms": 0.042,
+                      "rtt_max_ms": 0.045, "rtt_mdev_ms": 0.002}
+
+
+def test_ping_all_lost_has_loss_but_no_rtt():
+    assert ping.parse((DATA / "ping-all-lost.txt").read_text()) == {"ping_loss_pct": 100.0}
+
+
+def test_ping_error_is_a_measurement_error():
+    with pytest.raises(MeasurementError):
+        ping.parse("ping: connect: Network is unreachable")

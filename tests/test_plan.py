@@ -1,0 +1,67 @@
+"""Planning: the cartesian product, stable ids, order, and what this machine lacks."""
+
+from vpnlab.capabilities import Capabilities
+from vpnlab.plan import check_plan, make_plan
+from vpnlab.study import parse_study
+
+STUDY = """
+name: p
+repetitions: 2
+vpns: [{driver: none}, {driver: wireguard}]
+links: [{rate_mbit: 2}, {rate_mbit: 8, delay_ms: 20}]
+workloads: [{kind: tcp, duration_s: 3}, {kind: ping, count: 5}]
+"""
+
+
+def test_plan_is_the_cartesian_product():
+    plan = make_plan(parse_study(STUDY))
+    assert len(plan.scenarios) == 2 * 2 * 2
+    assert [s.index for s in plan.scenarios] == list(range(8))
+    assert len({s.id for s in plan.scenarios}) == 8
+
+
+def test_ids_are_stable_and_independent_of_order():
+    listed = make_plan(parse_study(STUDY))
+    shuffled = make_plan(parse_study(STUDY + "order: shuffled\nseed: 7\n"))
+    again = make_plan(parse_study(STUDY + "order: shuffled\nseed: 7\n"))
+    assert {s.id for s in listed.scenarios} == {s.id for s in shuffled.scenarios}
+    assert [s.id for s in shuffled.scenarios] == [s.id for s in again.scenarios]
+    assert [s.id for s in shuffled.scenarios] != [s.id for s in listed.scenarios]
+
+
+def test_estimate_counts_repetitions():
+    plan = make_plan(parse_study(STUDY))
+    tcp = next(s for s in plan.scenarios if s.workload.kind == "tcp")
+    assert tcp.estimate_s() > 2 * 3
+    assert plan.estimate_s() == sum(s.estimate_s() for s in plan.scenarios)
+
+
+def caps(**features):
+    base = dict(netns=True, veth=True, tun=True, tbf=True, netem=False, wireguard=False)
+    base.update(features)
+    tools = {t: f"/usr/bin/{t}" for t in ("iperf3", "ping", "wg", "wireguard-go")}
+    return Capabilities("test", base, tools)
+
+
+def test_missing_netem_names_the_scenarios():
+    plan = make_plan(parse_study(STUDY))
+    problems = check_plan(plan, caps())
+    assert len(problems) == 4  # the delayed link, for each vpn and workload
+    assert all("netem" in p for p in problems)
+    assert not check_plan(plan, caps(netem=True))
+
+
+def test_implementation_is_chosen_from_the_kernel():
+    plan = make_plan(parse_study(STUDY))
+    check_plan(plan, caps(netem=True))
+    wg = next(s for s in plan.scenarios if s.vpn.driver == "wireguard")
+    assert wg.implementations == ["wireguard-go"]
+    check_plan(plan, caps(netem=True, wireguard=True))
+    assert wg.implementations == ["kernel"]
+
+
+def test_forcing_an_absent_implementation_is_a_problem():
+    plan = make_plan(parse_study(STUDY.replace("{driver: wireguard}",
+                                               "{driver: wireguard, options: {implementation: kernel}}")))
+    problems = check_plan(plan, caps(netem=True))
+    assert any("kernel feature 'wireguard'" in p for p in problems)

@@ -1,0 +1,61 @@
+"""The store commits each repetition whole and knows what a resumed run must still do."""
+
+import sqlite3
+
+from vpnlab.plan import make_plan
+from vpnlab.store import Store
+from vpnlab.study import parse_study
+
+STUDY = """
+name: s
+repetitions: 3
+vpns: [{driver: none}]
+workloads: [{kind: ping}]
+"""
+
+
+def test_repetitions_and_resume(tmp_path):
+    plan = make_plan(parse_study(STUDY))
+    scenario = plan.scenarios[0]
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=STUDY)
+    store.add_scenario(scenario)
+    store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": 1.5, "ping_loss_pct": 0}, {"rtt_avg_ms": "ms"},
+                            {"ping": "raw text"}, [])
+    store.record_repetition(run, scenario.id, 2, {"rtt_avg_ms": 1.7, "ping_loss_pct": 0}, {}, {}, ["suspect"])
+    store.close()
+
+    # a second process (the resumed run) sees exactly what was committed
+    again = Store.open_dir(tmp_path)
+    again.add_scenario(scenario)  # re-planning keeps the row
+    assert again.done_repetitions(scenario.id) == {1, 2}
+    assert again.raw_output(scenario.id, 1, "ping") == "raw text"
+    samples = again.samples()
+    assert len(samples) == 4
+    assert {s["flags"] for s in samples if s["repetition"] == 2} == {"suspect"}
+    again.close()
+
+
+def test_notes_are_not_repeated(tmp_path):
+    plan = make_plan(parse_study(STUDY))
+    store = Store.open_dir(tmp_path)
+    store.add_scenario(plan.scenarios[0])
+    store.add_note(plan.scenarios[0].id, "a")
+    store.add_note(plan.scenarios[0].id, "a")
+    store.add_note(plan.scenarios[0].id, "b")
+    assert store.scenarios()[0]["notes"] == "a; b"
+
+
+def test_schema_version_is_checked(tmp_path):
+    Store.open_dir(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "results.sqlite")
+    db.execute("UPDATE meta SET value='99'")
+    db.commit()
+    db.close()
+    try:
+        Store.open_dir(tmp_path)
+    except ValueError as exc:
+        assert "schema 99" in str(exc)
+    else:
+        raise AssertionError("a newer schema must not be read silently")

@@ -1,0 +1,115 @@
+"""Study files: valid ones plan as written, invalid ones name the field."""
+
+import pytest
+
+from vpnlab.errors import StudyError
+from vpnlab.study import builtin_studies, load_builtin, parse_size, parse_study
+
+MINIMAL = """
+name: t
+vpns: [{driver: none}, {driver: wireguard}]
+links: [{rate_mbit: 8}]
+workloads: [{kind: tcp}]
+"""
+
+
+def errors_of(text: str) -> str:
+    with pytest.raises(StudyError) as info:
+        parse_study(text, "study.yaml")
+    return str(info.value)
+
+
+def test_minimal_study_has_defaults():
+    study = parse_study(MINIMAL)
+    assert study.topology == "remote-access"
+    assert study.repetitions == 3
+    assert [v.label for v in study.vpns] == ["none", "wireguard"]
+    assert study.links[0].rate_mbit == 8
+    assert study.workloads[0].duration_s == 10
+
+
+def test_every_builtin_study_is_valid():
+    for name in builtin_studies():
+        assert load_builtin(name).vpns
+
+
+def test_sweeps_expand_in_file_order():
+    study = parse_study("""
+name: sweep
+vpns: [{driver: none}]
+links: [{rate_mbit: [2, 8]}]
+workloads: [{kind: tcp, window: [8K, 64K], streams: [1, 4]}]
+""")
+    assert [l.rate_mbit for l in study.links] == [2, 8]
+    assert [(w.window, w.streams) for w in study.workloads] == [
+        (8192, 1), (8192, 4), (65536, 1), (65536, 4)]
+
+
+def test_unknown_key_is_named():
+    message = errors_of(MINIMAL.replace("{kind: tcp}", "{kind: tcp, windw: 8K}"))
+    assert "study.yaml" in message
+    assert "workloads[0].windw: unknown field" in message
+
+
+def test_unknown_top_level_key():
+    assert "repetition: unknown field" in errors_of(MINIMAL + "repetition: 3\n")
+
+
+def test_wrong_type_is_named():
+    message = errors_of(MINIMAL.replace("rate_mbit: 8", "rate_mbit: fast"))
+    assert "links[0].rate_mbit" in message
+
+
+def test_unknown_driver_lists_known_ones():
+    message = errors_of(MINIMAL.replace("driver: wireguard", "driver: wirgaurd"))
+    assert "vpns[1].driver: unknown VPN driver 'wirgaurd'" in message
+    assert "wireguard" in message.split("known:")[1]
+
+
+def test_unknown_driver_option_is_named():
+    message = errors_of(MINIMAL.replace("{driver: wireguard}", "{driver: wireguard, options: {cipher: aes}}"))
+    assert "vpns[1].options.cipher: unknown field" in message
+
+
+def test_unknown_workload_kind():
+    assert "workloads[0]" in errors_of(MINIMAL.replace("kind: tcp", "kind: quic"))
+
+
+def test_fips_wireguard_is_refused():
+    message = errors_of(MINIMAL.replace("{driver: wireguard}", "{driver: wireguard, profile: fips}"))
+    assert "vpns[1].profile" in message and "FIPS" in message
+
+
+def test_nesting_needs_site_to_site():
+    text = MINIMAL.replace("{driver: wireguard}", "{driver: wireguard, inner: {driver: wireguard, options: {port: 51821}}}")
+    assert "nested tunnels need topology 'site-to-site'" in errors_of(text)
+    study = parse_study(text + "topology: site-to-site\n")
+    assert study.vpns[1].label == "wireguard in wireguard"
+    assert len(study.vpns[1].layers) == 2
+
+
+def test_duplicate_labels_are_refused():
+    assert "both labelled 'wireguard'" in errors_of(MINIMAL.replace("{driver: none}", "{driver: wireguard}"))
+
+
+def test_not_yaml():
+    assert "not valid YAML" in errors_of("name: [unclosed\n")
+
+
+def test_empty_sweep_is_refused():
+    assert "links[0].rate_mbit: empty list" in errors_of(MINIMAL.replace("rate_mbit: 8", "rate_mbit: []"))
+
+
+def test_all_problems_reported_at_once():
+    message = errors_of(MINIMAL.replace("rate_mbit: 8", "rate_mbit: -1").replace("kind: tcp", "kind: tcp, streams: 0"))
+    assert "links[0].rate_mbit" in message and "workloads[0].streams" in message
+
+
+@pytest.mark.parametrize("text,expected", [("64K", 65536), ("1M", 1048576), (8192, 8192), ("1.5k", 1536)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+def test_parse_size_rejects_garbage():
+    with pytest.raises(ValueError):
+        parse_size("lots")
