@@ -1,0 +1,181 @@
+"""vpnlab benchmarks: accuracy and speed targets, measured on this machine.
+
+    sudo ./bootstrap.sh bench [--only NAME ...] [--quick]
+
+  shaping    no-VPN TCP goodput on shaped 2, 8, 100 Mbit/s links as a fraction of the
+             theoretical payload rate (rate x 1448/1514); target >= 0.97
+  lifecycle  median time to build + tear down a testbed and to bring WireGuard up (20 runs)
+  fidelity   WireGuard throughput measured by vpnlab / the same iperf3 command run by hand
+             in the same namespaces, alternating; target 0.98 .. 1.02
+
+Results are printed and written to bench/results/<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from vpnlab.capabilities import detect
+from vpnlab.drivers import REGISTRY
+from vpnlab.drivers.base import TunnelEnv
+from vpnlab.plan import check_plan, make_plan
+from vpnlab.runner import Runner
+from vpnlab.store import Store
+from vpnlab.study import Link, TcpWorkload, parse_study
+from vpnlab.testbed.state import RunState
+from vpnlab.testbed.topology import Layout, Testbed
+from vpnlab.workloads import iperf
+from vpnlab.workloads.base import WorkloadContext
+
+console = Console()
+TCP_PAYLOAD_FRACTION = 1448 / 1514  # MSS with timestamps / Ethernet frame
+
+
+def bench_shaping(quick: bool) -> list[dict]:
+    rates = [2, 8, 100]
+    study = parse_study(f"""
+name: bench-shaping
+repetitions: {2 if quick else 3}
+vpns: [{{driver: none}}]
+links: [{{rate_mbit: {rates}}}]
+workloads: [{{kind: tcp, duration_s: {5 if quick else 10}, omit_s: 2}}]
+""")
+    plan = make_plan(study)
+    caps = detect()
+    problems = check_plan(plan, caps)
+    if problems:
+        raise SystemExit("\n".join(problems))
+    with tempfile.TemporaryDirectory() as tmp:
+        Runner(plan, Path(tmp), caps, console=console, progress=False).run()
+        store = Store.open_dir(Path(tmp))
+        rows = store.db.execute(
+            "SELECT sc.link_rate_mbit AS rate, s.value FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id"
+            " WHERE s.metric = 'throughput_mbps'").fetchall()
+        store.close()
+    out = []
+    for rate in rates:
+        values = [r["value"] for r in rows if r["rate"] == rate]
+        ideal = rate * TCP_PAYLOAD_FRACTION
+        out.append({"rate_mbit": rate, "goodput_mbps": statistics.mean(values), "ideal_mbps": ideal,
+                    "fraction": statistics.mean(values) / ideal, "n": len(values)})
+    return out
+
+
+def _wireguard(state: RunState, bed: Testbed, log_dir: Path):
+    driver = REGISTRY["wireguard"]
+    options = driver.Options()
+    impl = driver.resolve(options, detect()).name
+    left, right = bed.tunnel_sites(0)
+    tunnel = driver.up(left, right, options, "default", TunnelEnv(state, 0, log_dir, impl))
+    for _ in range(200):  # until the first packet gets through
+        if bed.source.run(["ping", "-n", "-c", "1", "-W", "0.2", bed.sink_ip], check=False).returncode == 0:
+            break
+    return tunnel, impl
+
+
+def bench_lifecycle(quick: bool) -> dict:
+    runs = 5 if quick else 20
+    link = Link(rate_mbit=100)
+    build, teardown, wg_up = [], [], []
+    state = RunState.create()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(runs):
+                t0 = time.perf_counter()
+                bed = Testbed.build(state, Layout.for_topology("remote-access", 1), link, tag=f"b{i}")
+                t1 = time.perf_counter()
+                tunnel, impl = _wireguard(state, bed, Path(tmp))
+                t2 = time.perf_counter()
+                tunnel.down()
+                t3 = time.perf_counter()
+                bed.destroy()
+                t4 = time.perf_counter()
+                build.append(t1 - t0)
+                wg_up.append(t2 - t1)
+                teardown.append((t4 - t3) + (t3 - t2))
+    finally:
+        state.teardown()
+    return {"runs": runs, "wireguard_implementation": impl,
+            "testbed_build_s": statistics.median(build), "teardown_s": statistics.median(teardown),
+            "build_and_teardown_s": statistics.median(b + t for b, t in zip(build, teardown)),
+            "wireguard_up_s": statistics.median(wg_up)}
+
+
+def bench_fidelity(quick: bool) -> dict:
+    pairs = 3 if quick else 6
+    spec = TcpWorkload(duration_s=5, omit_s=1)
+    by_tool, by_hand = [], []
+    state = RunState.create()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            bed = Testbed.build(state, Layout.for_topology("remote-access", 1), Link(), tag="f")
+            tunnel, impl = _wireguard(state, bed, Path(tmp))
+            ctx = WorkloadContext(bed, Path(tmp))
+            iperf.ensure_server(ctx)
+            for _ in range(pairs):  # alternate, so drift on the shared cores hits both alike
+                by_tool.append(iperf.run_tcp(spec, ctx).values["throughput_mbps"])
+                raw = bed.source.run(["iperf3", "-c", bed.sink_ip, "-p", iperf.PORT, "-J",
+                                      "-t", spec.duration_s, "-O", spec.omit_s, "-P", 1]).stdout
+                by_hand.append(json.loads(raw)["end"]["sum_received"]["bits_per_second"] / 1e6)
+            ctx.stop_services()
+            tunnel.down()
+            bed.destroy()
+    finally:
+        state.teardown()
+    return {"pairs": pairs, "wireguard_implementation": impl,
+            "vpnlab_mbps": statistics.median(by_tool), "by_hand_mbps": statistics.median(by_hand),
+            "ratio": statistics.median(by_tool) / statistics.median(by_hand),
+            "vpnlab_samples": by_tool, "by_hand_samples": by_hand}
+
+
+BENCHES = {"shaping": bench_shaping, "lifecycle": bench_lifecycle, "fidelity": bench_fidelity}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), help="run only these")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (for a smoke test)")
+    args = parser.parse_args()
+    results = {"kernel": detect().kernel, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for name in args.only or BENCHES:
+        console.print(f"[bold]bench {name}[/] ...")
+        results[name] = BENCHES[name](args.quick)
+        report(name, results[name])
+    folder = Path(__file__).parent / "results"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(results, indent=1))
+    console.print(f"written {path}")
+
+
+def report(name: str, result) -> None:
+    if name == "shaping":
+        table = Table(title="no-VPN TCP goodput on a shaped link (target >= 0.97 of rate x 1448/1514)")
+        for col in ("rate Mbit/s", "goodput Mbit/s", "ideal Mbit/s", "fraction", "n"):
+            table.add_column(col, justify="right")
+        for r in result:
+            mark = "" if r["fraction"] >= 0.97 else " [red](below target)[/]"
+            table.add_row(f"{r['rate_mbit']:g}", f"{r['goodput_mbps']:.3f}", f"{r['ideal_mbps']:.3f}",
+                          f"{r['fraction']:.4f}{mark}", str(r["n"]))
+        console.print(table)
+    elif name == "lifecycle":
+        console.print(f"median over {result['runs']} runs: testbed build {result['testbed_build_s']:.3f} s, "
+                      f"teardown {result['teardown_s']:.3f} s, build+teardown {result['build_and_teardown_s']:.3f} s, "
+                      f"WireGuard ({result['wireguard_implementation']}) up to first packet {result['wireguard_up_s']:.3f} s")
+    elif name == "fidelity":
+        ok = 0.98 <= result["ratio"] <= 1.02
+        console.print(f"WireGuard ({result['wireguard_implementation']}), {result['pairs']} alternating pairs: "
+                      f"vpnlab {result['vpnlab_mbps']:.1f} Mbit/s, by hand {result['by_hand_mbps']:.1f} Mbit/s, "
+                      f"ratio {result['ratio']:.3f} " + ("(within 0.98..1.02)" if ok else "[red](outside 0.98..1.02)[/]"))
+
+
+if __name__ == "__main__":
+    main()
