@@ -41,7 +41,7 @@ TOOLS = {
 # Where Debian installs daemons that are not on PATH.
 EXTRA_PATHS = {"charon": "/usr/lib/ipsec/charon"}
 
-KERNEL_PROBES = {
+FEATURES = {
     "netns": "network namespaces",
     "veth": "veth pairs",
     "tun": "TUN/TAP devices (userspace VPN data planes)",
@@ -52,6 +52,7 @@ KERNEL_PROBES = {
     "ppp": "PPP (/dev/ppp)",
     "l2tp": "kernel L2TP",
     "gre": "GRE tunnels",
+    "openssl-legacy": "OpenSSL legacy provider (Blowfish, single DES)",
 }
 
 
@@ -83,7 +84,7 @@ def _ok(argv: list[str]) -> bool:
 def probe_kernel() -> dict[str, bool]:
     """Try each feature in a private namespace; the namespace is removed at once."""
     ns = f"{NAMESPACE_PREFIX}probe{os.getpid()}"
-    features = {name: False for name in KERNEL_PROBES}
+    features = {name: False for name in FEATURES}
     if not _ok(["ip", "netns", "add", ns]):
         return features
     try:
@@ -117,11 +118,15 @@ def _ppp_available() -> bool:
     return True
 
 
+def _openssl_legacy() -> bool:
+    return bool(find_tool("openssl")) and _ok(["openssl", "list", "-providers", "-provider", "legacy"])
+
+
 @functools.lru_cache(maxsize=1)
 def detect() -> Capabilities:
     return Capabilities(
         kernel=os.uname().release,
-        features=probe_kernel(),
+        features=probe_kernel() | {"openssl-legacy": _openssl_legacy()},
         tools={name: find_tool(name) for name in TOOLS},
     )
 

@@ -230,7 +230,7 @@ def export(
 @user_errors
 def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
     """What this kernel and machine offer, and which VPN implementations can run here."""
-    from .capabilities import KERNEL_PROBES, TOOLS, detect
+    from .capabilities import FEATURES, TOOLS, detect
     from .drivers import REGISTRY
 
     _need_root("vpnlab doctor")
@@ -252,10 +252,10 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     if as_json:
         out.print_json(json.dumps(report))
         return
-    table = Table(title=f"kernel {caps.kernel}", title_justify="left")
+    table = Table(title=f"kernel {caps.kernel} and libraries", title_justify="left")
     table.add_column("feature")
     table.add_column("present")
-    for feature, text in KERNEL_PROBES.items():
+    for feature, text in FEATURES.items():
         table.add_row(text, "[green]yes[/]" if caps.has(feature) else "[red]no[/]")
     out.print(table)
     table = Table(title="tools", title_justify="left")

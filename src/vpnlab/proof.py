@@ -1,7 +1,7 @@
 """Proof that traffic really went through the tunnel, and its exact overhead.
 
-Before a scenario is measured, the WAN is captured while the source pings the
-sink with a per-run marker in the payload:
+Before a scenario is measured, the WAN is captured while the source sends the
+sink UDP probes of random (incompressible) bytes that start with a per-run marker:
 - through a tunnel, the marker must never appear in clear on the WAN and the
   probes must be carried by the tunnel's own outer protocol and port;
 - without a VPN the marker must appear (this proves the capture itself works).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import secrets
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,20 @@ import dpkt
 from .errors import VpnlabError
 from .testbed.topology import Testbed
 
-PROBE_PAYLOAD = 1000          # ICMP payload bytes: inner IP packet of 1028 bytes
+PROBE_PAYLOAD = 1000          # UDP payload bytes: inner IP packet of 1028 bytes
 PROBE_INNER_LEN = PROBE_PAYLOAD + 8 + 20
 PROBES = 5
+PROBE_PORT = 9                # discard: nothing listens, the probes only need to cross
+
+# Run by the namespace's python: random payloads, so compression cannot change their size.
+SEND_PROBES = """
+import os, socket, sys, time
+marker, dst, count, size, port = bytes.fromhex(sys.argv[1]), sys.argv[2], *map(int, sys.argv[3:6])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(count):
+    s.sendto(marker + os.urandom(size - len(marker)), (dst, port))
+    time.sleep(0.05)
+"""
 
 
 @dataclass
@@ -91,7 +103,7 @@ def _ip_bytes(text: str) -> bytes:
 
 
 def prove(bed: Testbed, outer: tuple[str, int | None] | None, underlay_src: str | None, pcap: Path) -> Proof:
-    """Capture the WAN while sending marked probes from the source to the sink."""
+    """Capture the WAN while sending marked probes from the source towards the sink."""
     marker = secrets.token_bytes(16)
     left = bed.wan_nodes[0]
     dev = f"l{bed.layout.wan}"
@@ -104,9 +116,9 @@ def prove(bed: Testbed, outer: tuple[str, int | None] | None, underlay_src: str 
             if capture.poll() is not None or time.monotonic() > deadline:
                 raise VpnlabError(f"tcpdump did not start on the WAN: {log.read_text(errors='replace').strip()}")
             time.sleep(0.05)
-        bed.source.run(["ping", "-n", "-q", "-c", PROBES, "-i", "0.05", "-W", 2, "-s", PROBE_PAYLOAD,
-                        "-p", marker.hex(), bed.sink_ip], check=False, timeout=30)
-        time.sleep(0.1)  # let the last replies reach the capture
+        bed.source.run([sys.executable, "-c", SEND_PROBES, marker.hex(), bed.sink_ip, PROBES, PROBE_PAYLOAD,
+                        PROBE_PORT], timeout=30)
+        time.sleep(0.1)  # let the last probes reach the capture
     finally:
         left.stop(capture)
     return analyse(pcap, marker, outer, underlay_src or bed.address(0, 0))

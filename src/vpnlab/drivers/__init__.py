@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .base import Driver
 from .none import NoVpn
+from .openvpn import OpenVpn
 from .wireguard import WireGuard
 
-REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard())}
+REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn())}
 
 
 def get(name: str) -> Driver:

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..capabilities import TOOLS, Capabilities
+from ..capabilities import FEATURES, TOOLS, Capabilities
 from ..errors import CapabilityError, TunnelError
 from ..testbed.node import Node
 from ..testbed.state import RunState
@@ -35,11 +35,11 @@ class Implementation:
     """One way to run a driver, and what it takes from this machine."""
 
     name: str
-    kernel: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()   # kernel (or library) features, as probed by capabilities
     tools: tuple[str, ...] = ()
 
     def missing(self, caps: Capabilities) -> list[str]:
-        out = [f"kernel feature '{f}'" for f in self.kernel if not caps.has(f)]
+        out = [f"feature '{f}' ({FEATURES.get(f, f)})" for f in self.features if not caps.has(f)]
         out += [f"'{t}' (Debian package {TOOLS.get(t, t)})" for t in self.tools if not caps.tool(t)]
         return out
 
@@ -141,8 +141,9 @@ class Driver:
     def up(self, left: TunnelSite, right: TunnelSite, options: Options, profile: str, env: TunnelEnv) -> Tunnel:
         raise NotImplementedError
 
-    def overhead(self, options: Options, inner_len: int) -> int:
-        """Bytes the tunnel adds on the WAN to an inner IP packet of `inner_len` bytes (IPv4 outer)."""
+    def overhead(self, options: Options, profile: str, inner_len: int) -> int | None:
+        """Bytes the tunnel adds on the WAN to an inner IP packet of `inner_len` bytes (IPv4 outer);
+        None where it depends on the data (compression)."""
         raise NotImplementedError
 
 

@@ -18,7 +18,7 @@ class NoVpn(Driver):
         return None  # the baseline is the same whatever the profile
 
     def implementations(self, options):
-        return [Implementation("routing", kernel=("netns", "veth"))]
+        return [Implementation("routing", features=("netns", "veth"))]
 
-    def overhead(self, options, inner_len: int) -> int:
+    def overhead(self, options, profile, inner_len: int) -> int:
         return 0

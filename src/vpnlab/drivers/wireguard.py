@@ -35,11 +35,11 @@ class WireGuard(Driver):
 
     def implementations(self, options):
         return [
-            Implementation("kernel", kernel=("wireguard",), tools=("wg",)),
-            Implementation("wireguard-go", kernel=("tun",), tools=("wireguard-go", "wg")),
+            Implementation("kernel", features=("wireguard",), tools=("wg",)),
+            Implementation("wireguard-go", features=("tun",), tools=("wireguard-go", "wg")),
         ]
 
-    def overhead(self, options, inner_len: int) -> int:
+    def overhead(self, options, profile, inner_len: int) -> int:
         return HEADER + (-inner_len) % 16  # the plaintext is padded to a multiple of 16
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:

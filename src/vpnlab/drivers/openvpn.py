@@ -1,0 +1,137 @@
+"""OpenVPN 2.x in TLS point-to-point mode with a per-run PKI.
+
+The left site is the TLS client, the right site the TLS server. Data cipher,
+HMAC, compression and transport are the knobs the seed studies turned.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .pki import make_pki
+
+# cipher -> (block size in bytes, AEAD?)
+CIPHERS = {
+    "AES-128-GCM": (16, True),
+    "AES-256-GCM": (16, True),
+    "CHACHA20-POLY1305": (1, True),
+    "AES-128-CBC": (16, False),
+    "AES-256-CBC": (16, False),
+    "DES-EDE3-CBC": (8, False),
+    "BF-CBC": (8, False),
+}
+HMAC_BYTES = {"MD5": 16, "SHA1": 20, "SHA256": 32, "SHA512": 64}
+LEGACY_CIPHERS = {"BF-CBC"}  # only in OpenSSL 3's legacy provider
+FIPS_CIPHERS = {"AES-128-GCM", "AES-256-GCM", "AES-128-CBC", "AES-256-CBC"}
+FIPS_AUTH = {"SHA1", "SHA256", "SHA512"}  # HMAC-SHA1 is still approved for HMAC
+DEFAULT_CIPHER = "AES-256-GCM"  # what OpenVPN 2.6 negotiates out of the box
+DEFAULT_AUTH = {"default": "SHA1", "fips": "SHA256"}
+
+CipherName = Literal["AES-128-GCM", "AES-256-GCM", "CHACHA20-POLY1305", "AES-128-CBC", "AES-256-CBC",
+                     "DES-EDE3-CBC", "BF-CBC"]
+
+
+class OpenVpnOptions(Options):
+    cipher: CipherName | None = Field(None, description="data-channel cipher (default: the profile's)")
+    auth: Literal["MD5", "SHA1", "SHA256", "SHA512"] | None = Field(None, description="HMAC for CBC ciphers")
+    compression: Literal["off", "lzo", "lz4-v2"] = "off"
+    transport: Literal["udp", "tcp"] = "udp"
+    port: int = Field(1194, ge=1, le=65535)
+
+    @field_validator("cipher", "auth", mode="before")
+    @classmethod
+    def upper_case(cls, value):
+        return value.upper() if isinstance(value, str) else value
+
+
+def effective(options: OpenVpnOptions, profile: str) -> tuple[str, str | None]:
+    """(cipher, auth) that will run; auth is None for AEAD ciphers, which authenticate themselves."""
+    cipher = options.cipher or DEFAULT_CIPHER
+    aead = CIPHERS[cipher][1]
+    return cipher, None if aead else (options.auth or DEFAULT_AUTH[profile])
+
+
+class OpenVpn(Driver):
+    name = "openvpn"
+    summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
+    Options = OpenVpnOptions
+
+    def check(self, options, profile):
+        cipher, auth = effective(options, profile)
+        if options.auth and CIPHERS[cipher][1]:
+            return f"options.auth: {options.auth} applies only to CBC ciphers; {cipher} authenticates itself"
+        if profile == "fips":
+            if cipher not in FIPS_CIPHERS:
+                return f"options.cipher: {cipher} is not FIPS 140-approved (use AES-128/256-GCM or -CBC)"
+            if auth and auth not in FIPS_AUTH:
+                return f"options.auth: {auth} is not FIPS 140-approved (use SHA1, SHA256 or SHA512)"
+        return None
+
+    def describe(self, options, profile):
+        cipher, auth = effective(options, profile)
+        parts = ["openvpn", cipher.lower() + (f"-{auth.lower()}" if auth else ""), options.transport]
+        if options.compression != "off":
+            parts.append(options.compression)
+        if profile != "default":
+            parts.append(profile)
+        return " ".join(parts)
+
+    def implementations(self, options):
+        features = ("tun", "openssl-legacy") if options.cipher in LEGACY_CIPHERS else ("tun",)
+        return [Implementation("openvpn", features=features, tools=("openvpn", "openssl"))]
+
+    def overhead(self, options, profile, inner_len):
+        """For incompressible data: compressible data shrinks instead."""
+        cipher, auth = effective(options, profile)
+        block, aead = CIPHERS[cipher]
+        outer = 20 + (8 if options.transport == "udp" else 32 + 2)  # IPv4 + UDP, or TCP w/ timestamps + length
+        opcode = 4  # P_DATA_V2: opcode and peer-id
+        # lzo framing always adds a flag byte; lz4-v2 adds none to a packet it leaves uncompressed.
+        plain = inner_len + (1 if options.compression == "lzo" else 0)
+        if aead:
+            return outer + opcode + 4 + 16 + plain - inner_len  # packet-id, tag
+        encrypted = -(-(4 + plain + 1) // block) * block  # packet-id + payload + PKCS#7 padding
+        return outer + opcode + HMAC_BYTES[auth] + block + encrypted - inner_len  # ... + IV
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        cipher, auth = effective(options, profile)
+        dev = f"vo{env.unique}"
+        tunnel = Tunnel(self, env, env.implementation, (options.transport, options.port), (dev, dev), mtu=1500)
+        pki = make_pki(env.secrets, right.underlay_ip, f"l{env.layer}-ovpn-")
+        common = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
+                  "--dh", "none", "--ca", pki.ca, "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
+                  "--ping", "10", "--ping-restart", "60", "--mute-replay-warnings"]
+        if auth:
+            common += ["--auth", auth]
+        if cipher in LEGACY_CIPHERS:
+            common += ["--providers", "legacy", "default"]
+        if options.compression != "off":
+            common += ["--allow-compression", "yes", "--compress", options.compression]
+        if profile == "fips":
+            common += ["--tls-version-min", "1.2", "--tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384",
+                       "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--ecdh-curve", "prime256v1"]
+        udp = options.transport == "udp"
+        server = common + ["--tls-server", "--cert", pki.server_cert, "--key", pki.server_key,
+                           "--proto", "udp" if udp else "tcp-server", "--lport", options.port,
+                           "--ifconfig", right.tunnel_ip, left.tunnel_ip]
+        if udp:
+            server += ["--float"]
+        client = common + ["--tls-client", "--remote-cert-tls", "server", "--cert", pki.client_cert,
+                           "--key", pki.client_key, "--proto", "udp" if udp else "tcp-client",
+                           "--remote", right.underlay_ip, options.port, "--nobind",
+                           "--ifconfig", left.tunnel_ip, right.tunnel_ip]
+        logs = {}
+        for site, argv in ((right, server), (left, client)):
+            log = env.log(f"openvpn-{site.node.role}")
+            proc = site.node.spawn(["openvpn", *argv], log, what="openvpn")
+            tunnel.processes.append((site.node, proc, log))
+            logs[site.node.role] = log
+        ready = "Initialization Sequence Completed"
+        wait_for(lambda: all(ready in log.read_text(errors="replace") for log in logs.values()), 30,
+                 "OpenVPN to complete its initialisation", tunnel)
+        route_into(left.node, right.subnets, dev)
+        route_into(right.node, left.subnets, dev)
+        return tunnel
