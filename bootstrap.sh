@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 PACKAGES=(
   python3 python3-venv ca-certificates iproute2 procps iputils-ping tcpdump iperf3
   wireguard-tools wireguard-go openvpn openssl
-  strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-extra-plugins
+  strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
   ocserv openconnect
 )
 

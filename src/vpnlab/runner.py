@@ -200,21 +200,16 @@ class Runner:
             raise TunnelError("proof of tunnel failed: " + "; ".join(result.problems))
         if not tunnels:
             return {}
-        model: int | None = PROBE_INNER_LEN
-        for layer in reversed(scenario.vpn.layers):  # innermost encapsulation first
-            added = DRIVERS[layer.driver].overhead(layer.options, layer.profile, model)
-            model = None if added is None else model + added
-            if model is None:
-                break
-        values = {}
-        if model is not None:
-            model -= PROBE_INNER_LEN
-            values["overhead_model_bytes"] = float(model)
+        model = PROBE_INNER_LEN
+        for layer, impl in reversed(list(zip(scenario.vpn.layers, scenario.implementations))):
+            model += DRIVERS[layer.driver].overhead(layer.options, layer.profile, impl, model)  # innermost first
+        model -= PROBE_INNER_LEN
+        values = {"overhead_model_bytes": float(model)}
         if result.overhead_bytes is None:
             store.add_note(scenario.id, "overhead not measured: no probe of the expected size seen on the WAN")
         else:
             values["overhead_bytes"] = float(result.overhead_bytes)
-            if model is not None and result.overhead_bytes != model:
+            if result.overhead_bytes != model:
                 store.add_note(scenario.id, f"overhead {result.overhead_bytes} B per {PROBE_INNER_LEN}-byte packet"
                                             f" measured, the encapsulation model says {model} B")
         if tunnels[-1].mtu:

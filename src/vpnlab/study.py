@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from .errors import StudyError
+from .testbed.topology import MAX_LAYERS
 
 
 class Strict(BaseModel):
@@ -339,6 +340,8 @@ def parse_study(text: str, source: str = "<study>") -> Study:
     workloads = expand("workloads", top.workloads, _workload_adapter.validate_python)
 
     nesting = max((len(v.layers) for v in vpns), default=0)
+    if nesting > MAX_LAYERS:
+        problems.append(f"vpns: at most {MAX_LAYERS} tunnel layers (one VPN inside another)")
     if nesting > 1 and top.topology != "site-to-site":
         problems.append("topology: nested tunnels need topology 'site-to-site' (two gateway layers per side)")
     _check_unique("vpns", [v.label for v in vpns], problems)

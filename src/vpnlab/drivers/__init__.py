@@ -5,9 +5,10 @@ from __future__ import annotations
 from .base import Driver
 from .none import NoVpn
 from .openvpn import OpenVpn
+from .strongswan import StrongSwan
 from .wireguard import WireGuard
 
-REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn())}
+REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan())}
 
 
 def get(name: str) -> Driver:

@@ -93,7 +93,7 @@ class Tunnel:
         """None when healthy, else what is wrong (quoting the daemon's log)."""
         for node, proc, log in self.processes:
             if proc.poll() is not None:
-                return f"{Path(proc.args[4]).name} in {node.role} exited with {proc.returncode}\n{tail(log)}"
+                return f"{log.stem} exited with {proc.returncode}\n{tail(log)}"
         return None
 
     def down(self) -> None:
@@ -141,9 +141,8 @@ class Driver:
     def up(self, left: TunnelSite, right: TunnelSite, options: Options, profile: str, env: TunnelEnv) -> Tunnel:
         raise NotImplementedError
 
-    def overhead(self, options: Options, profile: str, inner_len: int) -> int | None:
-        """Bytes the tunnel adds on the WAN to an inner IP packet of `inner_len` bytes (IPv4 outer);
-        None where it depends on the data (compression)."""
+    def overhead(self, options: Options, profile: str, implementation: str, inner_len: int) -> int:
+        """Bytes the tunnel adds on the WAN to an inner IP packet of `inner_len` bytes (IPv4 outer)."""
         raise NotImplementedError
 
 
@@ -168,6 +167,15 @@ def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None,
         time.sleep(interval)
     logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in (tunnel.processes if tunnel else []))
     raise TunnelError(f"timed out after {timeout:g} s waiting for {what}" + (f"\n{logs}" if logs else ""))
+
+
+def private_run(argv: list, keep: Path) -> list:
+    """Wrap a daemon so it gets an empty private /run (where it writes a fixed pid file), with
+    `keep` (under /run) still visible. `ip netns exec` gives each command its own mount namespace,
+    so none of this is seen outside."""
+    script = ('exec 3<"$1"; shift; mount -t tmpfs vpnlab-run /run && mkdir -p "$KEEP" '
+              '&& mount --no-canonicalize --bind /proc/self/fd/3 "$KEEP" && exec 3<&- && exec "$@"')
+    return ["env", f"KEEP={keep}", "sh", "-c", script, "sh", str(keep), *map(str, argv)]
 
 
 def route_into(node: Node, subnets: list[str], dev: str) -> None:

@@ -20,5 +20,5 @@ class NoVpn(Driver):
     def implementations(self, options):
         return [Implementation("routing", features=("netns", "veth"))]
 
-    def overhead(self, options, profile, inner_len: int) -> int:
+    def overhead(self, options, profile, implementation, inner_len: int) -> int:
         return 0

@@ -83,7 +83,7 @@ class OpenVpn(Driver):
         features = ("tun", "openssl-legacy") if options.cipher in LEGACY_CIPHERS else ("tun",)
         return [Implementation("openvpn", features=features, tools=("openvpn", "openssl"))]
 
-    def overhead(self, options, profile, inner_len):
+    def overhead(self, options, profile, implementation, inner_len):
         """For incompressible data: compressible data shrinks instead."""
         cipher, auth = effective(options, profile)
         block, aead = CIPHERS[cipher]

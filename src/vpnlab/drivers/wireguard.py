@@ -39,7 +39,7 @@ class WireGuard(Driver):
             Implementation("wireguard-go", features=("tun",), tools=("wireguard-go", "wg")),
         ]
 
-    def overhead(self, options, profile, inner_len: int) -> int:
+    def overhead(self, options, profile, implementation, inner_len: int) -> int:
         return HEADER + (-inner_len) % 16  # the plaintext is padded to a multiple of 16
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
@@ -64,7 +64,7 @@ class WireGuard(Driver):
             wait_for(lambda: all((SOCKET_DIR / f"{d}.sock").exists() for d in names), 10,
                      "wireguard-go control sockets", tunnel)
         for site, peer, dev, peer_dev in ((left, right, names[0], names[1]), (right, left, names[1], names[0])):
-            allowed = ",".join([f"{peer.tunnel_ip}/32", *peer.subnets])
+            allowed = ",".join([f"{peer.tunnel_ip}/32", *([peer.prefix] if peer.prefix else [])])
             argv = ["wg", "set", dev, "private-key", keys[dev][0], "listen-port", options.port,
                     "peer", keys[peer_dev][1], "allowed-ips", allowed]
             if site is left:  # the client knows where the gateway is; the gateway learns the client

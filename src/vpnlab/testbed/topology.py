@@ -1,13 +1,20 @@
 """Topologies as chains of namespaces ("Links connect nodes").
 
 Every topology is a line of nodes joined by veth links; link i joins node i and
-node i+1 and owns 198.18.i.0/24 (node i is .1, node i+1 is .2). One link is
-the WAN and is shaped. Tunnel layer L (0 = outermost) joins two gateways and
-owns 198.19.L.0/24 inside the tunnel.
+node i+1 (node i is .1 on it, node i+1 is .2). One link is the WAN and is shaped.
+Tunnel layer L (0 = outermost) joins two gateways.
 
   remote-access           client =WAN= gw -- server
   site-to-site            host-a -- gw-a =WAN= gw-b -- host-b
   site-to-site, nested    host-a -- gw-a1 -- gw-a0 =WAN= gw-b0 -- gw-b1 -- host-b
+
+Addresses (all inside 198.18.0.0/15, RFC 2544's benchmarking range):
+  the WAN                   198.19.0.0/24
+  tunnel layer L            198.19.(1+L).0/24, inside the tunnel
+  links left of the WAN     198.18.i.0/24, counted from host-a: all within 198.18.0.0/17
+  links right of the WAN    198.18.(128+k).0/24, counted from host-b: all within 198.18.128.0/17
+so that what lies behind each tunnel end is one prefix that contains an address
+of that end (IPsec traffic selectors want both).
 """
 
 from __future__ import annotations
@@ -22,16 +29,14 @@ from .node import Node
 from .shaping import shape_commands
 from .state import RunState
 
-LINK_NET = ipaddress.ip_network("198.18.0.0/16")
-TUNNEL_NET = ipaddress.ip_network("198.19.0.0/16")
-
-
-def link_subnet(i: int) -> ipaddress.IPv4Network:
-    return list(LINK_NET.subnets(new_prefix=24))[i]
+WAN_NET = ipaddress.ip_network("198.19.0.0/24")
+LEFT_HALF = ipaddress.ip_network("198.18.0.0/17")
+RIGHT_HALF = ipaddress.ip_network("198.18.128.0/17")
+MAX_LAYERS = 2  # deeper nesting would need more than one prefix behind a tunnel end
 
 
 def tunnel_subnet(layer: int) -> ipaddress.IPv4Network:
-    return list(TUNNEL_NET.subnets(new_prefix=24))[layer]
+    return ipaddress.ip_network(f"198.19.{1 + layer}.0/24")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class Layout:
 
     @classmethod
     def for_topology(cls, topology: str, layers: int) -> "Layout":
+        if layers > MAX_LAYERS:
+            raise ValueError(f"at most {MAX_LAYERS} nested tunnel layers")
         if topology == "remote-access":
             if layers > 1:
                 raise ValueError("nested tunnels need the site-to-site topology")
@@ -54,6 +61,17 @@ class Layout:
         roles = ["host-a", *left, *right, "host-b"]
         return cls(roles, wan=depth, tunnels=[(depth - k, depth + 1 + k) for k in range(layers)])
 
+    @property
+    def links(self) -> int:
+        return len(self.roles) - 1
+
+    def subnet(self, link: int) -> ipaddress.IPv4Network:
+        if link == self.wan:
+            return WAN_NET
+        if link < self.wan:
+            return ipaddress.ip_network(f"198.18.{link}.0/24")
+        return ipaddress.ip_network(f"198.18.{128 + self.links - 1 - link}.0/24")
+
 
 @dataclass
 class TunnelSite:
@@ -62,7 +80,19 @@ class TunnelSite:
     node: Node
     underlay_ip: str        # address the other end sends outer packets to
     tunnel_ip: str          # this end's address inside the tunnel (/24)
-    subnets: list[str]      # networks behind this end, reached through the tunnel
+    subnets: list[str]      # the links behind this end, reached through the tunnel
+    prefix: str | None      # one prefix covering exactly those links (None: nothing behind)
+
+
+def covering_prefix(subnets: list[str], half: ipaddress.IPv4Network, side_links: int) -> str | None:
+    if not subnets:
+        return None
+    if len(subnets) == side_links:
+        return str(half)
+    collapsed = list(ipaddress.collapse_addresses(ipaddress.ip_network(s) for s in subnets))
+    if len(collapsed) != 1:
+        raise ValueError(f"{subnets} are not one prefix")
+    return str(collapsed[0])
 
 
 @dataclass
@@ -75,7 +105,7 @@ class Testbed:
     # Each node's interface on link i is called l<i> (names are per namespace).
     def address(self, node: int, link: int) -> str:
         host = 1 if node == link else 2
-        return str(link_subnet(link).network_address + host)
+        return str(self.layout.subnet(link).network_address + host)
 
     @property
     def source(self) -> Node:
@@ -96,19 +126,14 @@ class Testbed:
     def tunnel_sites(self, layer: int) -> tuple[TunnelSite, TunnelSite]:
         a, b = self.layout.tunnels[layer]
         net = tunnel_subnet(layer)
-        links = range(len(self.nodes) - 1)
-        left = TunnelSite(
-            node=self.nodes[a],
-            underlay_ip=self.address(a, a),
-            tunnel_ip=str(net.network_address + 1),
-            subnets=[str(link_subnet(j)) for j in links if j < a],
-        )
-        right = TunnelSite(
-            node=self.nodes[b],
-            underlay_ip=self.address(b, b - 1),
-            tunnel_ip=str(net.network_address + 2),
-            subnets=[str(link_subnet(j)) for j in links if j >= b],
-        )
+        links = range(self.layout.links)
+        wan = self.layout.wan
+        left_nets = [str(self.layout.subnet(j)) for j in links if j < a]
+        right_nets = [str(self.layout.subnet(j)) for j in links if j >= b]
+        left = TunnelSite(self.nodes[a], self.address(a, a), str(net.network_address + 1), left_nets,
+                          covering_prefix(left_nets, LEFT_HALF, wan))
+        right = TunnelSite(self.nodes[b], self.address(b, b - 1), str(net.network_address + 2), right_nets,
+                           covering_prefix(right_nets, RIGHT_HALF, self.layout.links - wan - 1))
         return left, right
 
     # -- building ----------------------------------------------------------
@@ -147,9 +172,9 @@ class Testbed:
             # Chain routing: links further left via the left neighbour, further right via the right one.
             for j in range(count - 1):
                 if j < n - 1:
-                    cmds.append(f"route add {link_subnet(j)} via {bed.address(n - 1, n - 1)}")
+                    cmds.append(f"route add {layout.subnet(j)} via {bed.address(n - 1, n - 1)}")
                 elif j > n:
-                    cmds.append(f"route add {link_subnet(j)} via {bed.address(n + 1, n)}")
+                    cmds.append(f"route add {layout.subnet(j)} via {bed.address(n + 1, n)}")
             # Tunnel-internal subnets, for replies to a remote-access client's tunnel address.
             for layer, (a, b) in enumerate(layout.tunnels):
                 if n > b:

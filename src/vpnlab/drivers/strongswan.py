@@ -1,0 +1,206 @@
+"""IPsec IKEv2 with strongSwan (charon + swanctl), tunnel mode.
+
+The data plane is kernel ESP where the kernel has it, otherwise strongSwan's
+userspace ESP (kernel-libipsec, over a TUN device, always UDP-encapsulated).
+Remote access gives the client a virtual IP from a pool; site-to-site joins
+the two LANs. Each charon runs in its gateway's namespace with a private /run
+(its pid file is fixed there) and its own vici socket.
+"""
+
+from __future__ import annotations
+
+import secrets as random_secrets
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from ..errors import CommandError, TunnelError
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, private_run, tail, wait_for
+from .pki import make_pki
+
+CHARON = "/usr/lib/ipsec/charon"
+
+# ESP proposal -> (IV bytes, block/alignment bytes, ICV bytes)
+ESP = {
+    "3des-md5": (8, 8, 12),
+    "3des-sha1": (8, 8, 12),
+    "aes128-sha1": (16, 16, 12),
+    "aes256-sha1": (16, 16, 12),
+    "aes128-sha256": (16, 16, 16),
+    "aes256-sha256": (16, 16, 16),
+    "aes128gcm16": (8, 4, 16),
+    "aes256gcm16": (8, 4, 16),
+    "chacha20poly1305": (8, 4, 16),
+}
+FIPS_ESP = {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes128gcm16", "aes256gcm16"}
+# What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
+DEFAULT_ESP = "aes128gcm16"
+FIPS_IKE = "aes256-sha256-ecp256"
+ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",
+                    "aes128gcm16", "aes256gcm16", "chacha20poly1305"]
+
+PLUGINS = ("random nonce openssl aes sha1 sha2 md5 hmac gcm chapoly curve25519 kdf pem pkcs1 pkcs8 x509 "
+           "pubkey revocation constraints socket-default vici updown kernel-netlink")
+
+
+class StrongSwanOptions(Options):
+    implementation: Literal["auto", "kernel", "libipsec"] = "auto"
+    esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: strongSwan's own)")
+    auth: Literal["psk", "cert"] = "psk"
+    udp_encap: bool = Field(False, description="force ESP-in-UDP (NAT-T) with kernel ESP; libipsec always uses it")
+
+    @field_validator("esp", mode="before")
+    @classmethod
+    def lower_case(cls, value):
+        return value.lower() if isinstance(value, str) else value
+
+
+class StrongSwan(Driver):
+    name = "strongswan"
+    summary = "IPsec IKEv2 (strongSwan): kernel ESP or userspace libipsec, PSK or certificates"
+    Options = StrongSwanOptions
+
+    def check(self, options, profile):
+        if profile == "fips" and options.esp and options.esp not in FIPS_ESP:
+            return f"options.esp: {options.esp} is not FIPS 140-approved (3DES, MD5 and ChaCha20 are not)"
+        return None
+
+    def describe(self, options, profile):
+        parts = ["strongswan", options.esp or ("default" if profile == "default" else "aes256gcm16"), options.auth]
+        if options.implementation != "auto":
+            parts.append(options.implementation)
+        if profile != "default":
+            parts.append(profile)
+        return " ".join(parts)
+
+    def implementations(self, options):
+        return [
+            Implementation("kernel", features=("esp",), tools=("charon", "swanctl")),
+            Implementation("libipsec", features=("tun",), tools=("charon", "swanctl")),
+        ]
+
+    def esp_proposal(self, options, profile) -> str:
+        return options.esp or (DEFAULT_ESP if profile == "default" else "aes256gcm16")
+
+    def overhead(self, options, profile, implementation, inner_len):
+        iv, block, icv = ESP[self.esp_proposal(options, profile)]
+        udp = 8 if implementation == "libipsec" or options.udp_encap else 0
+        encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
+        return 20 + udp + 8 + iv + encrypted + icv - inner_len
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        libipsec = env.implementation == "libipsec"
+        encap = libipsec or options.udp_encap
+        tunnel = Tunnel(self, env, env.implementation, ("udp", 4500) if encap else ("esp", None),
+                        ("ipsec0", "ipsec0") if libipsec else ("xfrm", "xfrm"), mtu=1400 if libipsec else None)
+        remote_access = not left.subnets
+        folder = env.secrets / f"l{env.layer}-strongswan"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        pki = make_pki(folder, right.underlay_ip, "") if options.auth == "cert" else None
+        psk = "0x" + random_secrets.token_hex(32)
+        esp = options.esp or (None if profile == "default" else "aes256gcm16")
+        sites = {}
+        for site, peer, is_client in ((right, left, False), (left, right, True)):
+            role = site.node.role
+            home = folder / role  # swanctl's directory: swanctl.conf and its credential folders
+            for sub in ("x509", "x509ca", "private"):
+                (home / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+            if pki:
+                cert, key = (pki.client_cert, pki.client_key) if is_client else (pki.server_cert, pki.server_key)
+                shutil.copy(cert, home / "x509" / "own.pem")
+                shutil.copy(pki.ca, home / "x509ca" / "ca.pem")
+                shutil.copy(key, home / "private" / "own.pem")
+            vici = home / "charon.vici"
+            conf = home / "strongswan.conf"
+            conf.write_text(self._strongswan_conf(vici, libipsec))
+            if remote_access:  # the client's side is its virtual IP
+                local_ts, remote_ts = (("dynamic", peer.prefix) if is_client else (site.prefix, "dynamic"))
+            else:
+                local_ts, remote_ts = site.prefix, peer.prefix
+            swanctl = home / "swanctl.conf"
+            swanctl.touch(mode=0o600)
+            swanctl.write_text(self._swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts,
+                                                  esp, profile, encap, psk if not pki else None))
+            log = env.log(f"charon-{role}")
+            proc = site.node.spawn(private_run([CHARON], keep=env.state.directory), log,
+                                   env={"STRONGSWAN_CONF": str(conf)}, what="charon")
+            tunnel.processes.append((site.node, proc, log))
+            sites[role] = (site, home)
+
+        def answering(site, home) -> bool:
+            return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
+                                 check=False, timeout=10).returncode == 0
+
+        wait_for(lambda: all(answering(*v) for v in sites.values()), 15, "charon's vici sockets", tunnel)
+        for site, home in sites.values():
+            self._swanctl(site, home, ["--load-all"], tunnel)
+        self._swanctl(*sites[left.node.role], ["--initiate", "--child", "net", "--timeout", "20"], tunnel)
+        return tunnel
+
+    # -- configuration ---------------------------------------------------------
+    @staticmethod
+    def _strongswan_conf(vici: Path, libipsec: bool) -> str:
+        # The first kernel interface loaded handles the SAs: libipsec must come before netlink.
+        plugins = ("kernel-libipsec " if libipsec else "") + PLUGINS
+        return f"""charon {{
+  load_modular = no
+  load = {plugins}
+  install_routes = yes
+  retransmit_tries = 3
+  filelog {{
+    stderr {{
+      default = 1
+      ike = 1
+      time_format = %T
+    }}
+  }}
+  plugins {{
+    vici {{
+      socket = unix://{vici}
+    }}
+    kernel-libipsec {{
+      allow_peer_ts = yes
+    }}
+  }}
+}}
+"""
+
+    @staticmethod
+    def _swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts, esp, profile, encap, psk) -> str:
+        my_id, peer_id = ("client", "server") if is_client else ("server", "client")
+        lines = ["connections {", "  net {", "    version = 2",
+                 f"    local_addrs = {site.underlay_ip}", f"    remote_addrs = {peer.underlay_ip}"]
+        if profile == "fips":
+            lines.append(f"    proposals = {FIPS_IKE}")
+        if encap:
+            lines.append("    encap = yes")
+        if remote_access:
+            lines.append("    vips = 0.0.0.0" if is_client else "    pools = clients")
+        if psk:
+            lines += ["    local {", "      auth = psk", f"      id = {my_id}@vpnlab", "    }",
+                      "    remote {", "      auth = psk", f"      id = {peer_id}@vpnlab", "    }"]
+        else:  # certificates from this site's x509/, x509ca/ and private/ folders
+            lines += ["    local {", "      auth = pubkey", "      certs = own.pem", "    }",
+                      "    remote {", "      auth = pubkey", "    }"]
+        lines += ["    children {", "      net {", f"        local_ts = {local_ts}", f"        remote_ts = {remote_ts}",
+                  "        mode = tunnel"]
+        if esp:
+            lines.append(f"        esp_proposals = {esp}")
+        lines += ["      }", "    }", "  }", "}"]
+        if remote_access and not is_client:
+            lines += ["pools {", "  clients {", f"    addrs = {peer.tunnel_ip}/32", "  }", "}"]
+        if psk:
+            lines += ["secrets {", "  ike-vpnlab {", "    id-1 = client@vpnlab", "    id-2 = server@vpnlab",
+                      f"    secret = {psk}", "  }", "}"]
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _swanctl(site, home: Path, args: list, tunnel: Tunnel) -> str:
+        argv = ["swanctl", *args, "--uri", f"unix://{home / 'charon.vici'}"]
+        try:
+            return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": str(home)}).stdout
+        except CommandError as exc:
+            logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in tunnel.processes)
+            raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{logs}") from exc
