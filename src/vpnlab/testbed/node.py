@@ -68,23 +68,27 @@ class Node:
         # kernel does not make per-namespace is left alone rather than failing the run.
         self.run(["sysctl", "-q", "-e", "-w", *(f"{k}={v}" for k, v in settings.items())])
 
-    def spawn(self, argv: list, log_path: Path, *, env: dict | None = None, what: str = "") -> subprocess.Popen:
+    def spawn(self, argv: list, log_path: Path, *, env: dict | None = None, what: str = "",
+              stdin: Path | None = None) -> subprocess.Popen:
         """Start a long-running process in this namespace, recorded for cleanup.
 
         `ip netns exec` execs the command, so the PID is the daemon's own.
         """
         log = open(log_path, "ab")
+        source = open(stdin, "rb") if stdin else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(
                 self._wrap(argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=source,
                 env={**os.environ, **env} if env else None,
                 start_new_session=True,  # Ctrl-C reaches the tool, which stops its daemons in order
             )
         finally:
             log.close()
+            if stdin:
+                source.close()
         self.state.add_process(proc.pid, what or str(argv[0]))
         return proc
 

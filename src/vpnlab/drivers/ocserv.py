@@ -1,0 +1,119 @@
+"""An SSL VPN of the AnyConnect family: ocserv on the gateway, openconnect on the client.
+
+The tunnel always starts over TLS (CSTP, on TCP); with `transport: dtls` the
+data then moves to DTLS over UDP, as AnyConnect does. The client runs our own
+connect script instead of vpnc-script, which would rewrite /etc/resolv.conf.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import secrets as random_secrets
+import subprocess
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, private_run, wait_for
+from .pki import make_pki
+
+# The tls-priorities line of Debian's own /etc/ocserv/ocserv.conf: the vendor default.
+DEFAULT_PRIORITIES = "NORMAL:%SERVER_PRECEDENCE:%COMPAT:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1:-VERS-TLS1.3"
+# FIPS 140: TLS 1.2 with ECDHE and AES-GCM only.
+FIPS_PRIORITIES = ("NORMAL:-VERS-ALL:+VERS-TLS1.2:+VERS-DTLS1.2:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:"
+                   "-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:-CURVE-ALL:+CURVE-SECP256R1:+CURVE-SECP384R1:%SERVER_PRECEDENCE")
+PORT = 443
+
+CONNECT_SCRIPT = """#!/bin/sh
+# Replaces vpnc-script: address and MTU on the tunnel, routes to the gateway's side, nothing else.
+[ "$reason" = connect ] || exit 0
+ip addr add "$INTERNAL_IP4_ADDRESS/32" dev "$TUNDEV"
+ip link set dev "$TUNDEV" mtu "${{INTERNAL_IP4_MTU:-1400}}" up
+for net in {routes}; do ip route replace "$net" dev "$TUNDEV"; done
+echo "$INTERNAL_IP4_ADDRESS $INTERNAL_IP4_MTU" > {ready}
+"""
+
+
+class OcservOptions(Options):
+    transport: Literal["dtls", "tls"] = Field("dtls", description="dtls: data over DTLS/UDP; tls: TLS/TCP only")
+
+
+class Ocserv(Driver):
+    name = "ocserv"
+    summary = "SSL VPN, AnyConnect protocol: ocserv + openconnect, over DTLS or TLS only"
+    Options = OcservOptions
+
+    def describe(self, options, profile):
+        return f"ocserv {options.transport}" + ("" if profile == "default" else f" {profile}")
+
+    def implementations(self, options):
+        return [Implementation("ocserv", features=("tun",), tools=("ocserv", "openconnect", "openssl"))]
+
+    def overhead(self, options, profile, implementation, inner_len):
+        # Both profiles negotiate TLS/DTLS 1.2 with AES-GCM: 5 (TLS) or 13 (DTLS) bytes of record
+        # header, an 8-byte explicit nonce and a 16-byte tag around AnyConnect's own header.
+        if options.transport == "dtls":
+            return 20 + 8 + 13 + 8 + 16 + 1  # IPv4, UDP, DTLS record, nonce, tag, payload type
+        return 20 + 32 + 5 + 8 + 16 + 8  # IPv4, TCP with timestamps, TLS record, nonce, tag, CSTP header
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        dtls = options.transport == "dtls"
+        folder = env.secrets / f"l{env.layer}-ocserv"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        pki = make_pki(folder, right.underlay_ip, "")
+        password = random_secrets.token_urlsafe(18)
+        hashed = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        passwd = folder / "ocpasswd"
+        passwd.touch(mode=0o600)
+        passwd.write_text(f"vpnlab:*:{hashed}\n")
+        answer = folder / "password"
+        answer.touch(mode=0o600)
+        answer.write_text(password + "\n")
+        net = ipaddress.ip_network(f"{left.tunnel_ip}/24", strict=False)
+        routes = [f"route = {right.prefix}"] if right.prefix else []
+        config = folder / "ocserv.conf"
+        config.touch(mode=0o600)
+        config.write_text("\n".join([
+            f'auth = "plain[passwd={passwd}]"',
+            f"tcp-port = {PORT}",
+            *([f"udp-port = {PORT}"] if dtls else []),
+            f"listen-host = {right.underlay_ip}",
+            "run-as-user = nobody", "run-as-group = nogroup",
+            "socket-file = /run/ocserv-socket", "pid-file = /run/ocserv.pid", "use-occtl = false",
+            "isolate-workers = false", f"server-cert = {pki.server_cert}", f"server-key = {pki.server_key}",
+            "max-clients = 16", "max-same-clients = 4", "keepalive = 32400", "dpd = 90", "mobile-dpd = 1800",
+            "try-mtu-discovery = false", f'tls-priorities = "{FIPS_PRIORITIES if profile == "fips" else DEFAULT_PRIORITIES}"',
+            "auth-timeout = 240", "cookie-timeout = 300", "deny-roaming = false", "rekey-time = 172800",
+            "rekey-method = ssl", "device = vpns", "predictable-ips = true",
+            f"ipv4-network = {net.network_address}", f"ipv4-netmask = {net.netmask}",
+            *routes, "ping-leases = false", "cisco-client-compat = true", "dtls-legacy = true", "log-level = 2",
+        ]) + "\n")
+        dev = f"vc{env.unique}"
+        tunnel = Tunnel(self, env, env.implementation, ("udp" if dtls else "tcp", PORT), (dev, "vpns0"))
+        log = env.log("ocserv")
+        proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.state.directory), log,
+                                what="ocserv")
+        tunnel.processes.append((right.node, proc, log))
+        wait_for(lambda: right.node.run(["ss", "-Htln", f"sport = :{PORT}"], check=False).stdout.strip() != "",
+                 15, "ocserv to listen", tunnel)
+
+        ready = folder / "client-ready"
+        script = folder / "connect-script"
+        script.write_text(CONNECT_SCRIPT.format(routes=" ".join(right.subnets), ready=ready))
+        script.chmod(0o700)
+        # The per-run CA authenticates the gateway, whose certificate names its IP.
+        client = ["openconnect", "--protocol=anyconnect", "--user=vpnlab", "--passwd-on-stdin", "--non-inter",
+                  f"--cafile={pki.ca}", f"--script={script}", f"--interface={dev}",
+                  *([] if dtls else ["--no-dtls"]), f"https://{right.underlay_ip}:{PORT}/"]
+        log = env.log("openconnect")
+        proc = left.node.spawn(client, log, stdin=answer, what="openconnect")
+        tunnel.processes.append((left.node, proc, log))
+        wait_for(ready.exists, 30, "openconnect to connect", tunnel)
+        mtu = ready.read_text().split()
+        tunnel.mtu = int(mtu[1]) if len(mtu) > 1 and mtu[1].isdigit() else None
+        if dtls:  # the data only moves to UDP once DTLS is up; measure nothing before
+            wait_for(lambda: re.search(r"Established DTLS connection", log.read_text(errors="replace")) is not None,
+                     15, "the DTLS channel", tunnel)
+        return tunnel
