@@ -69,7 +69,7 @@ def test_wireguard_carries_traffic_encrypted(state, topology, tmp_path):
     assert carried > 1_000_000
     # everything the transfer moved crossed the WAN (plus encapsulation)
     assert after["tx_bytes"] - before["tx_bytes"] + after["rx_bytes"] - before["rx_bytes"] > carried
-    proof = prove(bed, tunnel.outer, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
+    proof = prove(bed, tunnel.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
     assert proof.ok, proof.problems
     assert not proof.marker_in_clear and proof.outer_packets == proof.packets > 0
     driver = REGISTRY["wireguard"]
@@ -83,7 +83,7 @@ def test_proof_catches_traffic_that_bypasses_the_tunnel(state, tmp_path):
     left, right = bed.tunnel_sites(0)
     # Send host-b's network along the plain chain instead of into the tunnel.
     left.node.ip(f"route replace {right.subnets[0]} via {right.underlay_ip}")
-    proof = prove(bed, tunnel.outer, left.underlay_ip, tmp_path / "p.pcap")
+    proof = prove(bed, tunnel.channels, left.underlay_ip, tmp_path / "p.pcap")
     assert not proof.ok
     assert any("in clear" in p for p in proof.problems)
     tunnel.down()
@@ -94,7 +94,7 @@ def test_nested_wireguard_in_wireguard(state, tmp_path):
     outer = wireguard_up(state, bed, 0, tmp_path, port=51820)
     inner = wireguard_up(state, bed, 1, tmp_path, port=51821)
     assert iperf_through(bed, 1) > 100_000
-    proof = prove(bed, outer.outer, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
+    proof = prove(bed, outer.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
     assert proof.ok, proof.problems
     driver, options = REGISTRY["wireguard"], REGISTRY["wireguard"].Options()
     inner_ovh = driver.overhead(options, "default", inner.implementation, PROBE_INNER_LEN)
@@ -106,10 +106,12 @@ def test_nested_wireguard_in_wireguard(state, tmp_path):
 def test_keys_are_private_and_removed(state, tmp_path):
     bed = build(state, "remote-access", 1)
     tunnel = wireguard_up(state, bed, 0, tmp_path)
-    keys = list(state.secrets_dir.iterdir())
-    assert keys and all(k.stat().st_mode & 0o777 == 0o600 for k in keys)
+    keys = list(tunnel.env.secrets.iterdir())
+    assert len(keys) == 2 and all(k.stat().st_mode & 0o777 == 0o600 for k in keys)
+    assert tunnel.env.secrets.stat().st_mode & 0o777 == 0o700
     assert state.secrets_dir.stat().st_mode & 0o777 == 0o700
     tunnel.down()
+    assert not tunnel.env.secrets.exists()
     directory = state.directory
     state.teardown()
     assert not directory.exists()

@@ -64,8 +64,11 @@ def _outer_matches(ip: dpkt.ip.IP, outer: tuple[str, int | None]) -> bool:
     return isinstance(layer, wanted) and (port is None or port in (layer.sport, layer.dport))
 
 
-def analyse(pcap: Path, marker: bytes, outer: tuple[str, int | None] | None, src_ip: str) -> Proof:
-    """Read a WAN capture. `outer` is None for the no-VPN baseline."""
+Channel = tuple[str, int | None]  # ("udp"|"tcp"|"esp"|"gre", port)
+
+
+def analyse(pcap: Path, marker: bytes, channels: list[Channel] | None, src_ip: str) -> Proof:
+    """Read a WAN capture. `channels` are the tunnel's own, its data channel first; None for no VPN."""
     packets = outer_packets = 0
     in_clear = False
     lengths: collections.Counter[int] = collections.Counter()
@@ -77,22 +80,23 @@ def analyse(pcap: Path, marker: bytes, outer: tuple[str, int | None] | None, src
             ip = eth.data
             packets += 1
             in_clear = in_clear or marker in bytes(ip)
-            if outer and _outer_matches(ip, outer):
+            if channels and any(_outer_matches(ip, c) for c in channels):
                 outer_packets += 1
-                if ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN:
+                if _outer_matches(ip, channels[0]) and ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN:
                     lengths[ip.len] += 1
     overhead = None
     if lengths:
         overhead = lengths.most_common(1)[0][0] - PROBE_INNER_LEN
     proof = Proof(in_clear, packets, outer_packets, overhead)
-    if outer is None:
+    if channels is None:
         if not in_clear:
             proof.problems.append("the marker sent without a VPN was not seen on the WAN: the capture does not work")
     else:
         if in_clear:
             proof.problems.append("the marker crossed the WAN in clear: traffic bypassed the tunnel")
         if outer_packets == 0:
-            proof.problems.append(f"no packets of the tunnel's outer protocol ({outer[0]} {outer[1] or ''}) on the WAN")
+            proto, port = channels[0]
+            proof.problems.append(f"no packets of the tunnel's outer protocol ({proto} {port or ''}) on the WAN")
         elif outer_packets < packets:
             proof.problems.append(f"{packets - outer_packets} of {packets} WAN packets were not the tunnel's")
     return proof
@@ -102,7 +106,7 @@ def _ip_bytes(text: str) -> bytes:
     return bytes(int(part) for part in text.split("."))
 
 
-def prove(bed: Testbed, outer: tuple[str, int | None] | None, underlay_src: str | None, pcap: Path) -> Proof:
+def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None, pcap: Path) -> Proof:
     """Capture the WAN while sending marked probes from the source towards the sink."""
     marker = secrets.token_bytes(16)
     left = bed.wan_nodes[0]
@@ -121,4 +125,4 @@ def prove(bed: Testbed, outer: tuple[str, int | None] | None, underlay_src: str 
         time.sleep(0.1)  # let the last probes reach the capture
     finally:
         left.stop(capture)
-    return analyse(pcap, marker, outer, underlay_src or bed.address(0, 0))
+    return analyse(pcap, marker, channels, underlay_src or bed.address(0, 0))

@@ -144,7 +144,7 @@ class Runner:
     def _run_scenario(self, store: Store, state: RunState, run_id: int, scenario: Scenario,
                       reps: list[int], progress: Progressor) -> None:
         progress.describe(f"[{scenario.index + 1}/{len(self.plan.scenarios)}] {scenario.label}")
-        log_dir = self.out_dir / "logs" / scenario.id
+        log_dir = self.out_dir / "logs" / scenario.id / f"run{run_id}"  # fresh per attempt: readiness checks read these
         log_dir.mkdir(parents=True, exist_ok=True)
         store.set_status(scenario.id, "running")
         layout = Layout.for_topology(scenario.topology, len(scenario.vpn.layers))
@@ -193,9 +193,9 @@ class Runner:
     @staticmethod
     def _prove(store: Store, bed: Testbed, scenario: Scenario, tunnels: list[Tunnel], log_dir: Path) -> dict:
         """Proof of tunnel and measured overhead; raises TunnelError if the traffic bypassed the tunnel."""
-        outer = tunnels[0].outer if tunnels else None
+        channels = tunnels[0].channels if tunnels else None
         underlay = bed.tunnel_sites(0)[0].underlay_ip if tunnels else None
-        result = prove(bed, outer, underlay, log_dir / "proof.pcap")
+        result = prove(bed, channels, underlay, log_dir / "proof.pcap")
         if not result.ok:
             raise TunnelError("proof of tunnel failed: " + "; ".join(result.problems))
         if not tunnels:

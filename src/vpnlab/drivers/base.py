@@ -9,7 +9,9 @@ and take itself down.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,19 +54,16 @@ class TunnelEnv:
     layer: int
     log_dir: Path
     implementation: str
+    secrets: Path = field(init=False)  # this tunnel's keys and passwords: 0700, removed by Tunnel.down
 
-    @property
-    def secrets(self) -> Path:
-        return self.state.secrets_dir
+    def __post_init__(self) -> None:
+        self.secrets = Path(tempfile.mkdtemp(prefix=f"l{self.layer}-", dir=self.state.secrets_dir))
 
-    def secret_file(self, name: str, content: str | bytes) -> Path:
-        """A per-run secret, mode 0600, removed with the run."""
-        path = self.secrets / f"l{self.layer}-{name}"
+    def secret_file(self, name: str, content: str) -> Path:
+        """A secret, mode 0600 from its creation."""
+        path = self.secrets / name
         path.touch(mode=0o600)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
+        path.write_text(content)
         return path
 
     def log(self, name: str) -> Path:
@@ -88,6 +87,12 @@ class Tunnel:
     mtu: int | None = None
     processes: list[tuple[Node, subprocess.Popen, Path]] = field(default_factory=list)
     cleanup_files: list[Path] = field(default_factory=list)
+    control: list[tuple[str, int | None]] = field(default_factory=list)  # other channels of its own on the WAN
+
+    @property
+    def channels(self) -> list[tuple[str, int | None]]:
+        """Everything of this tunnel's that may cross the WAN, the data channel first."""
+        return [self.outer, *self.control]
 
     def health(self) -> str | None:
         """None when healthy, else what is wrong (quoting the daemon's log)."""
@@ -102,6 +107,7 @@ class Tunnel:
         self.processes.clear()
         for path in self.cleanup_files:
             path.unlink(missing_ok=True)
+        shutil.rmtree(self.env.secrets, ignore_errors=True)
 
 
 class Driver:

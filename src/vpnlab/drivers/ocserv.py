@@ -59,8 +59,7 @@ class Ocserv(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         dtls = options.transport == "dtls"
-        folder = env.secrets / f"l{env.layer}-ocserv"
-        folder.mkdir(mode=0o700, exist_ok=True)
+        folder = env.secrets
         pki = make_pki(folder, right.underlay_ip, "")
         password = random_secrets.token_urlsafe(18)
         hashed = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True,
@@ -73,6 +72,14 @@ class Ocserv(Driver):
         answer.write_text(password + "\n")
         net = ipaddress.ip_network(f"{left.tunnel_ip}/24", strict=False)
         routes = [f"route = {right.prefix}"] if right.prefix else []
+        if left.subnets:  # site-to-site: the client's LANs, reached through its session
+            users = folder / "users"
+            users.mkdir(mode=0o700)
+            (users / "vpnlab").write_text("".join(f"iroute = {net}\n" for net in left.subnets))
+            routes += [f"config-per-user = {users}/",
+                       # replace: the chain's own route to those LANs must give way to the tunnel
+                       'route-add-cmd = "ip route replace %{R} dev %{D}"',
+                       'route-del-cmd = "ip route delete %{R} dev %{D}"']
         config = folder / "ocserv.conf"
         config.touch(mode=0o600)
         config.write_text("\n".join([
@@ -91,7 +98,8 @@ class Ocserv(Driver):
             *routes, "ping-leases = false", "cisco-client-compat = true", "dtls-legacy = true", "log-level = 2",
         ]) + "\n")
         dev = f"vc{env.unique}"
-        tunnel = Tunnel(self, env, env.implementation, ("udp" if dtls else "tcp", PORT), (dev, "vpns0"))
+        tunnel = Tunnel(self, env, env.implementation, ("udp" if dtls else "tcp", PORT), (dev, "vpns0"),
+                        control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
         log = env.log("ocserv")
         proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.state.directory), log,
                                 what="ocserv")

@@ -100,7 +100,7 @@ class OpenVpn(Driver):
         cipher, auth = effective(options, profile)
         dev = f"vo{env.unique}"
         tunnel = Tunnel(self, env, env.implementation, (options.transport, options.port), (dev, dev), mtu=1500)
-        pki = make_pki(env.secrets, right.underlay_ip, f"l{env.layer}-ovpn-")
+        pki = make_pki(env.secrets, right.underlay_ip, "")
         common = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
                   "--dh", "none", "--ca", pki.ca, "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
                   "--ping", "10", "--ping-restart", "60", "--mute-replay-warnings"]

@@ -94,10 +94,10 @@ class StrongSwan(Driver):
         libipsec = env.implementation == "libipsec"
         encap = libipsec or options.udp_encap
         tunnel = Tunnel(self, env, env.implementation, ("udp", 4500) if encap else ("esp", None),
-                        ("ipsec0", "ipsec0") if libipsec else ("xfrm", "xfrm"), mtu=1400 if libipsec else None)
+                        ("ipsec0", "ipsec0") if libipsec else ("xfrm", "xfrm"), mtu=1400 if libipsec else None,
+                        control=[("udp", 500), ("udp", 4500)])  # IKE
         remote_access = not left.subnets
-        folder = env.secrets / f"l{env.layer}-strongswan"
-        folder.mkdir(mode=0o700, exist_ok=True)
+        folder = env.secrets
         pki = make_pki(folder, right.underlay_ip, "") if options.auth == "cert" else None
         psk = "0x" + random_secrets.token_hex(32)
         esp = options.esp or (None if profile == "default" else "aes256gcm16")

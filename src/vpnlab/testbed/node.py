@@ -74,7 +74,7 @@ class Node:
 
         `ip netns exec` execs the command, so the PID is the daemon's own.
         """
-        log = open(log_path, "ab")
+        log = open(log_path, "wb")  # a fresh log: readiness checks read it
         source = open(stdin, "rb") if stdin else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(
