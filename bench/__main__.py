@@ -7,6 +7,9 @@
   lifecycle  median time to build + tear down a testbed and to bring WireGuard up (20 runs)
   fidelity   WireGuard throughput measured by vpnlab / the same iperf3 command run by hand
              in the same namespaces, alternating; target 0.98 .. 1.02
+  drivers    every driver and cipher on an unshaped link: TCP throughput as a ratio to the
+             no-VPN baseline of the same sitting, set-up time, measured overhead. Unshaped, every
+             figure is bound by this machine's CPU, not by a link.
 
 Results are printed and written to bench/results/<timestamp>.json.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from vpnlab.analysis import summarise
 from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
 from vpnlab.drivers.base import TunnelEnv
@@ -136,7 +140,59 @@ def bench_fidelity(quick: bool) -> dict:
             "vpnlab_samples": by_tool, "by_hand_samples": by_hand}
 
 
-BENCHES = {"shaping": bench_shaping, "lifecycle": bench_lifecycle, "fidelity": bench_fidelity}
+DRIVER_VPNS = """
+  - driver: none
+  - driver: wireguard
+  - driver: openvpn
+    options: {cipher: [AES-128-GCM, AES-256-GCM, CHACHA20-POLY1305]}
+  - driver: openvpn
+    options: {cipher: [AES-256-CBC, BF-CBC, DES-EDE3-CBC], auth: SHA1}
+  - driver: openvpn
+    options: {cipher: AES-256-GCM, transport: tcp}
+  - driver: openvpn
+    options: {cipher: AES-256-GCM, compression: lz4-v2}
+  - driver: strongswan
+    options: {esp: [aes128gcm16, aes256gcm16, chacha20poly1305, aes128-sha1, aes256-sha256, 3des-sha1]}
+  - driver: ocserv
+    options: {transport: [dtls, tls]}
+"""
+
+
+def bench_drivers(quick: bool) -> list[dict]:
+    study = parse_study(f"""
+name: bench-drivers
+repetitions: {1 if quick else 3}
+order: shuffled
+vpns: {DRIVER_VPNS}
+links: [{{name: unshaped}}]
+workloads: [{{kind: tcp, duration_s: {3 if quick else 5}, omit_s: 1}}]
+""")
+    plan = make_plan(study)
+    caps = detect()
+    problems = check_plan(plan, caps)
+    plan.scenarios = [s for s in plan.scenarios if not any(p.startswith(f"scenario {s.index} ") for p in problems)]
+    with tempfile.TemporaryDirectory() as tmp:
+        Runner(plan, Path(tmp), caps, console=console, progress=False).run()
+        store = Store.open_dir(Path(tmp))
+        summaries = summarise(store)
+        scenarios = store.scenarios()
+        store.close()
+    rows = []
+    for sc in scenarios:
+        by_metric = {s.metric: s for s in summaries.get(sc["id"], [])}
+        tput = by_metric.get("throughput_mbps")
+        rows.append({
+            "vpn": sc["vpn_label"], "implementation": sc["implementation"], "status": sc["status"],
+            "throughput_mbps": tput.mean if tput else None, "ci_half_pct": tput.ci_half_pct if tput else None,
+            "ratio_to_baseline": (tput.relative / 100) if tput and tput.relative is not None else None,
+            "setup_s": by_metric["setup_s"].mean if "setup_s" in by_metric else None,
+            "overhead_bytes": by_metric["overhead_bytes"].mean if "overhead_bytes" in by_metric else None,
+        })
+    return sorted(rows, key=lambda r: -(r["throughput_mbps"] or 0))
+
+
+BENCHES = {"shaping": bench_shaping, "lifecycle": bench_lifecycle, "fidelity": bench_fidelity,
+           "drivers": bench_drivers}
 
 
 def main() -> None:
@@ -170,6 +226,16 @@ def report(name: str, result) -> None:
         console.print(f"median over {result['runs']} runs: testbed build {result['testbed_build_s']:.3f} s, "
                       f"teardown {result['teardown_s']:.3f} s, build+teardown {result['build_and_teardown_s']:.3f} s, "
                       f"WireGuard ({result['wireguard_implementation']}) up to first packet {result['wireguard_up_s']:.3f} s")
+    elif name == "drivers":
+        table = Table(title="TCP through each driver, unshaped (CPU-bound on this machine), vs no VPN in the same sitting")
+        for col in ("vpn", "implementation", "Mbit/s", "±95% CI", "ratio", "setup s", "overhead B"):
+            table.add_column(col, justify="left" if col in ("vpn", "implementation") else "right")
+        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        for r in result:
+            table.add_row(r["vpn"], r["implementation"], fmt(r["throughput_mbps"], ".0f"),
+                          "-" if r["ci_half_pct"] in (None, float("inf")) else f"{r['ci_half_pct']:.0f}%",
+                          fmt(r["ratio_to_baseline"], ".3f"), fmt(r["setup_s"], ".2f"), fmt(r["overhead_bytes"], ".0f"))
+        console.print(table)
     elif name == "fidelity":
         ok = 0.98 <= result["ratio"] <= 1.02
         console.print(f"WireGuard ({result['wireguard_implementation']}), {result['pairs']} alternating pairs: "

@@ -43,3 +43,10 @@ def test_ping_all_lost_has_loss_but_no_rtt():
 def test_ping_error_is_a_measurement_error():
     with pytest.raises(MeasurementError):
         ping.parse("ping: connect: Network is unreachable")
+
+
+def test_heavy_retransmission_is_flagged():
+    data = json.loads((DATA / "iperf3-3.12-tcp.json").read_text())
+    assert iperf.retransmit_flags(data) == ["retransmits 17.5% of segments"]
+    data["end"]["sum_sent"]["retransmits"] = 0
+    assert iperf.retransmit_flags(data) == []

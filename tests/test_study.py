@@ -113,3 +113,15 @@ def test_parse_size(text, expected):
 def test_parse_size_rejects_garbage():
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+def test_readme_example_is_a_valid_study():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    example = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
+    study = parse_study(example, "README.md")
+    assert len(study.vpns) == 1 + 6 + 1 + 1 + 1
+    assert {v.options.compression for v in study.vpns if v.driver == "openvpn"} == {"off", "lzo"}
+    assert len(study.workloads) == 2 + 1 + 3

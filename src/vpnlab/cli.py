@@ -11,14 +11,16 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich import box
 from rich.table import Table
 
 from . import __version__
 from .errors import StudyError, VpnlabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure what a VPN costs, on real VPN software.")
-out = Console()
-err = Console(stderr=True)
+# Piped or logged output keeps whole tables rather than squeezing them to 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 EXIT_BAD_INPUT = 2
 EXIT_SCENARIOS_FAILED = 1
@@ -155,6 +157,9 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
+TUNNEL_METRICS = ("setup_s", "overhead_bytes", "overhead_model_bytes", "tunnel_mtu")
+
+
 def _show(directory: Path) -> None:
     from .analysis import summarise
     from .store import Store
@@ -170,22 +175,35 @@ def _show(directory: Path) -> None:
     out.print(f"[bold]{last['study_name']}[/] - kernel {last['kernel']}, vpnlab {last['vpnlab_version']}, "
               f"status {last['status']}")
     for sc in scenarios:
-        title = f"{sc['vpn_label']} | {sc['link_label']} | {sc['workload_label']}  [{sc['implementation']}]"
+        title = f"[bold]{sc['vpn_label']}[/] | {sc['link_label']} | {sc['workload_label']}"
         if sc["status"] == "failed":
-            out.print(f"[red]{title}: failed[/] - {sc['failure']}", highlight=False)
+            out.print(f"\n{title}: [red]failed[/] - {sc['failure']}", highlight=False)
             continue
-        table = Table(title=title, title_justify="left")
-        for col in ("metric", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
-            table.add_column(col, justify="right" if col not in ("metric", "grade") else "left")
-        for s in summaries.get(sc["id"], []):
+        by_metric = {s.metric: s for s in summaries.get(sc["id"], [])}
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
+            table.add_column(col, justify="left" if col in ("metric", "unit", "grade") else "right", no_wrap=True)
+        for s in by_metric.values():
+            if s.metric in TUNNEL_METRICS:
+                continue
             ci = f"{_fmt(s.ci_low)} .. {_fmt(s.ci_high)}" if s.n > 1 else "-"
             rel = "-" if s.relative is None else (
                 f"{s.relative:.1f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x")
             flag = f" ({s.flagged} flagged)" if s.flagged else ""
-            table.add_row(f"{s.metric} [{s.unit}]", str(s.n), _fmt(s.mean), _fmt(s.sd), ci, rel, s.grade + flag)
+            table.add_row(s.metric, s.unit, str(s.n), _fmt(s.mean), _fmt(s.sd), ci, rel, s.grade + flag)
         out.print(table)
+        tunnel = [f"implementation {sc['implementation']}"]
+        if "setup_s" in by_metric:
+            tunnel.append(f"set-up {by_metric['setup_s'].mean:.2f} s")
+        if "overhead_bytes" in by_metric:
+            model = by_metric.get("overhead_model_bytes")
+            tunnel.append(f"overhead {by_metric['overhead_bytes'].mean:.0f} B per 1028-byte packet"
+                          + (f" (model {model.mean:.0f} B)" if model else ""))
+        if "tunnel_mtu" in by_metric:
+            tunnel.append(f"MTU {by_metric['tunnel_mtu'].mean:.0f}")
+        out.print("  " + ", ".join(tunnel), highlight=False)
         if sc["notes"]:
-            out.print(f"[yellow]note:[/] {sc['notes']}", highlight=False)
+            out.print(f"  [yellow]note:[/] {sc['notes']}", highlight=False)
 
 
 @app.command()

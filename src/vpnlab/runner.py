@@ -23,6 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import __version__
 from .capabilities import Capabilities, tool_versions
+from .cpu import METRICS as CPU_METRICS
+from .cpu import CpuMeter
 from .drivers import REGISTRY as DRIVERS
 from .drivers.base import Tunnel, TunnelEnv, wait_for
 from .errors import TunnelError, VpnlabError
@@ -35,6 +37,7 @@ from .workloads import REGISTRY as WORKLOADS
 from .workloads.base import WorkloadContext
 
 SETUP_TIMEOUT_S = 30
+CPU_UNITS = {name: ("s/GB" if name == "cpu_s_per_gb" else "%") for name in CPU_METRICS}
 TUNNEL_UNITS = {"setup_s": "s", "overhead_bytes": "B", "overhead_model_bytes": "B", "tunnel_mtu": "B"}
 
 
@@ -163,15 +166,18 @@ class Runner:
                 store.record_repetition(run_id, scenario.id, SETUP_REPETITION, tunnel_values, TUNNEL_UNITS, {}, [])
             progress.advance(time.monotonic() - started)
             kind = WORKLOADS[scenario.workload.kind]
-            units = {m.name: m.unit for m in kind.metrics} | {"link_utilisation_pct": "%"}
+            units = {m.name: m.unit for m in kind.metrics} | {"link_utilisation_pct": "%"} | CPU_UNITS
             for rep in reps:
                 for tunnel in tunnels:
                     problem = tunnel.health()
                     if problem:
                         raise TunnelError(f"tunnel died before repetition {rep}: {problem}")
                 rep_started = time.monotonic()
+                meter = CpuMeter(*self._tunnel_ends(bed, len(tunnels)))
                 measurement = kind.run(scenario.workload, ctx)
-                values = dict(measurement.values)
+                cpu, cpu_flags = meter.finish(measurement.carried_bytes)
+                values = dict(measurement.values) | cpu
+                measurement.flags += cpu_flags
                 if scenario.link.rate_mbit and "throughput_mbps" in values:
                     values["link_utilisation_pct"] = 100 * values["throughput_mbps"] / scenario.link.rate_mbit
                 store.record_repetition(run_id, scenario.id, rep, values, units,
@@ -189,6 +195,12 @@ class Runner:
                 tunnel.down()
             if bed:
                 bed.destroy()
+
+    @staticmethod
+    def _tunnel_ends(bed: Testbed, layers: int) -> tuple[list[str], list[str]]:
+        """Namespaces of the client-side and the gateway-side tunnel ends, over all layers."""
+        ends = [bed.layout.tunnels[layer] for layer in range(layers)]
+        return [bed.nodes[a].namespace for a, _ in ends], [bed.nodes[b].namespace for _, b in ends]
 
     @staticmethod
     def _prove(store: Store, bed: Testbed, scenario: Scenario, tunnels: list[Tunnel], log_dir: Path) -> dict:

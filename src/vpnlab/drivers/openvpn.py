@@ -46,6 +46,11 @@ class OpenVpnOptions(Options):
     def upper_case(cls, value):
         return value.upper() if isinstance(value, str) else value
 
+    @field_validator("compression", mode="before")
+    @classmethod
+    def yaml_off(cls, value):
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+
 
 def effective(options: OpenVpnOptions, profile: str) -> tuple[str, str | None]:
     """(cipher, auth) that will run; auth is None for AEAD ciphers, which authenticate themselves."""

@@ -22,6 +22,7 @@ class Measurement:
     raw: str = ""
     tool: str = ""
     flags: list[str] = field(default_factory=list)
+    carried_bytes: float | None = None  # payload the workload moved, for CPU cost per byte
 
 
 @dataclass

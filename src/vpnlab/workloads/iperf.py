@@ -79,6 +79,18 @@ def parse_udp(data: dict) -> dict[str, float]:
     }
 
 
+RETRANSMIT_FLAG_PCT = 1.0  # above this share of segments, say so: the path is lossy or a queue overflows
+
+
+def retransmit_flags(data: dict) -> list[str]:
+    sent = data["end"].get("sum_sent", {})
+    if "retransmits" not in sent or not sent.get("bytes"):
+        return []
+    segments = sent["bytes"] / 1448
+    share = 100 * sent["retransmits"] / segments
+    return [f"retransmits {share:.1f}% of segments"] if share > RETRANSMIT_FLAG_PCT else []
+
+
 def run_tcp(spec: TcpWorkload, ctx: WorkloadContext) -> Measurement:
     args = ["-t", spec.duration_s, "-O", spec.omit_s, "-P", spec.streams]
     if spec.window:
@@ -86,7 +98,8 @@ def run_tcp(spec: TcpWorkload, ctx: WorkloadContext) -> Measurement:
     if spec.reverse:
         args.append("-R")
     data, raw = _client(ctx, args, spec.duration_s + spec.omit_s)
-    return Measurement(parse_tcp(data), raw, "iperf3")
+    return Measurement(parse_tcp(data), raw, "iperf3", retransmit_flags(data),
+                       carried_bytes=data["end"]["sum_received"]["bytes"])
 
 
 def run_udp(spec: UdpWorkload, ctx: WorkloadContext) -> Measurement:
@@ -94,4 +107,5 @@ def run_udp(spec: UdpWorkload, ctx: WorkloadContext) -> Measurement:
     if spec.reverse:
         args.append("-R")
     data, raw = _client(ctx, args, spec.duration_s)
-    return Measurement(parse_udp(data), raw, "iperf3")
+    received = data["end"].get("sum_received") or data["end"]["sum"]
+    return Measurement(parse_udp(data), raw, "iperf3", carried_bytes=received.get("bytes"))

@@ -1,0 +1,108 @@
+"""CPU cost of a tunnel during one measurement window.
+
+- The VPN daemons' own CPU time, per side of the tunnel: every process in the
+  tunnel ends' namespaces except the traffic tools (iperf3, ping), summed over
+  threads and children (ocserv forks a worker per session), from /proc/<pid>/stat.
+- The kernel's share, from /proc/stat: system, irq and softirq time on all CPUs.
+  Kernel data planes (kernel WireGuard, ESP, PPP) and the TUN path of userspace
+  ones do their work there; all traffic on the machine is the test's own.
+- CPU-seconds per gigabyte carried, and whether the machine was saturated, in
+  which case throughput is a bound set by this CPU and the sample is flagged.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+TRAFFIC_TOOLS = {"iperf3", "ping", "tcpdump"}  # the measuring tools, not the VPN
+SATURATED_PCT = 90.0  # machine-wide busy share above which throughput is CPU-bound
+
+METRICS = {
+    "cpu_vpn_client_pct": "VPN daemons at the client (left) end, % of one core",
+    "cpu_vpn_gateway_pct": "VPN daemons at the gateway (right) end, % of one core",
+    "cpu_kernel_pct": "kernel time (system, irq, softirq) on all CPUs, % of one core",
+    "cpu_busy_pct": "machine busy time, % of all cores",
+    "cpu_s_per_gb": "daemon plus kernel CPU-seconds per gigabyte carried",
+}
+
+
+def _namespace_pids(namespace: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _process_ticks(pid: int) -> tuple[str, int] | None:
+    """(command name, user + system ticks of the process, its threads and reaped children)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat.rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(fields[i]) for i in (11, 12, 13, 14))
+    return name, utime + stime + cutime + cstime
+
+
+def _daemon_ticks(namespaces: list[str]) -> dict[int, int]:
+    ticks = {}
+    for ns in namespaces:
+        for pid in _namespace_pids(ns):
+            found = _process_ticks(pid)
+            if found and found[0] not in TRAFFIC_TOOLS:
+                ticks[pid] = found[1]
+    return ticks
+
+
+def _machine_ticks() -> tuple[int, int, int]:
+    """(kernel, busy, total) ticks over all CPUs."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    kernel = system + irq + softirq
+    total = sum(fields[:8])
+    return kernel, total - idle - iowait, total
+
+
+@dataclass
+class CpuMeter:
+    """Start before a measurement, `finish` after it."""
+
+    left: list[str]    # namespaces of the tunnel ends on the client side
+    right: list[str]   # ... and on the gateway side
+
+    def __post_init__(self) -> None:
+        self._start = time.monotonic()
+        self._left = _daemon_ticks(self.left)
+        self._right = _daemon_ticks(self.right)
+        self._machine = _machine_ticks()
+
+    def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
+        wall = time.monotonic() - self._start
+        left, right, machine = _daemon_ticks(self.left), _daemon_ticks(self.right), _machine_ticks()
+
+        def used(before: dict[int, int], after: dict[int, int]) -> float:
+            # A process that appeared during the window started from zero.
+            return sum(t - before.get(pid, 0) for pid, t in after.items()) / TICK
+
+        left_s, right_s = used(self._left, left), used(self._right, right)
+        kernel_s = (machine[0] - self._machine[0]) / TICK
+        busy = machine[1] - self._machine[1]
+        total = machine[2] - self._machine[2]
+        values = {
+            "cpu_kernel_pct": 100 * kernel_s / wall,
+            "cpu_busy_pct": 100 * busy / total if total else 0.0,
+        }
+        if self.left or self.right:  # the baseline has no VPN daemons to account for
+            values["cpu_vpn_client_pct"] = 100 * left_s / wall
+            values["cpu_vpn_gateway_pct"] = 100 * right_s / wall
+        if bytes_carried:
+            values["cpu_s_per_gb"] = (left_s + right_s + kernel_s) / (bytes_carried / 1e9)
+        flags = []
+        if values["cpu_busy_pct"] > SATURATED_PCT:
+            flags.append(f"cpu saturated ({values['cpu_busy_pct']:.0f}% of all cores): throughput is a bound "
+                         "set by this machine, not by the VPN alone")
+        return values, flags
