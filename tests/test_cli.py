@@ -49,6 +49,8 @@ def sample_count(out: Path) -> int:
     db = sqlite3.connect(out / "results.sqlite")
     try:
         return db.execute("SELECT count(*) FROM repetitions").fetchone()[0]
+    except sqlite3.OperationalError:  # the run has created the file but not yet its tables
+        return 0
     finally:
         db.close()
 
@@ -125,13 +127,17 @@ def start_run(study_text, tmp_path):
     proc = subprocess.Popen([*VPNLAB, "run", str(study), "--out", str(out), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if (out / "results.sqlite").exists() and sample_count(out) >= 1:
-            return proc, out
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("no sample within 120 s")
+    try:
+        while time.monotonic() < deadline:
+            if (out / "results.sqlite").exists() and sample_count(out) >= 1:
+                return proc, out
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        raise AssertionError("no sample within 120 s")
+    except BaseException:
+        proc.terminate()  # the run cleans up after itself on SIGTERM
+        proc.wait(timeout=60)
+        raise
 
 
 @pytest.mark.integration
@@ -203,3 +209,29 @@ def test_doctor_json_lists_features_and_drivers():
     assert report["features"]["netns"] is True
     assert {"none", "wireguard"} <= set(report["drivers"])
     assert any(i["usable"] for i in report["drivers"]["wireguard"])
+
+
+@pytest.mark.integration
+def test_adaptive_repetitions_stop_when_the_interval_is_tight(tmp_path, no_leftovers):
+    study = tmp_path / "a.yaml"
+    study.write_text("""
+name: adaptive
+repetitions: {min: 3, max: 6, ci_target_pct: 3}
+vpns: [{driver: none}]
+links: [{rate_mbit: 20}]
+workloads:
+  - {kind: tcp, duration_s: 1, omit_s: 0}       # shaped goodput: steady, tight after 3
+  - {kind: ping, count: 3, interval_s: 0.01}    # sub-millisecond RTTs: never within 3%
+""")
+    out = tmp_path / "out"
+    vpnlab("run", study, "--out", out, "--no-progress")
+    db = sqlite3.connect(out / "results.sqlite")
+    rows = {w: (met, rule, notes) for w, met, rule, notes in
+            db.execute("SELECT workload, ci_target_met, repetition_rule, notes FROM scenarios")}
+    reps = dict(db.execute("SELECT s.workload, count(*) FROM repetitions r JOIN scenarios s"
+                           " ON s.id = r.scenario_id GROUP BY s.workload"))
+    db.close()
+    assert reps == {"tcp": 3, "ping": 6}
+    assert rows["tcp"][0] == 1 and rows["ping"][0] == 0
+    assert "3 to 6 repetitions" in rows["tcp"][1]
+    assert "still wider than 3% of the mean after 6 repetitions" in rows["ping"][2]

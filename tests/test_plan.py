@@ -33,6 +33,7 @@ def test_estimate_counts_repetitions():
     plan = make_plan(parse_study(STUDY))
     tcp = next(s for s in plan.scenarios if s.workload.kind == "tcp")
     assert tcp.estimate_s() > 2 * 3
+    assert tcp.repetitions.max == 2 and not tcp.repetitions.adaptive
     assert plan.estimate_s() == sum(s.estimate_s() for s in plan.scenarios)
 
 

@@ -22,7 +22,7 @@ def errors_of(text: str) -> str:
 def test_minimal_study_has_defaults():
     study = parse_study(MINIMAL)
     assert study.topology == "remote-access"
-    assert study.repetitions == 3
+    assert study.repetitions.max == 3 and not study.repetitions.adaptive
     assert [v.label for v in study.vpns] == ["none", "wireguard"]
     assert study.links[0].rate_mbit == 8
     assert study.workloads[0].duration_s == 10
@@ -125,3 +125,14 @@ def test_readme_example_is_a_valid_study():
     assert len(study.vpns) == 1 + 6 + 1 + 1 + 1
     assert {v.options.compression for v in study.vpns if v.driver == "openvpn"} == {"off", "lzo"}
     assert len(study.workloads) == 2 + 1 + 3
+
+
+def test_repetition_rules():
+    fixed = parse_study(MINIMAL + "repetitions: 4\n").repetitions
+    assert (fixed.min, fixed.max, fixed.adaptive) == (4, 4, False)
+    adaptive = parse_study(MINIMAL + "repetitions: {min: 3, max: 12, ci_target_pct: 2}\n").repetitions
+    assert (adaptive.min, adaptive.max, adaptive.ci_target_pct) == (3, 12, 2)
+    assert "until the 95% CI half-width is within 2% of the mean" in adaptive.describe()
+    assert "repetitions: max (2) is below min (5)" in errors_of(MINIMAL + "repetitions: {min: 5, max: 2}\n")
+    assert "repetitions: expected a count" in errors_of(MINIMAL + "repetitions: 0\n")
+    assert "needs min >= 2" in errors_of(MINIMAL + "repetitions: {min: 1}\n")

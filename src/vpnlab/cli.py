@@ -140,15 +140,21 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
+def _reps(rule) -> str:
+    return f"{rule.min}..{rule.max} (CI {rule.ci_target_pct:g}%)" if rule.adaptive else str(rule.max)
+
+
 def _print_plan(plan) -> None:
     table = Table(title=f"plan of study '{plan.study.name}' ({plan.study.topology})")
     for col in ("#", "id", "vpn", "link", "workload", "reps", "est."):
         table.add_column(col)
     for s in plan.scenarios:
         table.add_row(str(s.index), s.id, s.vpn.label, s.link.label, s.workload.label,
-                      str(s.repetitions), _duration(s.estimate_s()))
+                      _reps(s.repetitions), _duration(s.estimate_s()))
     out.print(table)
-    out.print(f"{len(plan.scenarios)} scenarios, estimated {_duration(plan.estimate_s())}. Nothing was created.")
+    adaptive = " (adaptive repetitions: at least)" if plan.study.repetitions.adaptive else ""
+    out.print(f"{len(plan.scenarios)} scenarios, estimated{adaptive} {_duration(plan.estimate_s())}. "
+              "Nothing was created.")
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -223,25 +229,75 @@ def export(
     directory: Path = typer.Argument(..., help="a results directory"),
     fmt: str = typer.Option("csv", "--format", help="csv or json"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="file to write (default: standard output)"),
+    table: str = typer.Option("samples", "--table",
+                              help="samples (one row per sample per metric), summary, or comparisons"),
 ):
-    """Every sample, one row per sample per metric (long format)."""
+    """Every sample (long format), the per-scenario summary, or the comparisons."""
     from . import export as exporter
     from .store import DB_NAME, Store
 
     if fmt not in ("csv", "json"):
         raise VpnlabError(f"--format: expected csv or json, got {fmt!r}")
+    if table not in exporter.TABLES:
+        raise VpnlabError(f"--table: expected one of {', '.join(exporter.TABLES)}, got {table!r}")
     if not (directory / DB_NAME).is_file():
         raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
     store = Store.open_dir(directory)
     try:
         if output:
             with open(output, "w", newline="") as fh:
-                count = exporter.write(store, fmt, fh)
+                count = exporter.write(store, fmt, fh, table)
             err.print(f"{count} rows written to {output}")
         else:
-            exporter.write(store, fmt, sys.stdout)
+            exporter.write(store, fmt, sys.stdout, table)
     finally:
         store.close()
+
+
+@app.command()
+@user_errors
+def stats(
+    directory: Path = typer.Argument(..., help="a results directory"),
+    pair: Optional[list[str]] = typer.Option(None, "--pair", help="'LABEL A|LABEL B' to compare (repeatable); "
+                                             "default: configurations of one driver that differ in one thing"),
+):
+    """Compare configurations: Welch's t (two- and one-sided), Mann-Whitney U, Hedges' g, relative
+    difference with a bootstrap 95% CI, Holm-corrected across the study."""
+    from .compare import study_comparisons
+    from .store import DB_NAME, Store
+
+    if not (directory / DB_NAME).is_file():
+        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
+    pairs = None
+    if pair:
+        pairs = []
+        for text in pair:
+            if "|" not in text:
+                raise VpnlabError(f"--pair: expected 'LABEL A|LABEL B', got {text!r}")
+            a, b = (part.strip() for part in text.split("|", 1))
+            pairs.append((a, b))
+    store = Store.open_dir(directory)
+    try:
+        comparisons = study_comparisons(store, pairs)
+    finally:
+        store.close()
+    if not comparisons:
+        out.print("no comparisons: they need two configurations of one driver that differ in one thing "
+                  "(or --pair), each with at least two repetitions")
+        return
+    table = Table(title="comparisons (B against A; p-values Holm-corrected across the study in 'Holm p')",
+                  box=box.SIMPLE_HEAD)
+    for col in ("link", "workload", "metric", "A", "B", "n", "mean A", "mean B", "B vs A [95% CI]",
+                "Welch p", "p(B>A)", "p(B<A)", "MWU p", "Hedges g", "Holm p"):
+        table.add_column(col, justify="left" if col in ("link", "workload", "metric", "A", "B") else "right")
+    for c in comparisons:
+        ci = "" if math.isnan(c.rel_ci_low) else f" [{c.rel_ci_low:+.1f}, {c.rel_ci_high:+.1f}]"
+        holm_p = f"{c.holm_p:.3g}" + (" *" if c.significant else "")
+        table.add_row(c.link, c.workload, c.metric, c.a, c.b, f"{c.n_a}/{c.n_b}", _fmt(c.mean_a), _fmt(c.mean_b),
+                      f"{c.relative_diff_pct:+.1f}%{ci}", f"{c.welch_p:.3g}", f"{c.welch_p_greater:.3g}",
+                      f"{c.welch_p_less:.3g}", f"{c.mannwhitney_p:.3g}", _fmt(c.hedges_g), holm_p)
+    out.print(table)
+    out.print("* significant at 0.05 after Holm's correction")
 
 
 @app.command()

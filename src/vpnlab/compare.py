@@ -19,9 +19,9 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from .analysis import PRIMARY_METRIC
 from .store import Store
 
-PRIMARY_METRIC = {"tcp": "throughput_mbps", "udp": "throughput_mbps", "ping": "rtt_avg_ms"}
 ALPHA = 0.05
 
 

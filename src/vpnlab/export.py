@@ -7,6 +7,10 @@ import json
 import sys
 from typing import IO
 
+from dataclasses import asdict
+
+from .analysis import summarise
+from .compare import study_comparisons
 from .store import Store
 
 COLUMNS = [
@@ -44,13 +48,39 @@ def rows(store: Store) -> list[dict]:
     return out
 
 
-def write(store: Store, fmt: str, out: IO[str] = sys.stdout) -> int:
-    data = rows(store)
+def summary_rows(store: Store) -> list[dict]:
+    """One row per scenario and metric: n, mean, sd, 95% CI, relative to no VPN, grade."""
+    scenarios = {s["id"]: s for s in store.scenarios()}
+    out = []
+    for sid, summaries in summarise(store).items():
+        sc = scenarios[sid]
+        for s in summaries:
+            out.append({
+                "scenario_id": sid, "vpn": sc["vpn"], "vpn_label": sc["vpn_label"],
+                "implementation": sc["implementation"], "link": sc["link_label"], "workload": sc["workload_label"],
+                "metric": s.metric, "unit": s.unit, "n": s.n, "mean": s.mean, "sd": s.sd,
+                "ci_low": s.ci_low, "ci_high": s.ci_high, "relative_to_no_vpn": s.relative,
+                "relative_kind": s.relative_kind, "grade": s.grade, "flagged": s.flagged,
+                "repetition_rule": sc["repetition_rule"], "ci_target_met": sc["ci_target_met"],
+            })
+    return out
+
+
+def comparison_rows(store: Store) -> list[dict]:
+    return [asdict(c) for c in study_comparisons(store)]
+
+
+TABLES = {"samples": rows, "summary": summary_rows, "comparisons": comparison_rows}
+
+
+def write(store: Store, fmt: str, out: IO[str] = sys.stdout, table: str = "samples") -> int:
+    data = TABLES[table](store)
     if fmt == "json":
         json.dump(data, out, indent=1)
         out.write("\n")
     else:
-        writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+        fields = COLUMNS if table == "samples" else (list(data[0]) if data else [])
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(data)
     return len(data)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .capabilities import Capabilities
 from .drivers import REGISTRY as DRIVERS
 from .errors import CapabilityError
-from .study import Link, Study, VpnConfig
+from .study import Link, RepetitionRule, Study, VpnConfig
 from .workloads import REGISTRY as WORKLOADS
 
 # Measured here: namespaces + veth + shaping ~0.3 s, a userspace tunnel ~1 s, teardown ~0.5 s.
@@ -29,7 +29,7 @@ class Scenario:
     vpn: VpnConfig
     link: Link
     workload: object
-    repetitions: int
+    repetitions: RepetitionRule
     implementations: list[str] = field(default_factory=list)
 
     @property
@@ -50,9 +50,12 @@ class Scenario:
     def label(self) -> str:
         return f"{self.vpn.label} | {self.link.label} | {self.workload.label}"
 
+    def repetition_s(self) -> float:
+        return WORKLOADS[self.workload.kind].estimate_s(self.workload)
+
     def estimate_s(self) -> float:
-        per_rep = WORKLOADS[self.workload.kind].estimate_s(self.workload)
-        return SCENARIO_OVERHEAD_S + per_rep * self.repetitions
+        """With an adaptive rule, the minimum: the interval may be tight after `min` repetitions."""
+        return SCENARIO_OVERHEAD_S + self.repetition_s() * self.repetitions.min
 
 
 @dataclass

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__
+from .analysis import PRIMARY_METRIC, describe
 from .capabilities import Capabilities, tool_versions
 from .cpu import METRICS as CPU_METRICS
 from .cpu import CpuMeter
@@ -123,12 +124,11 @@ class Runner:
             with _signals_unwind():
                 for scenario in self.plan.scenarios:
                     store.add_scenario(scenario)
-                todo = [(s, self._remaining(store, s)) for s in self.plan.scenarios]
-                total = sum(s.estimate_s() * len(reps) / s.repetitions for s, reps in todo if reps)
+                todo = [s for s in self.plan.scenarios if not self._finished(store, s)]
+                total = sum(s.estimate_s() for s in todo)
                 with Progressor(self.console, total, self.show_progress) as progress:
-                    for scenario, reps in todo:
-                        if reps:
-                            self._run_scenario(store, state, run_id, scenario, reps, progress)
+                    for scenario in todo:
+                        self._run_scenario(store, state, run_id, scenario, progress)
                 status = "completed" if not self.failures else "completed-with-failures"
         except (KeyboardInterrupt, Interrupted):
             status = "interrupted"
@@ -140,12 +140,30 @@ class Runner:
         return status
 
     @staticmethod
-    def _remaining(store: Store, scenario: Scenario) -> list[int]:
+    def _target_met(store: Store, scenario: Scenario) -> bool:
+        """Is the primary metric's 95% CI half-width within the rule's target?"""
+        values = store.values(scenario.id, PRIMARY_METRIC[scenario.workload.kind])
+        if len(values) < max(scenario.repetitions.min, 2):
+            return False
+        n, mean, sd, low, high = describe(values)
+        return mean != 0 and 100 * (high - low) / 2 / abs(mean) <= scenario.repetitions.ci_target_pct
+
+    def _finished(self, store: Store, scenario: Scenario) -> bool:
         done = store.done_repetitions(scenario.id)
-        return [r for r in range(1, scenario.repetitions + 1) if r not in done]
+        rule = scenario.repetitions
+        return len(done) >= rule.max or (rule.adaptive and self._target_met(store, scenario))
+
+    def _repetitions(self, store: Store, scenario: Scenario):
+        """Repetition numbers still to measure; an adaptive rule stops once its interval is tight."""
+        rule = scenario.repetitions
+        for rep in range(1, rule.max + 1):
+            if rule.adaptive and self._target_met(store, scenario):
+                return
+            if rep not in store.done_repetitions(scenario.id):
+                yield rep
 
     def _run_scenario(self, store: Store, state: RunState, run_id: int, scenario: Scenario,
-                      reps: list[int], progress: Progressor) -> None:
+                      progress: Progressor) -> None:
         progress.describe(f"[{scenario.index + 1}/{len(self.plan.scenarios)}] {scenario.label}")
         log_dir = self.out_dir / "logs" / scenario.id / f"run{run_id}"  # fresh per attempt: readiness checks read these
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -167,7 +185,7 @@ class Runner:
             progress.advance(time.monotonic() - started)
             kind = WORKLOADS[scenario.workload.kind]
             units = {m.name: m.unit for m in kind.metrics} | {"link_utilisation_pct": "%"} | CPU_UNITS
-            for rep in reps:
+            for rep in self._repetitions(store, scenario):
                 for tunnel in tunnels:
                     problem = tunnel.health()
                     if problem:
@@ -182,7 +200,15 @@ class Runner:
                     values["link_utilisation_pct"] = 100 * values["throughput_mbps"] / scenario.link.rate_mbit
                 store.record_repetition(run_id, scenario.id, rep, values, units,
                                         {measurement.tool: measurement.raw}, measurement.flags)
-                progress.advance(time.monotonic() - rep_started)
+                if rep <= scenario.repetitions.min:  # the estimate counted the minimum
+                    progress.advance(time.monotonic() - rep_started)
+            if scenario.repetitions.adaptive:
+                met = self._target_met(store, scenario)
+                store.set_ci_target_met(scenario.id, met)
+                if not met:
+                    store.add_note(scenario.id, f"the 95% CI of {PRIMARY_METRIC[scenario.workload.kind]} was still "
+                                                f"wider than {scenario.repetitions.ci_target_pct:g}% of the mean "
+                                                f"after {scenario.repetitions.max} repetitions")
             store.set_status(scenario.id, "done")
         except (VpnlabError, subprocess.SubprocessError) as exc:
             self.failures.append((scenario, str(exc)))

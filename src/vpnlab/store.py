@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS scenarios (
     workload_label TEXT NOT NULL,
     workload_params TEXT NOT NULL,
     repetitions INTEGER NOT NULL,
+    repetition_rule TEXT NOT NULL,
+    ci_target_met INTEGER,
     status TEXT NOT NULL DEFAULT 'pending',
     failure TEXT,
     notes TEXT NOT NULL DEFAULT ''
@@ -141,14 +143,15 @@ class Store:
             self.db.execute(
                 "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
                 " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
-                " workload_label, workload_params, repetitions)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " workload_label, workload_params, repetitions, repetition_rule)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation",
                 (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
                  scenario.vpn.label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
                  "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
                  link.jitter_ms, link.loss_pct, workload.kind, workload.label,
-                 json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions),
+                 json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
+                 scenario.repetitions.describe()),
             )
 
     def add_note(self, scenario_id: str, note: str) -> None:
@@ -156,6 +159,16 @@ class Store:
         with self.db:
             self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ? END"
                             " WHERE id=? AND instr(notes, ?) = 0", (note, note, scenario_id, note))
+
+    def set_ci_target_met(self, scenario_id: str, met: bool) -> None:
+        with self.db:
+            self.db.execute("UPDATE scenarios SET ci_target_met=? WHERE id=?", (int(met), scenario_id))
+
+    def values(self, scenario_id: str, metric: str) -> list[float]:
+        """A metric's values over the measured repetitions of a scenario."""
+        rows = self.db.execute("SELECT value FROM samples WHERE scenario_id=? AND metric=? AND repetition > 0"
+                               " ORDER BY repetition", (scenario_id, metric))
+        return [r[0] for r in rows]
 
     def set_status(self, scenario_id: str, status: str, failure: str | None = None) -> None:
         with self.db:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from .errors import StudyError
 from .testbed.topology import MAX_LAYERS
@@ -181,16 +181,60 @@ class _VpnEntry(Strict):
     inner: "_VpnEntry | None" = None
 
 
+# --- repetitions ---------------------------------------------------------------
+
+class RepetitionRule(Strict):
+    """A fixed count (min == max, no target), or adaptive: repeat until the 95% confidence
+    interval's half-width is within `ci_target_pct` of the mean, between min and max times."""
+
+    min: int = Field(3, ge=1, le=1000)
+    max: int = Field(20, ge=1, le=1000)
+    ci_target_pct: float | None = Field(5.0, gt=0, le=100)
+
+    @model_validator(mode="after")
+    def ordered(self):
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.adaptive and self.min < 2:
+            raise ValueError("an adaptive rule needs min >= 2: a confidence interval needs two values")
+        return self
+
+    @classmethod
+    def fixed(cls, count: int) -> "RepetitionRule":
+        return cls.model_construct(min=count, max=count, ci_target_pct=None)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.ci_target_pct is not None
+
+    def describe(self) -> str:
+        if not self.adaptive:
+            return f"{self.max} repetitions"
+        return (f"{self.min} to {self.max} repetitions, until the 95% CI half-width is within "
+                f"{self.ci_target_pct:g}% of the mean")
+
+
 # --- the study ---------------------------------------------------------------
 
 class _StudyFile(Strict):
     name: str = Field(min_length=1)
     description: str = ""
     topology: Literal["remote-access", "site-to-site"] = "remote-access"
-    repetitions: int = Field(3, ge=1, le=1000)
+    repetitions: RepetitionRule = Field(default_factory=lambda: RepetitionRule.fixed(3),
+                                        description="a count, or {min, max, ci_target_pct}")
     order: Literal["listed", "shuffled"] = "listed"
     seed: int = 0
     vpns: list[dict[str, Any]] = Field(min_length=1)
+
+    @field_validator("repetitions", mode="before")
+    @classmethod
+    def count(cls, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return value
+        if not 1 <= value <= 1000:
+            raise ValueError("expected a count from 1 to 1000, or {min, max, ci_target_pct}")
+        return {"min": value, "max": value, "ci_target_pct": None}
+
     links: list[dict[str, Any]] = Field(default_factory=lambda: [{}], min_length=1)
     workloads: list[dict[str, Any]] = Field(min_length=1)
 
@@ -200,7 +244,7 @@ class Study:
     name: str
     description: str
     topology: str
-    repetitions: int
+    repetitions: RepetitionRule
     order: str
     seed: int
     vpns: list[VpnConfig]
@@ -230,8 +274,8 @@ def _errors(exc: ValidationError, prefix: str, skip_tags: bool = False) -> list[
         loc = list(err["loc"])
         if skip_tags and loc and loc[0] in ("tcp", "udp", "ping"):
             loc = loc[1:]  # the discriminator tag pydantic adds is not a field
-        where = prefix + ("." + _format_loc(tuple(loc)) if loc else "")
-        message = err["msg"]
+        where = ".".join(p for p in (prefix, _format_loc(tuple(loc)) if loc else "") if p)
+        message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown field"
         elif err["type"] == "union_tag_invalid":
