@@ -15,6 +15,9 @@ PACKAGES=(
   ocserv openconnect
 )
 
+# The tests also open the HTML report in a real headless browser.
+TEST_PACKAGES=(chromium)
+
 if [ "$(id -u)" -ne 0 ]; then
   echo "bootstrap.sh: vpnlab builds network namespaces and needs root; run: sudo $0 $*" >&2
   exit 2
@@ -61,6 +64,7 @@ install_python() {
 
 command="${1:-run}"
 shift || true
+[ "$command" = test ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 install_packages
 install_python
 

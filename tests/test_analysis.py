@@ -33,3 +33,8 @@ def test_throughput_grades(percent, expected):
 ])
 def test_latency_grades(multiple, expected):
     assert grade("rtt_avg_ms", multiple) == expected
+
+
+def test_zero_baseline_loss_grades_by_presence():
+    assert grade("udp_loss_pct", 1.0) == "excellent"
+    assert grade("udp_loss_pct", math.inf) == "very weak"

@@ -119,6 +119,16 @@ def test_run_show_export(tmp_path, no_leftovers):
     assert "95% CI" in shown and "vs no-VPN" in shown
     assert our_processes() == []
 
+    assert f"report:  {out / 'report.html'}" in proc.stdout and (out / "report.html").stat().st_size > 10_000
+    summary = list(csv.DictReader(io.StringIO(vpnlab("export", out, "--table", "summary").stdout)))
+    assert {"n", "mean", "ci_low", "ci_high", "relative_to_no_vpn", "grade"} <= set(summary[0])
+    # the same run against itself: every scenario in common, no difference
+    page = tmp_path / "compare.html"
+    compared = vpnlab("compare", out, out, "--html", page).stdout
+    assert "wireguard" in compared and "+0.0%" in compared
+    assert "<table>" in page.read_text()
+    assert vpnlab("compare", out, tmp_path, check=False).returncode == 2
+
 
 def start_run(study_text, tmp_path):
     study = tmp_path / "s.yaml"

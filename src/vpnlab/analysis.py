@@ -105,7 +105,13 @@ def summarise(store: Store) -> dict[str, list[Summary]]:
         base = baseline_of(scenarios[sid], scenarios)
         for s in sums:
             ref = means.get((base, s.metric)) if base else None
-            if ref is None or ref == 0:
+            if ref is None:
+                continue
+            if ref == 0:
+                if s.metric in GRADED and s.metric not in HIGHER_IS_BETTER:
+                    # no loss without a VPN: none with it is as good (1x), any is infinitely worse
+                    s.relative, s.relative_kind = (1.0 if s.mean == 0 else math.inf), "x"
+                    s.grade = grade(s.metric, s.relative)
                 continue
             if s.metric in HIGHER_IS_BETTER:
                 s.relative, s.relative_kind = 100 * s.mean / ref, "%"

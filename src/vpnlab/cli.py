@@ -130,7 +130,9 @@ def run(
                   f"finish later with: vpnlab run --resume {out_dir}")
         raise typer.Exit(EXIT_INTERRUPTED)
     _show(out_dir)
-    out.print(f"results: {out_dir}")
+    from .report import write as write_report
+
+    out.print(f"results: {out_dir}\nreport:  {write_report(out_dir)}")
     if runner.failures:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
 
@@ -252,6 +254,72 @@ def export(
             exporter.write(store, fmt, sys.stdout, table)
     finally:
         store.close()
+
+
+@app.command()
+@user_errors
+def report(
+    directory: Path = typer.Argument(..., help="a results directory"),
+    output: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default DIR/report.html)"),
+):
+    """Write one self-contained HTML report: graded table, plots with 95% CIs, overhead, comparisons,
+    recommendation."""
+    from .report import write as write_report
+    from .store import DB_NAME
+
+    if not (directory / DB_NAME).is_file():
+        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
+    out.print(f"report: {write_report(directory, output)}")
+
+
+@app.command("compare")
+@user_errors
+def compare_command(
+    dir_a: Path = typer.Argument(..., help="results directory A"),
+    dir_b: Path = typer.Argument(..., help="results directory B"),
+    html: Optional[Path] = typer.Option(None, "--html", help="also write the comparison as an HTML file"),
+):
+    """Two runs side by side: the scenarios both have, B against A, with Welch's t-test,
+    Mann-Whitney U and a bootstrap CI of the difference, Holm-corrected."""
+    from .compare import compare_runs
+    from .store import DB_NAME, Store
+
+    for d in (dir_a, dir_b):
+        if not (d / DB_NAME).is_file():
+            raise VpnlabError(f"{d}: not a vpnlab results directory (no {DB_NAME})")
+    store_a, store_b = Store.open_dir(dir_a), Store.open_dir(dir_b)
+    try:
+        diffs = compare_runs(store_a, store_b)
+    finally:
+        store_a.close()
+        store_b.close()
+    if not diffs:
+        raise VpnlabError("the two runs have no scenario in common (same VPN, link and workload labels)")
+    table = Table(title=f"B = {dir_b} against A = {dir_a}", box=box.SIMPLE_HEAD)
+    for col in ("vpn", "link", "workload", "metric", "mean A", "mean B", "B vs A [95% CI]", "Welch p", "MWU p",
+                "Holm p"):
+        table.add_column(col, justify="left" if col in ("vpn", "link", "workload", "metric") else "right")
+    rows = []
+    for d in diffs:
+        r = d.result
+        if r:
+            ci = "" if math.isnan(r["rel_ci_low"]) else f" [{r['rel_ci_low']:+.1f}, {r['rel_ci_high']:+.1f}]"
+            cells = [f"{r['relative_diff_pct']:+.1f}%{ci}", f"{r['welch_p']:.3g}", f"{r['mannwhitney_p']:.3g}",
+                     f"{r['holm_p']:.3g}" + (" *" if r["holm_p"] < 0.05 else "")]
+        else:
+            cells = ["(fewer than 2 repetitions)", "-", "-", "-"]
+        row = [d.vpn, d.link, d.workload, d.metric, _fmt(d.mean_a), _fmt(d.mean_b), *cells]
+        rows.append(row)
+        table.add_row(*row)
+    out.print(table)
+    out.print("* significant at 0.05 after Holm's correction")
+    if html:
+        from .report import render_table
+
+        html.write_text(render_table(f"vpnlab: {dir_b} against {dir_a}",
+                                     ["vpn", "link", "workload", "metric", "mean A", "mean B", "B vs A [95% CI]",
+                                      "Welch p", "Mann-Whitney p", "Holm p"], rows))
+        out.print(f"written {html}")
 
 
 @app.command()

@@ -139,3 +139,42 @@ def study_comparisons(store: Store, pairs: list[tuple[str, str]] | None = None) 
                                       **compare(a, b)))
     holm(out)
     return out
+
+
+@dataclass
+class RunDifference:
+    vpn: str
+    link: str
+    workload: str
+    metric: str
+    result: dict | None      # compare() of run A against run B, None when a side has < 2 values
+    mean_a: float | None
+    mean_b: float | None
+
+
+def compare_runs(store_a: Store, store_b: Store) -> list[RunDifference]:
+    """The same scenarios in two results directories, side by side, with their tests."""
+
+    def index(store: Store) -> dict:
+        values: dict[tuple, list[float]] = defaultdict(list)
+        keys = {s["id"]: (s["vpn_label"], s["link_label"], s["workload_label"], s["workload"])
+                for s in store.scenarios()}
+        for row in store.samples():
+            key = keys[row["scenario_id"]]
+            if row["repetition"] > 0 and row["metric"] == PRIMARY_METRIC[key[3]]:
+                values[key].append(row["value"])
+        return values
+
+    a, b = index(store_a), index(store_b)
+    out = []
+    for key in sorted(set(a) & set(b)):
+        va, vb = a[key], b[key]
+        result = compare(va, vb) if len(va) >= 2 and len(vb) >= 2 else None
+        out.append(RunDifference(key[0], key[1], key[2], PRIMARY_METRIC[key[3]], result,
+                                 float(np.mean(va)) if va else None, float(np.mean(vb)) if vb else None))
+    testable = [d for d in out if d.result]
+    if testable:
+        _, corrected, _, _ = multipletests([d.result["welch_p"] for d in testable], alpha=ALPHA, method="holm")
+        for d, p in zip(testable, corrected):
+            d.result["holm_p"] = float(p)
+    return out

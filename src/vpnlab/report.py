@@ -1,0 +1,312 @@
+"""One self-contained HTML report per results directory (matplotlib SVG inline, jinja2).
+
+Nothing is fetched when it opens: no scripts, fonts or styles from elsewhere.
+Every number a reader should not trust blindly (few repetitions, a wide
+interval, flagged samples, failed scenarios) is marked where it appears.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: render to SVG text
+import matplotlib.pyplot as plt  # noqa: E402
+from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
+
+from .analysis import PRIMARY_METRIC, Summary, summarise  # noqa: E402
+from .compare import study_comparisons  # noqa: E402
+from .store import Store  # noqa: E402
+
+WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
+FEW_SAMPLES = 3
+
+DARK_GRADES = {"excellent", "very weak"}  # white text on these
+GRADE_COLOURS = {  # Jaha 2014's colours, from dark green to dark red
+    "excellent": "#1b7837", "very good": "#a6dba0", "good": "#d9c84a",
+    "acceptable": "#fff3a0", "weak": "#f4a582", "very weak": "#b2182b",
+}
+# Table VI's columns: (workload kind, metric, heading)
+TABLE_VI = [("tcp", "throughput_mbps", "TCP throughput"), ("ping", "rtt_avg_ms", "RTT"),
+            ("udp", "throughput_mbps", "UDP throughput"), ("udp", "udp_jitter_ms", "jitter"),
+            ("udp", "udp_loss_pct", "loss")]
+SWEEP_METRICS = {"tcp": ["throughput_mbps", "cpu_s_per_gb"], "udp": ["throughput_mbps", "udp_jitter_ms", "udp_loss_pct"],
+                 "ping": ["rtt_avg_ms"]}
+
+
+@dataclass
+class Cell:
+    text: str
+    css: str = ""
+    colour: str = ""
+    warn: str = ""
+
+
+@dataclass
+class Figure:
+    title: str
+    svg: str
+    caption: str = ""
+
+
+@dataclass
+class Report:
+    run: dict
+    runs: int
+    scenarios: list
+    failed: list
+    notes: list
+    flags: list
+    table_vi: dict = field(default_factory=dict)        # link -> (headings, rows)
+    figures: list = field(default_factory=list)
+    tunnel_rows: list = field(default_factory=list)
+    comparisons: list = field(default_factory=list)
+    recommendations: list = field(default_factory=list)
+    implementations: list = field(default_factory=list)
+    links: list = field(default_factory=list)
+    rules: list = field(default_factory=list)
+
+
+def trust(s: Summary | None) -> str:
+    """Why a figure deserves care, or ''."""
+    if s is None:
+        return ""
+    reasons = []
+    if s.n < FEW_SAMPLES:
+        reasons.append(f"only {s.n} sample{'s' if s.n != 1 else ''}")
+    elif s.ci_half_pct > WIDE_CI_PCT:
+        reasons.append(f"95% CI ±{s.ci_half_pct:.0f}%")
+    if s.flagged:
+        reasons.append(f"{s.flagged} flagged sample{'s' if s.flagged != 1 else ''}")
+    return ", ".join(reasons)
+
+
+def _svg(fig) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog and doctype: inline SVG
+
+
+def _bar_figure(title: str, unit: str, rows: list[tuple[str, Summary]]) -> Figure:
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.2))
+    labels = [label for label, _ in rows]
+    means = [s.mean for _, s in rows]
+    errors = [0 if math.isnan(s.ci_high) else (s.ci_high - s.ci_low) / 2 for _, s in rows]
+    colours = ["#888888" if label == "none" else "#3b6ea8" for label in labels]
+    ax.barh(labels, means, xerr=errors, color=colours, capsize=3)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    return Figure(title, _svg(fig), "bars: mean; whiskers: 95% confidence interval; grey: no VPN")
+
+
+def _sweep_figure(title: str, param: str, metric: str, unit: str,
+                  lines: dict[str, list[tuple[float, Summary]]]) -> Figure:
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    for label, points in sorted(lines.items()):
+        points.sort(key=lambda p: p[0])
+        xs = [x for x, _ in points]
+        ys = [s.mean for _, s in points]
+        errs = [0 if math.isnan(s.ci_high) else (s.ci_high - s.ci_low) / 2 for _, s in points]
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label,
+                    linestyle="--" if label == "none" else "-")
+    ax.set_xlabel(param)
+    ax.set_ylabel(f"{metric} [{unit}]")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return Figure(title, _svg(fig), "points: mean; whiskers: 95% confidence interval")
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def build(directory: Path) -> Report:
+    store = Store.open_dir(directory)
+    try:
+        runs = store.runs()
+        scenarios = [dict(s) for s in store.scenarios()]
+        summaries = summarise(store)
+        comparisons = study_comparisons(store)
+        flags = _flag_lines(store)
+    finally:
+        store.close()
+    last = dict(runs[-1])
+    report = Report(run=last, runs=len(runs), scenarios=scenarios,
+                    failed=[s for s in scenarios if s["status"] == "failed"],
+                    notes=[s for s in scenarios if s["notes"]], flags=flags)
+    report.implementations = sorted({(s["vpn"], s["implementation"]) for s in scenarios if s["vpn"] != "none"})
+    report.links = sorted({s["link_label"] for s in scenarios})
+    report.rules = sorted({s["repetition_rule"] for s in scenarios})
+    stat = {(sid, s.metric): s for sid, ss in summaries.items() for s in ss}
+
+    _table_vi(report, scenarios, stat)
+    _figures(report, scenarios, stat)
+    _tunnels(report, scenarios, stat)
+    report.comparisons = comparisons
+    _recommend(report, scenarios, stat)
+    return report
+
+
+def _flag_lines(store: Store) -> list[str]:
+    """One line per scenario with flagged samples: how many, and the flags' kinds."""
+    labels = {s["id"]: f"{s['vpn_label']} | {s['link_label']} | {s['workload_label']}" for s in store.scenarios()}
+    reps: dict[str, dict[int, str]] = defaultdict(dict)
+    for row in store.samples():
+        if row["flags"] and row["repetition"] > 0:
+            reps[row["scenario_id"]][row["repetition"]] = row["flags"]
+    lines = []
+    for sid, by_rep in sorted(reps.items(), key=lambda kv: labels[kv[0]]):
+        kinds = sorted({flag.split(" (")[0].split(" ")[0] for flags in by_rep.values() for flag in flags.split(";")})
+        example = next(iter(by_rep.values())).split(";")[0]
+        lines.append(f"{labels[sid]}: {len(by_rep)} repetition(s) flagged ({', '.join(kinds)}), e.g. {example}")
+    return lines
+
+
+def _first_workload(scenarios: list, kind: str) -> str | None:
+    """Table VI grades one workload per kind: the first one the study lists."""
+    candidates = sorted((s["idx"], s["workload_params"]) for s in scenarios if s["workload"] == kind)
+    return candidates[0][1] if candidates else None
+
+
+def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
+    chosen = {kind: _first_workload(scenarios, kind) for kind in ("tcp", "udp", "ping")}
+    columns = [(kind, metric, heading) for kind, metric, heading in TABLE_VI if chosen[kind]]
+    if not columns:
+        return
+    for link in report.links:
+        rows = []
+        vpns = sorted({s["vpn_label"] for s in scenarios if s["link_label"] == link and s["vpn"] != "none"})
+        for vpn in vpns:
+            cells = []
+            for kind, metric, _ in columns:
+                sc = next((s for s in scenarios if s["link_label"] == link and s["vpn_label"] == vpn
+                           and s["workload"] == kind and s["workload_params"] == chosen[kind]), None)
+                s = stat.get((sc["id"], metric)) if sc else None
+                if sc and sc["status"] == "failed":
+                    cells.append(Cell("failed", warn=sc["failure"][:200]))
+                elif s is None or s.relative is None:
+                    cells.append(Cell("-"))
+                else:
+                    text = f"{s.relative:.0f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x"
+                    cells.append(Cell(f"{text} ({s.grade})" if s.grade else text, colour=GRADE_COLOURS.get(s.grade, ""),
+                                      warn=trust(s), css="dark" if s.grade in DARK_GRADES else ""))
+            rows.append((vpn, cells))
+        if rows:
+            report.table_vi[link] = ([heading for _, _, heading in columns], rows)
+
+
+def _figures(report: Report, scenarios: list, stat: dict) -> None:
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for s in scenarios:
+        groups[(s["link_label"], s["workload"])].append(s)
+    for (link, kind), members in sorted(groups.items()):
+        params = {s["workload_params"] for s in members}
+        decoded = [json.loads(p) for p in params]
+        varying = [k for k in decoded[0] if len({json.dumps(d.get(k)) for d in decoded}) > 1]
+        if len(varying) == 1:  # a sweep: one line per VPN along the swept parameter
+            param = varying[0]
+            for metric in SWEEP_METRICS[kind]:
+                lines: dict[str, list] = defaultdict(list)
+                unit = ""
+                for s in members:
+                    summary = stat.get((s["id"], metric))
+                    if summary:
+                        unit = summary.unit
+                        lines[s["vpn_label"]].append((json.loads(s["workload_params"])[param], summary))
+                if lines:
+                    report.figures.append(_sweep_figure(f"{metric} versus {param} - {kind} on {link}",
+                                                        param, metric, unit, lines))
+        for workload_params in sorted(params):
+            same = [s for s in members if s["workload_params"] == workload_params]
+            metric = PRIMARY_METRIC[kind]
+            rows = [(s["vpn_label"], stat[(s["id"], metric)]) for s in sorted(same, key=lambda s: s["idx"])
+                    if (s["id"], metric) in stat]
+            if len(rows) > 1 and len(params) <= 3:  # a bar chart per workload, unless a long sweep
+                report.figures.append(_bar_figure(f"{metric} - {same[0]['workload_label']} on {link}",
+                                                  rows[0][1].unit, rows))
+
+
+def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
+    seen = set()
+    for s in sorted(scenarios, key=lambda s: s["idx"]):
+        if s["vpn"] == "none" or (s["vpn_label"], s["link_label"]) in seen:
+            continue
+        seen.add((s["vpn_label"], s["link_label"]))
+        sids = [x["id"] for x in scenarios if x["vpn_label"] == s["vpn_label"] and x["link_label"] == s["link_label"]]
+
+        def first(metric):
+            return next((stat[(i, metric)] for i in sids if (i, metric) in stat), None)
+
+        gb = first("cpu_s_per_gb")
+        report.tunnel_rows.append({
+            "vpn": s["vpn_label"], "link": s["link_label"], "implementation": s["implementation"],
+            "overhead": _fmt(first("overhead_bytes").mean if first("overhead_bytes") else None),
+            "model": _fmt(first("overhead_model_bytes").mean if first("overhead_model_bytes") else None),
+            "mtu": _fmt(first("tunnel_mtu").mean if first("tunnel_mtu") else None),
+            "setup": _fmt(first("setup_s").mean if first("setup_s") else None),
+            "cpu_gb": _fmt(gb.mean if gb else None), "cpu_gb_warn": trust(gb),
+        })
+
+
+def _recommend(report: Report, scenarios: list, stat: dict) -> None:
+    """Best configuration per link and workload, overall and among FIPS-only ones."""
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for s in scenarios:
+        if s["vpn"] != "none" and s["status"] == "done":
+            groups[(s["link_label"], s["workload_label"])].append(s)
+    for (link, workload), members in sorted(groups.items()):
+        kind = members[0]["workload"]
+        metric = PRIMARY_METRIC[kind]
+        better_high = metric == "throughput_mbps"
+        for scope, pool in (("any", members),
+                            ("FIPS 140 only", [m for m in members if json.loads(m["vpn_options"])["profile"] == "fips"])):
+            ranked = [(stat[(m["id"], metric)], m) for m in pool if (m["id"], metric) in stat]
+            if not ranked:
+                continue
+            ranked.sort(key=lambda p: p[0].mean, reverse=better_high)
+            best, top = ranked[0]
+            text = (f"On {link}, for {workload}, the best {'' if scope == 'any' else 'FIPS-only '}choice is "
+                    f"{top['vpn_label']} ({metric} {_fmt(best.mean)} {best.unit}"
+                    + (f", {best.relative:.0f}% of no VPN" if best.relative_kind == "%" else
+                       f", {best.relative:.2f}x no VPN" if best.relative is not None else "") + ")")
+            if len(ranked) > 1:
+                second, runner_up = ranked[1]
+                overlap = not (math.isnan(best.ci_low) or math.isnan(second.ci_low)) and (
+                    best.ci_low <= second.ci_high and second.ci_low <= best.ci_high)
+                if overlap:
+                    text += f"; its 95% interval overlaps {runner_up['vpn_label']}'s, so the two are not told apart"
+                else:
+                    text += f", ahead of {runner_up['vpn_label']} ({_fmt(second.mean)})"
+            caution = trust(best)
+            report.recommendations.append({"text": text + ".", "warn": caution})
+
+
+def render(directory: Path) -> str:
+    env = Environment(loader=PackageLoader("vpnlab", "templates"), autoescape=select_autoescape(["html", "j2"]))
+    env.filters["fromjson"] = json.loads
+    return env.get_template("report.html.j2").render(r=build(directory), colours=GRADE_COLOURS, dark=DARK_GRADES)
+
+
+def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:
+    """A self-contained page holding one table (for `vpnlab compare --html`)."""
+    env = Environment(loader=PackageLoader("vpnlab", "templates"), autoescape=select_autoescape(["html", "j2"]))
+    return env.get_template("table.html.j2").render(title=title, headings=headings, rows=rows)
+
+
+def write(directory: Path, out: Path | None = None) -> Path:
+    out = out or Path(directory) / "report.html"
+    out.write_text(render(Path(directory)))
+    return out
