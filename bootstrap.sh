@@ -12,7 +12,7 @@ PACKAGES=(
   python3 python3-venv ca-certificates iproute2 procps iputils-ping tcpdump iperf3
   wireguard-tools wireguard-go openvpn openssl
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
-  ocserv openconnect
+  ocserv openconnect nginx-light openssh-server openssh-client vsftpd curl
 )
 
 # The tests also open the HTML report in a real headless browser.

@@ -18,7 +18,8 @@ from .store import Store
 # (times, jitter, loss) as a multiple of it, as in Jaha 2014.
 HIGHER_IS_BETTER = {"throughput_mbps", "udp_sent_mbps", "link_utilisation_pct"}
 # The metric that answers a workload's question: what adaptive repetition and comparisons use.
-PRIMARY_METRIC = {"tcp": "throughput_mbps", "udp": "throughput_mbps", "ping": "rtt_avg_ms"}
+PRIMARY_METRIC = {"tcp": "throughput_mbps", "udp": "throughput_mbps", "ping": "rtt_avg_ms",
+                  "transfer": "transfer_s"}
 # The metrics Jaha 2014 graded (Table VI).
 GRADED = {"throughput_mbps", "rtt_avg_ms", "udp_jitter_ms", "udp_loss_pct", "ping_loss_pct"}
 

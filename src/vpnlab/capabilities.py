@@ -36,10 +36,17 @@ TOOLS = {
     "pppd": "ppp",
     "xl2tpd": "xl2tpd",
     "qemu-system-x86_64": "qemu-system-x86",
+    "nginx": "nginx-light",
+    "curl": "curl",
+    "vsftpd": "vsftpd",
+    "sshd": "openssh-server",
+    "scp": "openssh-client",
+    "ssh-keygen": "openssh-client",
 }
 
 # Where Debian installs daemons that are not on PATH.
-EXTRA_PATHS = {"charon": "/usr/lib/ipsec/charon"}
+EXTRA_PATHS = {"charon": "/usr/lib/ipsec/charon", "sshd": "/usr/sbin/sshd", "vsftpd": "/usr/sbin/vsftpd",
+               "nginx": "/usr/sbin/nginx"}
 
 FEATURES = {
     "netns": "network namespaces",

@@ -21,6 +21,14 @@ from .workloads import REGISTRY as WORKLOADS
 # Measured here: namespaces + veth + shaping ~0.3 s, a userspace tunnel ~1 s, teardown ~0.5 s.
 SCENARIO_OVERHEAD_S = 2.5
 
+WORKLOAD_TOOLS = {
+    "tcp": lambda w: ("iperf3",),
+    "udp": lambda w: ("iperf3",),
+    "ping": lambda w: ("ping",),
+    "transfer": lambda w: {"http": ("nginx", "curl"), "https": ("nginx", "curl"), "ftp": ("vsftpd", "curl"),
+                           "ssh": ("sshd", "scp", "ssh-keygen")}[w.protocol],
+}
+
 
 @dataclass
 class Scenario:
@@ -99,7 +107,7 @@ def check_plan(plan: Plan, caps: Capabilities) -> list[str]:
                 scenario.implementations.append(driver.resolve(layer.options, caps).name)
             except CapabilityError as exc:
                 missing.append(str(exc))
-        for tool in ("iperf3",) if scenario.workload.kind in ("tcp", "udp") else ("ping",):
+        for tool in WORKLOAD_TOOLS[scenario.workload.kind](scenario.workload):
             if not caps.tool(tool):
                 missing.append(f"'{tool}'")
         if missing:

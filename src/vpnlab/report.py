@@ -37,7 +37,7 @@ TABLE_VI = [("tcp", "throughput_mbps", "TCP throughput"), ("ping", "rtt_avg_ms",
             ("udp", "throughput_mbps", "UDP throughput"), ("udp", "udp_jitter_ms", "jitter"),
             ("udp", "udp_loss_pct", "loss")]
 SWEEP_METRICS = {"tcp": ["throughput_mbps", "cpu_s_per_gb"], "udp": ["throughput_mbps", "udp_jitter_ms", "udp_loss_pct"],
-                 "ping": ["rtt_avg_ms"]}
+                 "ping": ["rtt_avg_ms"], "transfer": ["transfer_s"]}
 
 
 @dataclass

@@ -137,7 +137,28 @@ class PingWorkload(Strict):
         return f"ping-{self.size}B"
 
 
-Workload = Annotated[Union[TcpWorkload, UdpWorkload, PingWorkload], Field(discriminator="kind")]
+class TransferWorkload(Strict):
+    """Download one file from the sink over a real protocol server."""
+
+    kind: Literal["transfer"] = "transfer"
+    protocol: Literal["http", "https", "ssh", "ftp"] = "http"
+    data: Literal["text", "random", "archive", "image"] = Field(
+        "random", description="text compresses; random (like video), archive and image do not")
+    size: Size = Field(10 * 1024 * 1024, le=64 * 1024**3)
+    timeout_s: float = Field(600, gt=0, le=86400)
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def parse_file_size(cls, value):
+        return parse_size(value)
+
+    @property
+    def label(self) -> str:
+        return f"{self.protocol}-{self.data}-{_human(self.size)}"
+
+
+WORKLOAD_KINDS = ("tcp", "udp", "ping", "transfer")
+Workload = Annotated[Union[TcpWorkload, UdpWorkload, PingWorkload, TransferWorkload], Field(discriminator="kind")]
 _workload_adapter = TypeAdapter(Workload)
 
 
@@ -272,16 +293,16 @@ def _errors(exc: ValidationError, prefix: str, skip_tags: bool = False) -> list[
     lines = []
     for err in exc.errors():
         loc = list(err["loc"])
-        if skip_tags and loc and loc[0] in ("tcp", "udp", "ping"):
+        if skip_tags and loc and loc[0] in WORKLOAD_KINDS:
             loc = loc[1:]  # the discriminator tag pydantic adds is not a field
         where = ".".join(p for p in (prefix, _format_loc(tuple(loc)) if loc else "") if p)
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown field"
         elif err["type"] == "union_tag_invalid":
-            message = "unknown kind; expected one of: tcp, udp, ping"
+            message = f"unknown kind; expected one of: {', '.join(WORKLOAD_KINDS)}"
         elif err["type"] == "union_tag_not_found":
-            message = "missing field 'kind' (one of: tcp, udp, ping)"
+            message = f"missing field 'kind' (one of: {', '.join(WORKLOAD_KINDS)})"
         lines.append(f"{where}: {message}")
     return lines
 

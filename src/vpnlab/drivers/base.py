@@ -175,15 +175,6 @@ def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None,
     raise TunnelError(f"timed out after {timeout:g} s waiting for {what}" + (f"\n{logs}" if logs else ""))
 
 
-def private_run(argv: list, keep: Path) -> list:
-    """Wrap a daemon so it gets an empty private /run (where it writes a fixed pid file), with
-    `keep` (under /run) still visible. `ip netns exec` gives each command its own mount namespace,
-    so none of this is seen outside."""
-    script = ('exec 3<"$1"; shift; mount -t tmpfs vpnlab-run /run && mkdir -p "$KEEP" '
-              '&& mount --no-canonicalize --bind /proc/self/fd/3 "$KEEP" && exec 3<&- && exec "$@"')
-    return ["env", f"KEEP={keep}", "sh", "-c", script, "sh", str(keep), *map(str, argv)]
-
-
 def route_into(node: Node, subnets: list[str], dev: str) -> None:
     """Send these networks into the tunnel interface instead of along the chain."""
     if subnets:

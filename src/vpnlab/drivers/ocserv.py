@@ -15,7 +15,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, private_run, wait_for
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
+from ..testbed.node import private_run
 from .pki import make_pki
 
 # The tls-priorities line of Debian's own /etc/ocserv/ocserv.conf: the vendor default.

@@ -17,7 +17,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..errors import CommandError, TunnelError
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, private_run, tail, wait_for
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, tail, wait_for
+from ..testbed.node import private_run
 from .pki import make_pki
 
 CHARON = "/usr/lib/ipsec/charon"

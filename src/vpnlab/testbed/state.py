@@ -53,6 +53,7 @@ class RunState:
     namespaces: list[str] = field(default_factory=list)
     processes: list[dict] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
 
     @classmethod
     def create(cls) -> "RunState":
@@ -83,6 +84,7 @@ class RunState:
             namespaces=data.get("namespaces", []),
             processes=data.get("processes", []),
             files=data.get("files", []),
+            dirs=data.get("dirs", []),
         )
 
     @property
@@ -101,6 +103,7 @@ class RunState:
             "namespaces": self.namespaces,
             "processes": self.processes,
             "files": self.files,
+            "dirs": self.dirs,
         }
         tmp = self.directory / "state.json.tmp"
         tmp.write_text(json.dumps(data, indent=1))
@@ -117,6 +120,10 @@ class RunState:
 
     def add_file(self, path: str | Path) -> None:
         self.files.append(str(path))
+        self.save()
+
+    def add_dir(self, path: str | Path) -> None:
+        self.dirs.append(str(path))
         self.save()
 
     def owner_alive(self) -> bool:
@@ -165,6 +172,8 @@ class RunState:
             self.remove_namespace(name)
         for path in self.files:
             Path(path).unlink(missing_ok=True)
+        for path in self.dirs:
+            shutil.rmtree(path, ignore_errors=True)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -205,6 +214,6 @@ def clean_stale_runs() -> list[str]:
     cleaned = []
     for state in stale_runs():
         cleaned.append(f"run {state.run_id}: {len(state.namespaces)} namespaces, "
-                       f"{len(state.processes)} processes, {len(state.files)} files")
+                       f"{len(state.processes)} processes, {len(state.files) + len(state.dirs)} files")
         state.teardown()
     return cleaned

@@ -32,6 +32,7 @@ class WorkloadContext:
     bed: Testbed
     log_dir: Path
     services: dict = field(default_factory=dict)  # servers started once per testbed, stopped with it
+    server_info: dict = field(default_factory=dict)  # what clients need to reach them (keys, CA)
 
     def stop_services(self) -> None:
         for node, proc in self.services.values():

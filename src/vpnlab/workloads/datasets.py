@@ -1,0 +1,76 @@
+"""Files to transfer, made once per run: as compressible or not as the seed studies' data.
+
+- text:    English-like words (compresses several-fold, like the 710 MB text file of Taneja & Tyagi)
+- random:  random bytes (incompressible, like encoded video)
+- archive: gzip-compressed text (already compressed, like the zip files of the small-business study)
+- image:   a series of JPEG photos of smooth scenes with noise (already compressed, like photos)
+Content is seeded, so a size and kind give the same bytes in every run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import random
+import zlib
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have "
+         "an they you were her she there been one all we their has would when if so no will can more out up "
+         "network tunnel packet cipher gateway office branch server client latency throughput security traffic "
+         "report file transfer encryption protocol bandwidth video photo archive message mail domain").split()
+CHUNK = 1 << 20
+
+
+def _text(size: int, rng: random.Random) -> bytes:
+    out = io.BytesIO()
+    while out.tell() < size:
+        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14)))
+        out.write(line.capitalize().encode() + b".\n")
+    return out.getvalue()[:size]
+
+
+def _archive(size: int, rng: random.Random) -> bytes:
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6) as archive:
+        while out.tell() < size:
+            archive.write(_text(CHUNK, rng))
+    return out.getvalue()[:size]
+
+
+def _image(size: int, rng: np.random.Generator) -> bytes:
+    out = io.BytesIO()
+    while out.tell() < size:
+        y, x = np.mgrid[0:768, 0:1024]
+        base = np.stack([np.sin(x / rng.uniform(40, 200) + rng.uniform(0, 6)) for _ in range(3)], axis=-1)
+        pixels = (127 + 100 * base + rng.normal(0, 12, base.shape)).clip(0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+    return out.getvalue()[:size]
+
+
+def make(folder: Path, kind: str, size: int) -> Path:
+    """The file for (kind, size) in `folder`, created if it is not there yet."""
+    path = folder / f"{kind}-{size}.bin"
+    if path.exists() and path.stat().st_size == size:
+        return path
+    seed = zlib.crc32(f"{kind}-{size}".encode())
+    tmp = path.with_suffix(".part")
+    with open(tmp, "wb") as fh:
+        if kind == "random":
+            rng = np.random.default_rng(seed)
+            for start in range(0, size, CHUNK):
+                fh.write(rng.bytes(min(CHUNK, size - start)))
+        elif kind == "text":
+            fh.write(_text(size, random.Random(seed)))
+        elif kind == "archive":
+            fh.write(_archive(size, random.Random(seed)))
+        elif kind == "image":
+            fh.write(_image(size, np.random.default_rng(seed)))
+        else:
+            raise ValueError(f"unknown data kind {kind!r}")
+    tmp.chmod(0o644)
+    tmp.rename(path)
+    return path

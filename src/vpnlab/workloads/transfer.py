@@ -1,0 +1,167 @@
+"""File transfers through the tunnel with real servers: nginx (HTTP, HTTPS), OpenSSH (scp),
+vsftpd (FTP). The sink serves, the source downloads and times the transfer."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from ..drivers.pki import make_pki
+from ..errors import MeasurementError, VpnlabError
+from ..study import TransferWorkload
+from ..testbed.node import Node, private_run
+from . import datasets
+from .base import Measurement, Metric, WorkloadContext
+
+METRICS = [
+    Metric("transfer_s", "s", "time to download the file", False),
+    Metric("throughput_mbps", "Mbit/s", "file bytes over transfer time", True),
+]
+PORTS = {"http": 80, "https": 443, "ftp": 21, "ssh": 22}
+TOOLS = {"http": ("nginx", "curl"), "https": ("nginx", "curl"), "ftp": ("vsftpd", "curl"), "ssh": ("sshd", "scp")}
+
+
+def _data_dir(ctx: WorkloadContext) -> Path:
+    """Per-run folder of generated files, readable by the servers' unprivileged users."""
+    folder = Path(f"/var/tmp/vpnlab-{ctx.bed.state.run_id}-data")
+    if str(folder) not in ctx.bed.state.dirs:
+        ctx.bed.state.add_dir(folder)
+        folder.mkdir(mode=0o755, exist_ok=True)
+    return folder
+
+
+def _wait_listening(node: Node, port: int, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if node.run(["ss", "-Htln", f"sport = :{port}"], check=False).stdout.strip():
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise VpnlabError(f"{log.stem} did not start in {node.role}: {log.read_text(errors='replace')[-500:]}")
+
+
+def _private(ctx: WorkloadContext, name: str) -> Path:
+    folder = ctx.bed.state.secrets_dir / f"{name}-{ctx.bed.nodes[0].namespace}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def _start_nginx(ctx: WorkloadContext, data: Path) -> dict:
+    home = _private(ctx, "nginx")
+    pki = make_pki(home, ctx.bed.sink_ip, "")
+    conf = home / "nginx.conf"
+    conf.write_text(f"""daemon off;
+worker_processes 1;
+pid {home}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  sendfile on;
+  client_body_temp_path {home}/body; proxy_temp_path {home}/proxy; fastcgi_temp_path {home}/fastcgi;
+  uwsgi_temp_path {home}/uwsgi; scgi_temp_path {home}/scgi;
+  server {{
+    listen {ctx.bed.sink_ip}:80;
+    listen {ctx.bed.sink_ip}:443 ssl;
+    ssl_certificate {pki.server_cert};
+    ssl_certificate_key {pki.server_key};
+    root {data};
+  }}
+}}
+""")
+    return {"argv": ["nginx", "-c", conf, "-p", home], "port": 80, "ca": pki.ca}
+
+
+def _start_vsftpd(ctx: WorkloadContext, data: Path) -> dict:
+    # Anonymous FTP as a system user whose home exists (vsftpd enters it before anon_root).
+    home = _private(ctx, "vsftpd")
+    (home / "empty").mkdir(mode=0o755, exist_ok=True)
+    conf = home / "vsftpd.conf"
+    conf.write_text(f"""listen=YES
+listen_address={ctx.bed.sink_ip}
+background=NO
+anonymous_enable=YES
+no_anon_password=YES
+anon_root={data}
+ftp_username=daemon
+local_enable=NO
+write_enable=NO
+pasv_enable=YES
+pasv_min_port=40000
+pasv_max_port=40100
+secure_chroot_dir={home}/empty
+seccomp_sandbox=NO
+isolate_network=NO
+xferlog_enable=NO
+""")
+    conf.chmod(0o600)
+    return {"argv": ["vsftpd", conf], "port": 21}
+
+
+def _start_sshd(ctx: WorkloadContext, data: Path) -> dict:
+    home = _private(ctx, "sshd")
+    for name in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", home / name], check=True)
+    (home / "authorized_keys").write_text((home / "client_key.pub").read_text())
+    conf = home / "sshd_config"
+    conf.write_text(f"""ListenAddress {ctx.bed.sink_ip}
+HostKey {home}/host_key
+AuthorizedKeysFile {home}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile {home}/sshd.pid
+Subsystem sftp internal-sftp
+""")
+    # sshd insists on its privilege-separation directory /run/sshd: give it a private /run.
+    argv = private_run(["/usr/sbin/sshd", "-D", "-e", "-f", conf], keep=ctx.bed.state.directory, make=("/run/sshd",))
+    return {"argv": argv, "port": 22, "key": home / "client_key"}
+
+
+STARTERS = {"http": _start_nginx, "https": _start_nginx, "ftp": _start_vsftpd, "ssh": _start_sshd}
+
+
+def ensure_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
+    """Start the protocol's server in the sink once per testbed."""
+    name = STARTERS[protocol].__name__.removeprefix("_start_")
+    if name not in ctx.services:
+        info = STARTERS[protocol](ctx, data)
+        log = ctx.log_dir / f"{name}.log"
+        proc = ctx.bed.sink.spawn(info["argv"], log, what=name)
+        ctx.services[name] = (ctx.bed.sink, proc)
+        ctx.server_info[name] = info
+        _wait_listening(ctx.bed.sink, info["port"], proc, log)
+    return ctx.server_info[name]
+
+
+def run(spec: TransferWorkload, ctx: WorkloadContext) -> Measurement:
+    data = _data_dir(ctx)
+    path = datasets.make(data, spec.data, spec.size)
+    info = ensure_server(ctx, spec.protocol, data)
+    host = ctx.bed.sink_ip
+    if spec.protocol == "ssh":
+        argv = ["scp", "-q", "-i", info["key"], "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", f"root@{host}:{path}", "/dev/null"]
+    else:
+        url = {"http": f"http://{host}/{path.name}", "https": f"https://{host}/{path.name}",
+               "ftp": f"ftp://{host}/{path.name}"}[spec.protocol]
+        argv = ["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download} %{time_total}\\n", url]
+        if spec.protocol == "https":
+            argv[1:1] = ["--cacert", info["ca"]]
+    started = time.monotonic()
+    proc = ctx.bed.source.run(argv, check=False, timeout=spec.timeout_s)
+    elapsed = time.monotonic() - started
+    raw = f"$ {' '.join(map(str, argv))}\n{proc.stdout}{proc.stderr}"
+    if proc.returncode != 0:
+        raise MeasurementError(f"{spec.protocol} transfer failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+    if spec.protocol != "ssh":
+        size, seconds = proc.stdout.split()
+        if int(float(size)) != spec.size:
+            raise MeasurementError(f"{spec.protocol} transfer moved {size} bytes of {spec.size}")
+        elapsed = float(seconds)  # curl's own clock: the transfer, not the process start
+    return Measurement({"transfer_s": elapsed, "throughput_mbps": spec.size * 8 / elapsed / 1e6}, raw,
+                       TOOLS[spec.protocol][1], carried_bytes=spec.size)
