@@ -50,3 +50,9 @@ def test_heavy_retransmission_is_flagged():
     assert iperf.retransmit_flags(data) == ["retransmits 17.5% of segments"]
     data["end"]["sum_sent"]["retransmits"] = 0
     assert iperf.retransmit_flags(data) == []
+
+
+def test_iperf3_interval_series():
+    series = iperf.interval_series(json.loads((DATA / "iperf3-3.12-tcp.json").read_text()))
+    assert len(series) == 3 and series[0][0] == pytest.approx(1.0, abs=0.01)
+    assert all(mbps > 0 for _, mbps in series)

@@ -23,6 +23,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 from .analysis import PRIMARY_METRIC, Summary, summarise  # noqa: E402
 from .compare import study_comparisons  # noqa: E402
 from .store import Store  # noqa: E402
+from .workloads.iperf import interval_series  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
 FEW_SAMPLES = 3
@@ -36,7 +37,7 @@ GRADE_COLOURS = {  # Jaha 2014's colours, from dark green to dark red
 TABLE_VI = [("tcp", "throughput_mbps", "TCP throughput"), ("ping", "rtt_avg_ms", "RTT"),
             ("udp", "throughput_mbps", "UDP throughput"), ("udp", "udp_jitter_ms", "jitter"),
             ("udp", "udp_loss_pct", "loss")]
-SWEEP_METRICS = {"tcp": ["throughput_mbps", "cpu_s_per_gb"], "udp": ["throughput_mbps", "udp_jitter_ms", "udp_loss_pct"],
+SWEEP_METRICS = {"tcp": ["throughput_mbps", "cpu_vpn_gateway_pct", "cpu_s_per_gb"], "udp": ["throughput_mbps", "udp_jitter_ms", "udp_loss_pct"],
                  "ping": ["rtt_avg_ms"], "transfer": ["transfer_s"]}
 
 
@@ -141,6 +142,7 @@ def build(directory: Path) -> Report:
         summaries = summarise(store)
         comparisons = study_comparisons(store)
         flags = _flag_lines(store)
+        series = _interval_series(store)
     finally:
         store.close()
     last = dict(runs[-1])
@@ -150,10 +152,15 @@ def build(directory: Path) -> Report:
     report.implementations = sorted({(s["vpn"], s["implementation"]) for s in scenarios if s["vpn"] != "none"})
     report.links = sorted({s["link_label"] for s in scenarios})
     report.rules = sorted({s["repetition_rule"] for s in scenarios})
+    adaptive = [s for s in scenarios if s["ci_target_met"] is not None]
+    if adaptive:
+        met = sum(s["ci_target_met"] for s in adaptive)
+        report.rules.append(f"confidence target met in {met} of {len(adaptive)} adaptive scenarios")
     stat = {(sid, s.metric): s for sid, ss in summaries.items() for s in ss}
 
     _table_vi(report, scenarios, stat)
     _figures(report, scenarios, stat)
+    _interval_figures(report, scenarios, series)
     _tunnels(report, scenarios, stat)
     report.comparisons = comparisons
     _recommend(report, scenarios, stat)
@@ -237,6 +244,42 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
             if len(rows) > 1 and len(params) <= 3:  # a bar chart per workload, unless a long sweep
                 report.figures.append(_bar_figure(f"{metric} - {same[0]['workload_label']} on {link}",
                                                   rows[0][1].unit, rows))
+
+
+def _interval_series(store: Store) -> dict[str, list[list[tuple[float, float]]]]:
+    """Scenario id -> per repetition, iperf3's interval-by-interval throughput (from the raw JSON kept)."""
+    out: dict[str, list] = defaultdict(list)
+    for row in store.raw_outputs("iperf3"):
+        try:
+            out[row["scenario_id"]].append(interval_series(json.loads(row["output"])))
+        except (ValueError, KeyError):
+            continue
+    return out
+
+
+def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
+    """Throughput interval by interval (the FAVE thesis read trends across twenty 10-s intervals)."""
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for s in scenarios:
+        if s["id"] in series and s["workload"] == "tcp":
+            groups[(s["link_label"], s["workload_label"])].append(s)
+    for (link, workload), members in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(7.5, 3.6))
+        for s in sorted(members, key=lambda s: s["idx"]):
+            runs = [r for r in series[s["id"]] if r]
+            if not runs:
+                continue
+            length = min(len(r) for r in runs)
+            xs = [runs[0][i][0] for i in range(length)]
+            means = [sum(r[i][1] for r in runs) / len(runs) for i in range(length)]
+            ax.plot(xs, means, marker=".", label=s["vpn_label"], linestyle="--" if s["vpn"] == "none" else "-")
+        ax.set_xlabel("seconds into the transfer")
+        ax.set_ylabel("Mbit/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        title = f"throughput by interval - {workload} on {link}"
+        ax.set_title(title, fontsize=10)
+        report.figures.append(Figure(title, _svg(fig), "mean over repetitions of each 1-second iperf3 interval"))
 
 
 def _tunnels(report: Report, scenarios: list, stat: dict) -> None:

@@ -216,6 +216,10 @@ class Store:
             " ORDER BY s.scenario_id, s.repetition, s.metric"
         ).fetchall()
 
+    def raw_outputs(self, tool: str) -> list[sqlite3.Row]:
+        return self.db.execute("SELECT * FROM raw_outputs WHERE tool=? AND repetition > 0 ORDER BY scenario_id,"
+                               " repetition", (tool,)).fetchall()
+
     def raw_output(self, scenario_id: str, repetition: int, tool: str) -> str | None:
         row = self.db.execute("SELECT output FROM raw_outputs WHERE scenario_id=? AND repetition=? AND tool=?",
                               (scenario_id, repetition, tool)).fetchone()

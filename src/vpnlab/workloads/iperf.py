@@ -65,6 +65,12 @@ def parse_tcp(data: dict) -> dict[str, float]:
     return values
 
 
+def interval_series(data: dict) -> list[tuple[float, float]]:
+    """(end of interval in s, Mbit/s) for each reporting interval, warm-up included (marked omitted)."""
+    return [(i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6) for i in data.get("intervals", [])
+            if not i["sum"].get("omitted")]
+
+
 def parse_udp(data: dict) -> dict[str, float]:
     end = data["end"]
     # Since iperf3 3.x the receiver's figures are in sum_received; older ones only have sum.
