@@ -230,7 +230,7 @@ repetitions: {min: 3, max: 6, ci_target_pct: 3}
 vpns: [{driver: none}]
 links: [{rate_mbit: 20}]
 workloads:
-  - {kind: tcp, duration_s: 1, omit_s: 0}       # shaped goodput: steady, tight after 3
+  - {kind: tcp, duration_s: 2, omit_s: 1}       # shaped goodput after slow start: steady, tight after 3
   - {kind: ping, count: 3, interval_s: 0.01}    # sub-millisecond RTTs: never within 3%
 """)
     out = tmp_path / "out"
