@@ -59,7 +59,7 @@ class Scenario:
         return f"{self.vpn.label} | {self.link.label} | {self.workload.label}"
 
     def repetition_s(self) -> float:
-        return WORKLOADS[self.workload.kind].estimate_s(self.workload)
+        return WORKLOADS[self.workload.kind].estimate_s(self.workload, self.link)
 
     def estimate_s(self) -> float:
         """With an adaptive rule, the minimum: the interval may be tight after `min` repetitions."""
