@@ -114,21 +114,33 @@ def bench_lifecycle(quick: bool) -> dict:
 
 
 def bench_fidelity(quick: bool) -> dict:
+    """On a shaped 100 Mbit/s WAN (where back-to-back runs agree closely) and unshaped (CPU-bound:
+    back-to-back runs on two shared cores differ by several percent, which bounds what it can show)."""
+    return {"shaped-100mbit": _fidelity(quick, Link(rate_mbit=100)), "unshaped": _fidelity(quick, Link())}
+
+
+def _fidelity(quick: bool, link: Link) -> dict:
     pairs = 3 if quick else 10
     spec = TcpWorkload(duration_s=5, omit_s=1)
     by_tool, by_hand = [], []
     state = RunState.create()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            bed = Testbed.build(state, Layout.for_topology("remote-access", 1), Link(), tag="f")
+            bed = Testbed.build(state, Layout.for_topology("remote-access", 1), link, tag="f")
             tunnel, impl = _wireguard(state, bed, Path(tmp))
             ctx = WorkloadContext(bed, Path(tmp))
             iperf.ensure_server(ctx)
-            for _ in range(pairs):  # alternate, so drift on the shared cores hits both alike
+            def by_vpnlab():
                 by_tool.append(iperf.run_tcp(spec, ctx).values["throughput_mbps"])
+
+            def by_hand_run():
                 raw = bed.source.run(["iperf3", "-c", bed.sink_ip, "-p", iperf.PORT, "-J",
                                       "-t", spec.duration_s, "-O", spec.omit_s, "-P", 1]).stdout
                 by_hand.append(json.loads(raw)["end"]["sum_received"]["bits_per_second"] / 1e6)
+
+            for i in range(pairs):  # back to back, who goes first alternating, so drift hits both alike
+                for run in ((by_vpnlab, by_hand_run) if i % 2 == 0 else (by_hand_run, by_vpnlab)):
+                    run()
             ctx.stop_services()
             tunnel.down()
             bed.destroy()
@@ -240,11 +252,12 @@ def report(name: str, result) -> None:
                           fmt(r["ratio_to_baseline"], ".3f"), fmt(r["setup_s"], ".2f"), fmt(r["overhead_bytes"], ".0f"))
         console.print(table)
     elif name == "fidelity":
-        ok = 0.98 <= result["ratio"] <= 1.02
-        console.print(f"WireGuard ({result['wireguard_implementation']}), {result['pairs']} alternating pairs: "
-                      f"vpnlab {result['vpnlab_mbps']:.1f} Mbit/s, by hand {result['by_hand_mbps']:.1f} Mbit/s, "
-                      f"median ratio within a pair {result['ratio']:.3f} (quartiles {result['ratio_q1']:.3f}.."
-                      f"{result['ratio_q3']:.3f}) " + ("(within 0.98..1.02)" if ok else "[red](outside 0.98..1.02)[/]"))
+        for link, r in result.items():
+            ok = 0.98 <= r["ratio"] <= 1.02
+            console.print(f"{link}: WireGuard ({r['wireguard_implementation']}), {r['pairs']} back-to-back pairs: "
+                          f"vpnlab {r['vpnlab_mbps']:.1f} Mbit/s, by hand {r['by_hand_mbps']:.1f} Mbit/s (medians), "
+                          f"median ratio within a pair {r['ratio']:.3f} (quartiles {r['ratio_q1']:.3f}.."
+                          f"{r['ratio_q3']:.3f}) " + ("(within 0.98..1.02)" if ok else "[red](outside 0.98..1.02)[/]"))
 
 
 if __name__ == "__main__":
