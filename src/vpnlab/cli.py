@@ -124,7 +124,7 @@ def run(
               f"{_duration(plan.estimate_s())}; results in {out_dir}", highlight=False)
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty())
     try:
-        status = runner.run()
+        runner.run()
     except (KeyboardInterrupt, Interrupted):
         err.print(f"[yellow]interrupted[/]: everything it created is removed; "
                   f"finish later with: vpnlab run --resume {out_dir}")

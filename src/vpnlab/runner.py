@@ -10,7 +10,6 @@ state record.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -276,6 +275,3 @@ class Runner:
 def default_out_dir() -> Path:
     return Path("vpnlab-results") / time.strftime("%Y%m%d-%H%M%S")
 
-
-def is_root() -> bool:
-    return os.geteuid() == 0

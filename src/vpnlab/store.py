@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 
 SCHEMA_VERSION = 1
@@ -86,15 +85,6 @@ SETUP_REPETITION = 0  # scenario-level samples (tunnel set-up) use repetition 0
 
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass
-class SampleRow:
-    scenario_id: str
-    repetition: int
-    metric: str
-    value: float
-    unit: str
 
 
 class Store:

@@ -10,7 +10,3 @@ from .strongswan import StrongSwan
 from .wireguard import WireGuard
 
 REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv())}
-
-
-def get(name: str) -> Driver:
-    return REGISTRY[name]
