@@ -56,7 +56,7 @@ workloads: [{{kind: tcp, duration_s: {5 if quick else 10}, omit_s: 2}}]
     caps = detect()
     problems = check_plan(plan, caps)
     if problems:
-        raise SystemExit("\n".join(problems))
+        raise SystemExit("\n".join(problems.values()))
     with tempfile.TemporaryDirectory() as tmp:
         Runner(plan, Path(tmp), caps, console=console, progress=False).run()
         store = Store.open_dir(Path(tmp))
@@ -185,7 +185,7 @@ workloads: [{{kind: tcp, duration_s: {3 if quick else 5}, omit_s: 1}}]
     plan = make_plan(study)
     caps = detect()
     problems = check_plan(plan, caps)
-    plan.scenarios = [s for s in plan.scenarios if not any(p.startswith(f"scenario {s.index} ") for p in problems)]
+    plan.drop(problems)  # what this machine cannot run
     with tempfile.TemporaryDirectory() as tmp:
         Runner(plan, Path(tmp), caps, console=console, progress=False).run()
         store = Store.open_dir(Path(tmp))

@@ -56,7 +56,7 @@ workloads: [{{kind: tcp, duration_s: 1, omit_s: 0}}]
 """)
     plan = make_plan(study)
     caps = detect()
-    assert check_plan(plan, caps) == []
+    assert check_plan(plan, caps) == {}
     Runner(plan, tmp_path, caps, progress=False).run()
     db = sqlite3.connect(tmp_path / "results.sqlite")
     db.row_factory = sqlite3.Row

@@ -48,8 +48,17 @@ def test_missing_netem_names_the_scenarios():
     plan = make_plan(parse_study(STUDY))
     problems = check_plan(plan, caps())
     assert len(problems) == 4  # the delayed link, for each vpn and workload
-    assert all("netem" in p for p in problems)
+    assert all("netem" in p for p in problems.values())
+    assert all(plan.scenarios[i].link.needs_netem for i in problems)
     assert not check_plan(plan, caps(netem=True))
+
+
+def test_drop_renumbers_what_is_left():
+    plan = make_plan(parse_study(STUDY))
+    plan.drop(check_plan(plan, caps()))
+    assert len(plan.scenarios) == 4
+    assert [s.index for s in plan.scenarios] == [0, 1, 2, 3]
+    assert not any(s.link.needs_netem for s in plan.scenarios)
 
 
 def test_implementation_is_chosen_from_the_kernel():
@@ -65,4 +74,4 @@ def test_forcing_an_absent_implementation_is_a_problem():
     plan = make_plan(parse_study(STUDY.replace("{driver: wireguard}",
                                                "{driver: wireguard, options: {implementation: kernel}}")))
     problems = check_plan(plan, caps(netem=True))
-    assert any("feature 'wireguard'" in p for p in problems)
+    assert any("feature 'wireguard'" in p for p in problems.values())

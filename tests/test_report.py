@@ -35,7 +35,7 @@ def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     plan = make_plan(parse_study(STUDY))
     caps = detect()
-    assert check_plan(plan, caps) == []
+    assert check_plan(plan, caps) == {}
     Runner(plan, out, caps, progress=False).run()
     report.write(out)
     return out

@@ -38,7 +38,7 @@ workloads:
 """)
     plan = make_plan(study)
     caps = detect()
-    assert check_plan(plan, caps) == []
+    assert check_plan(plan, caps) == {}
     Runner(plan, tmp_path, caps, progress=False).run()
     db = sqlite3.connect(tmp_path / "results.sqlite")
     status = dict(db.execute("SELECT vpn_label || ' ' || workload_label, status || ' ' || coalesce(failure, '')"

@@ -38,9 +38,7 @@ def wireguard_up(state, bed, layer, tmp_path, port=51820):
 
 def iperf_through(bed, seconds=2):
     server = bed.sink.spawn(["iperf3", "-s", "-1"], bed.state.directory / "iperf.log", what="iperf3")
-    for _ in range(100):
-        if bed.sink.run(["ss", "-Htln", "sport = :5201"], check=False).stdout.strip():
-            break
+    bed.sink.wait_listening(5201, server, bed.state.directory / "iperf.log")
     result = json.loads(bed.source.run(["iperf3", "-c", bed.sink_ip, "-t", seconds, "-J"]).stdout)
     server.wait(timeout=10)
     return result["end"]["sum_received"]["bytes"]

@@ -10,7 +10,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from .store import Store
 
@@ -59,6 +58,13 @@ class Summary:
         return 100 * (self.ci_high - self.ci_low) / 2 / abs(self.mean)
 
 
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A figure for people: three significant digits, whole numbers from 1000, '-' for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
 def describe(values: list[float]) -> tuple[int, float, float, float, float]:
     """n, mean, sample standard deviation, and the t-based 95% confidence interval."""
     data = np.asarray(values, dtype=float)
@@ -69,6 +75,8 @@ def describe(values: list[float]) -> tuple[int, float, float, float, float]:
     sd = float(data.std(ddof=1))
     if sd == 0:
         return n, mean, 0.0, mean, mean
+    from scipy import stats  # here, not at the top: importing scipy takes a second the CLI need not wait
+
     low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=sd / math.sqrt(n))
     return n, mean, sd, float(low), float(high)
 

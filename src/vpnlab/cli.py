@@ -15,6 +15,7 @@ from rich import box
 from rich.table import Table
 
 from . import __version__
+from .analysis import fmt
 from .errors import StudyError, VpnlabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure what a VPN costs, on real VPN software.")
@@ -110,14 +111,11 @@ def run(
     problems = check_plan(plan, caps)
     if problems and is_default:
         # The default study means "every VPN this machine can run": drop the others, say so.
-        runnable = [s for s in plan.scenarios if not any(p.startswith(f"scenario {s.index} ") for p in problems)]
-        for p in problems:
+        for p in problems.values():
             err.print(f"[yellow]skipped:[/] {p}", highlight=False)
-        plan.scenarios = runnable
-        for i, s in enumerate(plan.scenarios):
-            s.index = i
+        plan.drop(problems)
     elif problems:
-        raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems)
+        raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems.values())
                           + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
     out_dir = out_dir or default_out_dir()
     err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
@@ -159,12 +157,6 @@ def _print_plan(plan) -> None:
               "Nothing was created.")
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
-
-
 TUNNEL_METRICS = ("setup_s", "overhead_bytes", "overhead_model_bytes", "tunnel_mtu")
 
 
@@ -194,11 +186,11 @@ def _show(directory: Path) -> None:
         for s in by_metric.values():
             if s.metric in TUNNEL_METRICS:
                 continue
-            ci = f"{_fmt(s.ci_low)} .. {_fmt(s.ci_high)}" if s.n > 1 else "-"
+            ci = f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}" if s.n > 1 else "-"
             rel = "-" if s.relative is None else (
                 f"{s.relative:.1f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x")
             flag = f" ({s.flagged} flagged)" if s.flagged else ""
-            table.add_row(s.metric, s.unit, str(s.n), _fmt(s.mean), _fmt(s.sd), ci, rel, s.grade + flag)
+            table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, rel, s.grade + flag)
         out.print(table)
         tunnel = [f"implementation {sc['implementation']}"]
         if "setup_s" in by_metric:
@@ -308,7 +300,7 @@ def compare_command(
                      f"{r['holm_p']:.3g}" + (" *" if r["holm_p"] < 0.05 else "")]
         else:
             cells = ["(fewer than 2 repetitions)", "-", "-", "-"]
-        row = [d.vpn, d.link, d.workload, d.metric, _fmt(d.mean_a), _fmt(d.mean_b), *cells]
+        row = [d.vpn, d.link, d.workload, d.metric, fmt(d.mean_a), fmt(d.mean_b), *cells]
         rows.append(row)
         table.add_row(*row)
     out.print(table)
@@ -361,9 +353,9 @@ def stats(
     for c in comparisons:
         ci = "" if math.isnan(c.rel_ci_low) else f" [{c.rel_ci_low:+.1f}, {c.rel_ci_high:+.1f}]"
         holm_p = f"{c.holm_p:.3g}" + (" *" if c.significant else "")
-        table.add_row(c.link, c.workload, c.metric, c.a, c.b, f"{c.n_a}/{c.n_b}", _fmt(c.mean_a), _fmt(c.mean_b),
+        table.add_row(c.link, c.workload, c.metric, c.a, c.b, f"{c.n_a}/{c.n_b}", fmt(c.mean_a), fmt(c.mean_b),
                       f"{c.relative_diff_pct:+.1f}%{ci}", f"{c.welch_p:.3g}", f"{c.welch_p_greater:.3g}",
-                      f"{c.welch_p_less:.3g}", f"{c.mannwhitney_p:.3g}", _fmt(c.hedges_g), holm_p)
+                      f"{c.welch_p_less:.3g}", f"{c.mannwhitney_p:.3g}", fmt(c.hedges_g), holm_p)
     out.print(table)
     out.print("* significant at 0.05 after Holm's correction")
 

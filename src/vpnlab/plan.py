@@ -74,6 +74,12 @@ class Plan:
     def estimate_s(self) -> float:
         return sum(s.estimate_s() for s in self.scenarios)
 
+    def drop(self, indices) -> None:
+        """Leave out these scenarios (by index) and number the rest again."""
+        self.scenarios = [s for s in self.scenarios if s.index not in indices]
+        for i, scenario in enumerate(self.scenarios):
+            scenario.index = i
+
 
 def make_plan(study: Study) -> Plan:
     """The cartesian product vpns x links x workloads, in the study's order."""
@@ -89,9 +95,9 @@ def make_plan(study: Study) -> Plan:
     return Plan(study, scenarios)
 
 
-def check_plan(plan: Plan, caps: Capabilities) -> list[str]:
-    """Resolve each scenario's implementations; return every scenario this machine cannot run."""
-    problems = []
+def check_plan(plan: Plan, caps: Capabilities) -> dict[int, str]:
+    """Resolve each scenario's implementations; scenario index -> what this machine lacks for it."""
+    problems = {}
     for scenario in plan.scenarios:
         missing = []
         if not caps.has("netns") or not caps.has("veth"):
@@ -111,5 +117,5 @@ def check_plan(plan: Plan, caps: Capabilities) -> list[str]:
             if not caps.tool(tool):
                 missing.append(f"'{tool}'")
         if missing:
-            problems.append(f"scenario {scenario.index} ({scenario.label}) needs: " + "; ".join(missing))
+            problems[scenario.index] = f"scenario {scenario.index} ({scenario.label}) needs: " + "; ".join(missing)
     return problems

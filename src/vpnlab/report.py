@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # no display: render to SVG text
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
-from .analysis import PRIMARY_METRIC, Summary, summarise  # noqa: E402
+from .analysis import PRIMARY_METRIC, Summary, fmt, summarise  # noqa: E402
 from .compare import study_comparisons  # noqa: E402
 from .store import Store  # noqa: E402
 from .workloads.iperf import interval_series  # noqa: E402
@@ -126,12 +126,6 @@ def _sweep_figure(title: str, param: str, metric: str, unit: str,
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
     return Figure(title, _svg(fig), "points: mean; whiskers: 95% confidence interval")
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
 def build(directory: Path) -> Report:
@@ -296,11 +290,11 @@ def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
         gb = first("cpu_s_per_gb")
         report.tunnel_rows.append({
             "vpn": s["vpn_label"], "link": s["link_label"], "implementation": s["implementation"],
-            "overhead": _fmt(first("overhead_bytes").mean if first("overhead_bytes") else None),
-            "model": _fmt(first("overhead_model_bytes").mean if first("overhead_model_bytes") else None),
-            "mtu": _fmt(first("tunnel_mtu").mean if first("tunnel_mtu") else None),
-            "setup": _fmt(first("setup_s").mean if first("setup_s") else None),
-            "cpu_gb": _fmt(gb.mean if gb else None), "cpu_gb_warn": trust(gb),
+            "overhead": fmt(first("overhead_bytes").mean if first("overhead_bytes") else None),
+            "model": fmt(first("overhead_model_bytes").mean if first("overhead_model_bytes") else None),
+            "mtu": fmt(first("tunnel_mtu").mean if first("tunnel_mtu") else None),
+            "setup": fmt(first("setup_s").mean if first("setup_s") else None),
+            "cpu_gb": fmt(gb.mean if gb else None), "cpu_gb_warn": trust(gb),
         })
 
 
@@ -322,7 +316,7 @@ def _recommend(report: Report, scenarios: list, stat: dict) -> None:
             ranked.sort(key=lambda p: p[0].mean, reverse=better_high)
             best, top = ranked[0]
             text = (f"On {link}, for {workload}, the best {'' if scope == 'any' else 'FIPS-only '}choice is "
-                    f"{top['vpn_label']} ({metric} {_fmt(best.mean)} {best.unit}"
+                    f"{top['vpn_label']} ({metric} {fmt(best.mean)} {best.unit}"
                     + (f", {best.relative:.0f}% of no VPN" if best.relative_kind == "%" else
                        f", {best.relative:.2f}x no VPN" if best.relative is not None else "") + ")")
             if len(ranked) > 1:
@@ -332,21 +326,24 @@ def _recommend(report: Report, scenarios: list, stat: dict) -> None:
                 if overlap:
                     text += f"; its 95% interval overlaps {runner_up['vpn_label']}'s, so the two are not told apart"
                 else:
-                    text += f", ahead of {runner_up['vpn_label']} ({_fmt(second.mean)})"
+                    text += f", ahead of {runner_up['vpn_label']} ({fmt(second.mean)})"
             caution = trust(best)
             report.recommendations.append({"text": text + ".", "warn": caution})
 
 
-def render(directory: Path) -> str:
+def _environment() -> Environment:
     env = Environment(loader=PackageLoader("vpnlab", "templates"), autoescape=select_autoescape(["html", "j2"]))
     env.filters["fromjson"] = json.loads
-    return env.get_template("report.html.j2").render(r=build(directory), colours=GRADE_COLOURS, dark=DARK_GRADES)
+    return env
+
+
+def render(directory: Path) -> str:
+    return _environment().get_template("report.html.j2").render(r=build(directory), colours=GRADE_COLOURS, dark=DARK_GRADES)
 
 
 def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:
     """A self-contained page holding one table (for `vpnlab compare --html`)."""
-    env = Environment(loader=PackageLoader("vpnlab", "templates"), autoescape=select_autoescape(["html", "j2"]))
-    return env.get_template("table.html.j2").render(title=title, headings=headings, rows=rows)
+    return _environment().get_template("table.html.j2").render(title=title, headings=headings, rows=rows)
 
 
 def write(directory: Path, out: Path | None = None) -> Path:

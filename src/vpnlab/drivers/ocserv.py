@@ -105,8 +105,7 @@ class Ocserv(Driver):
         proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.state.directory), log,
                                 what="ocserv")
         tunnel.processes.append((right.node, proc, log))
-        wait_for(lambda: right.node.run(["ss", "-Htln", f"sport = :{PORT}"], check=False).stdout.strip() != "",
-                 15, "ocserv to listen", tunnel)
+        wait_for(lambda: right.node.listening(PORT), 15, "ocserv to listen", tunnel)
 
         ready = folder / "client-ready"
         script = folder / "connect-script"

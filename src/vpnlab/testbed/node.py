@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CommandError
+from ..errors import CommandError, VpnlabError
 from .state import RunState
 
 
@@ -62,6 +63,20 @@ class Node:
         proc = subprocess.run(argv, input=script, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CommandError([*argv, "<<", script.strip()], proc.returncode, "", proc.stderr)
+
+    def listening(self, port: int) -> bool:
+        """Does a TCP socket listen on this port in this namespace?"""
+        return self.run(["ss", "-Htln", f"sport = :{port}"], check=False).stdout.strip() != ""
+
+    def wait_listening(self, port: int, proc: subprocess.Popen, log: Path, timeout: float = 10) -> None:
+        """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if self.listening(port):
+                return
+            time.sleep(0.05)
+        raise VpnlabError(f"{log.stem} did not start listening on port {port} in {self.role}: "
+                          f"{log.read_text(errors='replace')[-500:].strip()}")
 
     def sysctl(self, **settings) -> None:
         # Run inside the namespace, /proc/sys/net is the namespace's own. -e: a key this

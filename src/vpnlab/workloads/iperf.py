@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from ..errors import CommandError, MeasurementError, VpnlabError
 from ..study import TcpWorkload, UdpWorkload
@@ -28,17 +27,10 @@ def ensure_server(ctx: WorkloadContext) -> None:
     if "iperf3" in ctx.services:
         return
     sink = ctx.bed.sink
-    proc = sink.spawn(["iperf3", "-s", "-p", PORT], ctx.log_dir / "iperf3-server.log", what="iperf3")
+    log = ctx.log_dir / "iperf3-server.log"
+    proc = sink.spawn(["iperf3", "-s", "-p", PORT], log, what="iperf3")
     ctx.services["iperf3"] = (sink, proc)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        listening = sink.run(["ss", "-Htln", f"sport = :{PORT}"], check=False).stdout.strip()
-        if listening:
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise VpnlabError(f"iperf3 server did not start in {sink.role}: see {ctx.log_dir / 'iperf3-server.log'}")
+    sink.wait_listening(PORT, proc, log)
 
 
 def _client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, str]:

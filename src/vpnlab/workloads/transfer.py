@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from ..drivers.pki import make_pki
-from ..errors import MeasurementError, VpnlabError
+from ..errors import MeasurementError
 from ..study import TransferWorkload
-from ..testbed.node import Node, private_run
+from ..testbed.node import private_run
 from . import datasets
 from .base import Measurement, Metric, WorkloadContext
 
@@ -29,17 +29,6 @@ def _data_dir(ctx: WorkloadContext) -> Path:
         ctx.bed.state.add_dir(folder)
         folder.mkdir(mode=0o755, exist_ok=True)
     return folder
-
-
-def _wait_listening(node: Node, port: int, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if node.run(["ss", "-Htln", f"sport = :{port}"], check=False).stdout.strip():
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise VpnlabError(f"{log.stem} did not start in {node.role}: {log.read_text(errors='replace')[-500:]}")
 
 
 def _private(ctx: WorkloadContext, name: str) -> Path:
@@ -134,7 +123,7 @@ def ensure_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
         proc = ctx.bed.sink.spawn(info["argv"], log, what=name)
         ctx.services[name] = (ctx.bed.sink, proc)
         ctx.server_info[name] = info
-        _wait_listening(ctx.bed.sink, info["port"], proc, log)
+        ctx.bed.sink.wait_listening(info["port"], proc, log)
     return ctx.server_info[name]
 
 
