@@ -13,6 +13,7 @@ PACKAGES=(
   wireguard-tools wireguard-go openvpn openssl
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
   ocserv openconnect nginx-light openssh-server openssh-client vsftpd curl
+  dovecot-pop3d dnsmasq-base bind9-dnsutils
 )
 
 # The tests also open the HTML report in a real headless browser.

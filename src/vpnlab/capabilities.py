@@ -42,11 +42,15 @@ TOOLS = {
     "sshd": "openssh-server",
     "scp": "openssh-client",
     "ssh-keygen": "openssh-client",
+    "dovecot": "dovecot-pop3d",
+    "dnsmasq": "dnsmasq-base",
+    "dig": "bind9-dnsutils",
+    "bash": "bash",
 }
 
 # Where Debian installs daemons that are not on PATH.
 EXTRA_PATHS = {"charon": "/usr/lib/ipsec/charon", "sshd": "/usr/sbin/sshd", "vsftpd": "/usr/sbin/vsftpd",
-               "nginx": "/usr/sbin/nginx"}
+               "nginx": "/usr/sbin/nginx", "dovecot": "/usr/sbin/dovecot", "dnsmasq": "/usr/sbin/dnsmasq"}
 
 FEATURES = {
     "netns": "network namespaces",

@@ -17,6 +17,7 @@ from .drivers import REGISTRY as DRIVERS
 from .errors import CapabilityError
 from .study import Link, RepetitionRule, Study, VpnConfig
 from .workloads import REGISTRY as WORKLOADS
+from .workloads import background
 
 # Measured here: namespaces + veth + shaping ~0.3 s, a userspace tunnel ~1 s, teardown ~0.5 s.
 SCENARIO_OVERHEAD_S = 2.5
@@ -42,10 +43,13 @@ class Scenario:
 
     @property
     def key(self) -> dict:
+        link = self.link.model_dump(mode="json")
+        if link["background"] is None:
+            del link["background"]  # ids from before background traffic existed stay valid
         return {
             "topology": self.topology,
             "vpn": self.vpn.as_dict(),
-            "link": self.link.model_dump(mode="json"),
+            "link": link,
             "workload": self.workload.model_dump(mode="json"),
         }
 
@@ -113,7 +117,10 @@ def check_plan(plan: Plan, caps: Capabilities) -> dict[int, str]:
                 scenario.implementations.append(driver.resolve(layer.options, caps).name)
             except CapabilityError as exc:
                 missing.append(str(exc))
-        for tool in WORKLOAD_TOOLS[scenario.workload.kind](scenario.workload):
+        tools = set(WORKLOAD_TOOLS[scenario.workload.kind](scenario.workload))
+        if scenario.link.background:
+            tools |= background.tools(scenario.link.background)
+        for tool in sorted(tools):
             if not caps.tool(tool):
                 missing.append(f"'{tool}'")
         if missing:

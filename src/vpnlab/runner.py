@@ -34,6 +34,8 @@ from .store import SETUP_REPETITION, Store
 from .testbed.state import RunState, clean_stale_runs
 from .testbed.topology import Layout, Testbed
 from .workloads import REGISTRY as WORKLOADS
+from .workloads.background import BackgroundTraffic
+from .workloads.background import UNITS as BACKGROUND_UNITS
 from .workloads.base import WorkloadContext
 
 SETUP_TIMEOUT_S = 30
@@ -184,21 +186,33 @@ class Runner:
             progress.advance(time.monotonic() - started)
             kind = WORKLOADS[scenario.workload.kind]
             units = {m.name: m.unit for m in kind.metrics} | {"link_utilisation_pct": "%"} | CPU_UNITS
+            background = None
+            if scenario.link.background:
+                background = BackgroundTraffic(ctx, scenario.link.background, seed=int(scenario.id[1:], 16))
+                units |= BACKGROUND_UNITS
             for rep in self._repetitions(store, scenario):
                 for tunnel in tunnels:
                     problem = tunnel.health()
                     if problem:
                         raise TunnelError(f"tunnel died before repetition {rep}: {problem}")
                 rep_started = time.monotonic()
-                meter = CpuMeter(*self._tunnel_ends(bed, len(tunnels)))
-                measurement = kind.run(scenario.workload, ctx)
-                cpu, cpu_flags = meter.finish(measurement.carried_bytes)
-                values = dict(measurement.values) | cpu
-                measurement.flags += cpu_flags
+                if background:
+                    background.start()
+                try:
+                    meter = CpuMeter(*self._tunnel_ends(bed, len(tunnels)))
+                    measurement = kind.run(scenario.workload, ctx)
+                    cpu, cpu_flags = meter.finish(measurement.carried_bytes)
+                finally:
+                    extra = background.stop() if background else ({}, "", [])
+                values = dict(measurement.values) | cpu | extra[0]
+                measurement.flags += cpu_flags + extra[2]
+                raw = {measurement.tool: measurement.raw} | ({"background": extra[1]} if background else {})
                 if scenario.link.rate_mbit and "throughput_mbps" in values:
                     values["link_utilisation_pct"] = 100 * values["throughput_mbps"] / scenario.link.rate_mbit
-                store.record_repetition(run_id, scenario.id, rep, values, units,
-                                        {measurement.tool: measurement.raw}, measurement.flags)
+                    if background:
+                        values["link_utilisation_total_pct"] = (values["link_utilisation_pct"]
+                                                                + values["background_kbps"] / 10 / scenario.link.rate_mbit)
+                store.record_repetition(run_id, scenario.id, rep, values, units, raw, measurement.flags)
                 if rep <= scenario.repetitions.min:  # the estimate counted the minimum
                     progress.advance(time.monotonic() - rep_started)
             if scenario.repetitions.adaptive:

@@ -26,38 +26,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# --- links -----------------------------------------------------------------
-
-class Link(Strict):
-    """The WAN between the two sides. Unset rate means an unshaped veth."""
-
-    name: str = ""
-    rate_mbit: float | None = Field(None, gt=0, le=100_000)
-    delay_ms: float = Field(0, ge=0, le=10_000, description="one-way delay added in each direction")
-    jitter_ms: float = Field(0, ge=0, le=10_000, description="delay variation in each direction")
-    jitter_distribution: Literal["uniform", "normal", "pareto", "paretonormal"] = "normal"
-    loss_pct: float = Field(0, ge=0, le=100, description="random loss in each direction")
-    queue_ms: float = Field(50, gt=0, le=10_000, description="bottleneck buffer, in ms at the link rate")
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        parts = [f"{self.rate_mbit:g}mbit" if self.rate_mbit else "unshaped"]
-        if self.delay_ms:
-            parts.append(f"{self.delay_ms:g}ms")
-        if self.jitter_ms:
-            parts.append(f"j{self.jitter_ms:g}ms")
-        if self.loss_pct:
-            parts.append(f"loss{self.loss_pct:g}%")
-        return "-".join(parts)
-
-    @property
-    def needs_netem(self) -> bool:
-        return bool(self.delay_ms or self.jitter_ms or self.loss_pct)
-
-
-# --- workloads ---------------------------------------------------------------
+# --- sizes -------------------------------------------------------------------
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)[bB]?\s*$")
 
@@ -76,6 +45,119 @@ def parse_size(value: Any) -> int:
 
 
 Size = Annotated[int, Field(gt=0)]
+
+
+# --- background traffic ------------------------------------------------------
+
+BACKGROUND_PROTOCOLS = ("http", "ftp", "smtp", "pop3", "dns")
+# One transaction of each protocol: a web object, a file, a mail sent, a mail fetched.
+DEFAULT_OBJECT = {"http": 64 * 1024, "ftp": 256 * 1024, "smtp": 32 * 1024, "pop3": 32 * 1024}
+
+
+class BackgroundFlow(Strict):
+    """Transactions of one protocol at a mean offered rate (Poisson arrivals), source <- sink
+    except SMTP, which sends. DNS is given in queries per second, the rest in kbit/s."""
+
+    protocol: Literal["http", "ftp", "smtp", "pop3", "dns"]
+    rate_kbit: float | None = Field(None, gt=0, le=10_000_000)
+    queries_per_s: float | None = Field(None, gt=0, le=10_000)
+    size: Size | None = Field(None, le=1024**3, description="bytes per transaction (not for dns)")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def parse_object_size(cls, value):
+        return None if value is None else parse_size(value)
+
+    @model_validator(mode="after")
+    def rate_given_once(self):
+        if self.protocol == "dns":
+            if self.queries_per_s is None or self.rate_kbit is not None or self.size is not None:
+                raise ValueError("a dns flow takes queries_per_s (and no rate_kbit or size)")
+        elif self.rate_kbit is None or self.queries_per_s is not None:
+            raise ValueError(f"a {self.protocol} flow takes rate_kbit (and no queries_per_s)")
+        return self
+
+    @property
+    def object_size(self) -> int:
+        return self.size or DEFAULT_OBJECT[self.protocol]
+
+    @property
+    def per_s(self) -> float:
+        """Mean transactions per second."""
+        if self.protocol == "dns":
+            return self.queries_per_s
+        return self.rate_kbit * 1000 / 8 / self.object_size
+
+
+class Background(Strict):
+    """A mix of flows run alongside every measurement of the scenarios on this link."""
+
+    name: str = Field(min_length=1)
+    flows: list[BackgroundFlow] = Field(min_length=1)
+
+
+# The small-business study's router-generated office mix, about 0.8 Mbit/s offered.
+BACKGROUND_PRESETS = {
+    "office": Background(name="office", flows=[
+        BackgroundFlow(protocol="http", rate_kbit=400),
+        BackgroundFlow(protocol="ftp", rate_kbit=200),
+        BackgroundFlow(protocol="pop3", rate_kbit=120),
+        BackgroundFlow(protocol="smtp", rate_kbit=60),
+        BackgroundFlow(protocol="dns", queries_per_s=5),
+    ]),
+}
+
+
+# --- links -----------------------------------------------------------------
+
+class Link(Strict):
+    """The WAN between the two sides. Unset rate means an unshaped veth."""
+
+    name: str = ""
+    rate_mbit: float | None = Field(None, gt=0, le=100_000)
+    delay_ms: float = Field(0, ge=0, le=10_000, description="one-way delay added in each direction")
+    jitter_ms: float = Field(0, ge=0, le=10_000, description="delay variation in each direction")
+    jitter_distribution: Literal["uniform", "normal", "pareto", "paretonormal"] = "normal"
+    loss_pct: float = Field(0, ge=0, le=100, description="random loss in each direction")
+    queue_ms: float = Field(50, gt=0, le=10_000, description="bottleneck buffer, in ms at the link rate")
+    background: Background | None = Field(None, description="'office', 'none' or {name, flows}")
+
+    @field_validator("background", mode="before")
+    @classmethod
+    def preset(cls, value):
+        if value in (None, "none"):
+            return None
+        if isinstance(value, str):
+            if value not in BACKGROUND_PRESETS:
+                raise ValueError(f"unknown background mix {value!r}; built-in: {', '.join(BACKGROUND_PRESETS)}, "
+                                 f"none, or {{name, flows}}")
+            return BACKGROUND_PRESETS[value]
+        return value
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name + self.background_label
+        parts = [f"{self.rate_mbit:g}mbit" if self.rate_mbit else "unshaped"]
+        if self.delay_ms:
+            parts.append(f"{self.delay_ms:g}ms")
+        if self.jitter_ms:
+            parts.append(f"j{self.jitter_ms:g}ms")
+        if self.loss_pct:
+            parts.append(f"loss{self.loss_pct:g}%")
+        return "-".join(parts) + self.background_label
+
+    @property
+    def background_label(self) -> str:
+        return f"+{self.background.name}" if self.background else ""
+
+    @property
+    def needs_netem(self) -> bool:
+        return bool(self.delay_ms or self.jitter_ms or self.loss_pct)
+
+
+# --- workloads ---------------------------------------------------------------
+
 
 
 class TcpWorkload(Strict):

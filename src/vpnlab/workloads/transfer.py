@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from typing import Callable
 from pathlib import Path
 
 from ..drivers.pki import make_pki
@@ -22,7 +23,7 @@ PORTS = {"http": 80, "https": 443, "ftp": 21, "ssh": 22}
 TOOLS = {"http": ("nginx", "curl"), "https": ("nginx", "curl"), "ftp": ("vsftpd", "curl"), "ssh": ("sshd", "scp")}
 
 
-def _data_dir(ctx: WorkloadContext) -> Path:
+def data_dir(ctx: WorkloadContext) -> Path:
     """Per-run folder of generated files, readable by the servers' unprivileged users."""
     folder = Path(f"/var/tmp/vpnlab-{ctx.bed.state.run_id}-data")
     if str(folder) not in ctx.bed.state.dirs:
@@ -31,14 +32,14 @@ def _data_dir(ctx: WorkloadContext) -> Path:
     return folder
 
 
-def _private(ctx: WorkloadContext, name: str) -> Path:
+def private_dir(ctx: WorkloadContext, name: str) -> Path:
     folder = ctx.bed.state.secrets_dir / f"{name}-{ctx.bed.nodes[0].namespace}"
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
 
 def _start_nginx(ctx: WorkloadContext, data: Path) -> dict:
-    home = _private(ctx, "nginx")
+    home = private_dir(ctx, "nginx")
     pki = make_pki(home, ctx.bed.sink_ip, "")
     conf = home / "nginx.conf"
     conf.write_text(f"""daemon off;
@@ -65,7 +66,7 @@ http {{
 
 def _start_vsftpd(ctx: WorkloadContext, data: Path) -> dict:
     # Anonymous FTP as a system user whose home exists (vsftpd enters it before anon_root).
-    home = _private(ctx, "vsftpd")
+    home = private_dir(ctx, "vsftpd")
     (home / "empty").mkdir(mode=0o755, exist_ok=True)
     conf = home / "vsftpd.conf"
     conf.write_text(f"""listen=YES
@@ -90,7 +91,7 @@ xferlog_enable=NO
 
 
 def _start_sshd(ctx: WorkloadContext, data: Path) -> dict:
-    home = _private(ctx, "sshd")
+    home = private_dir(ctx, "sshd")
     for name in ("host_key", "client_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", home / name], check=True)
     (home / "authorized_keys").write_text((home / "client_key.pub").read_text())
@@ -114,11 +115,10 @@ Subsystem sftp internal-sftp
 STARTERS = {"http": _start_nginx, "https": _start_nginx, "ftp": _start_vsftpd, "ssh": _start_sshd}
 
 
-def ensure_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
-    """Start the protocol's server in the sink once per testbed."""
-    name = STARTERS[protocol].__name__.removeprefix("_start_")
+def ensure_server(ctx: WorkloadContext, name: str, start: Callable[[], dict]) -> dict:
+    """Start a server in the sink once per testbed: `start()` says how (argv, port, client facts)."""
     if name not in ctx.services:
-        info = STARTERS[protocol](ctx, data)
+        info = start()
         log = ctx.log_dir / f"{name}.log"
         proc = ctx.bed.sink.spawn(info["argv"], log, what=name)
         ctx.services[name] = (ctx.bed.sink, proc)
@@ -127,10 +127,15 @@ def ensure_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
     return ctx.server_info[name]
 
 
+def ensure_file_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
+    start = STARTERS[protocol]
+    return ensure_server(ctx, start.__name__.removeprefix("_start_"), lambda: start(ctx, data))
+
+
 def run(spec: TransferWorkload, ctx: WorkloadContext) -> Measurement:
-    data = _data_dir(ctx)
+    data = data_dir(ctx)
     path = datasets.make(data, spec.data, spec.size)
-    info = ensure_server(ctx, spec.protocol, data)
+    info = ensure_file_server(ctx, spec.protocol, data)
     host = ctx.bed.sink_ip
     if spec.protocol == "ssh":
         argv = ["scp", "-q", "-i", info["key"], "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
