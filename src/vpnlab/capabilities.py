@@ -162,3 +162,14 @@ def tool_versions() -> dict[str, str]:
         text = (proc.stdout or proc.stderr).strip().splitlines()
         versions[name] = text[0] if text else "unknown"
     return versions
+
+
+# The distribution kernel the VM boots has every one of these (Debian builds them as modules).
+VM_KERNEL_FEATURES = ("netns", "veth", "tun", "tbf", "netem", "wireguard", "esp", "ppp", "l2tp", "gre")
+
+
+def vm_capabilities(host: Capabilities, kernel: str) -> Capabilities:
+    """What a scenario will find in the VM: this host's tools (the guest runs on its root
+    filesystem) with a full distribution kernel."""
+    return Capabilities(kernel=kernel, features=host.features | {f: True for f in VM_KERNEL_FEATURES},
+                        tools=host.tools)

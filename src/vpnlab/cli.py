@@ -87,10 +87,11 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its estimated duration; create nothing"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted run in this results directory"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
+    backend: str = typer.Option("auto", "--backend",
+                                help="auto: a VM only for what this kernel cannot run; netns: all here; vm: all in the VM"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
-    from .capabilities import detect
-    from .plan import check_plan, make_plan
+    from .plan import BACKENDS, make_plan
     from .runner import Interrupted, Runner, default_out_dir
 
     if resume is not None:
@@ -103,12 +104,13 @@ def run(
     else:
         loaded, is_default = _load(study)
     plan = make_plan(loaded)
+    if backend not in BACKENDS:
+        raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if dry_run:
         _print_plan(plan)
         return
     _need_root("vpnlab run")
-    caps = detect()
-    problems = check_plan(plan, caps)
+    caps, problems, in_vm = _placement(plan, backend)
     if problems and is_default:
         # The default study means "every VPN this machine can run": drop the others, say so.
         for p in problems.values():
@@ -120,7 +122,9 @@ def run(
     out_dir = out_dir or default_out_dir()
     err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
               f"{_duration(plan.estimate_s())}; results in {out_dir}", highlight=False)
-    runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty())
+    if in_vm:
+        err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
+    runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted):
@@ -133,6 +137,21 @@ def run(
     out.print(f"results: {out_dir}\nreport:  {write_report(out_dir)}")
     if runner.failures:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
+
+
+def _placement(plan, backend: str):
+    """This host's capabilities, scenario index -> why it cannot run, ids of those for the VM."""
+    from . import vm
+    from .capabilities import detect, vm_capabilities
+    from .plan import assign_backends
+
+    caps = detect()
+    vm_problem = vm.available() if backend != "netns" else "not asked for"
+    vm_caps = None
+    if vm_problem is None:
+        vm_caps = vm_capabilities(caps, vm.describe().get("kernel", "distribution kernel"))
+    problems, in_vm = assign_backends(plan, caps, backend, vm_caps, vm_problem)
+    return caps, problems, in_vm
 
 
 def _duration(seconds: float) -> str:
@@ -362,13 +381,28 @@ def stats(
 
 @app.command()
 @user_errors
-def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
-    """What this kernel and machine offer, and which VPN implementations can run here."""
+def doctor(
+    study: Optional[str] = typer.Argument(None, help="also say where each scenario of this study would run"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    backend: str = typer.Option("auto", "--backend", help="as for `vpnlab run`"),
+):
+    """What this kernel and machine offer, which VPN implementations can run here, whether a VM
+    can run the rest, and (given a study) where each of its scenarios would run."""
+    from . import vm
     from .capabilities import FEATURES, TOOLS, detect
     from .drivers import REGISTRY
+    from .plan import check_scenario, make_plan
 
     _need_root("vpnlab doctor")
     caps = detect()
+    placement = []
+    if study is not None:
+        plan = make_plan(_load(study)[0])
+        _, problems, in_vm = _placement(plan, backend)
+        for sc in plan.scenarios:
+            where = "nowhere" if sc.index in problems else ("vm" if sc.id in in_vm else "here")
+            why = problems.get(sc.index) or ("; ".join(check_scenario(sc, caps)) if where == "vm" else "")
+            placement.append({"index": sc.index, "scenario": sc.label, "runs": where, "why": why})
     drivers = {}
     for name, driver in REGISTRY.items():
         options = driver.Options()
@@ -382,6 +416,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         "features": caps.features,
         "tools": {t: caps.tool(t) for t in TOOLS},
         "drivers": drivers,
+        "vm": vm.describe(),
+        "placement": placement,
     }
     if as_json:
         out.print_json(json.dumps(report))
@@ -407,6 +443,19 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
             usable = "[green]yes[/]" if impl["usable"] else "[red]no[/]: needs " + ", ".join(impl["missing"])
             table.add_row(name, impl["implementation"], usable)
     out.print(table)
+    info = report["vm"]
+    if info["available"]:
+        out.print(f"VM backend: available ({'KVM' if info['kvm'] else 'software emulation (TCG): slow'}; "
+                  f"kernel {info['kernel']}); with --backend auto it runs what this kernel cannot")
+    else:
+        out.print(f"VM backend: [red]unavailable[/]: {info['problem']}")
+    if placement:
+        table = Table(title=f"where the scenarios of {study} run (--backend {backend})", title_justify="left")
+        for col in ("#", "scenario", "runs", "why"):
+            table.add_column(col)
+        for row in placement:
+            table.add_row(str(row["index"]), row["scenario"], row["runs"], row["why"])
+        out.print(table)
 
 
 @app.command("list")

@@ -103,6 +103,10 @@ class CpuMeter:
             values["cpu_s_per_gb"] = (left_s + right_s + kernel_s) / (bytes_carried / 1e9)
         flags = []
         if values["cpu_busy_pct"] > SATURATED_PCT:
-            flags.append(f"cpu saturated ({values['cpu_busy_pct']:.0f}% of all cores): throughput is a bound "
-                         "set by this machine, not by the VPN alone")
+            if os.environ.get("VPNLAB_BACKEND") == "vm-tcg":
+                flags.append(f"cpu saturated in an emulated VM ({values['cpu_busy_pct']:.0f}% of all guest cores): "
+                             "throughput is a lower bound set by emulation, not by the VPN")
+            else:
+                flags.append(f"cpu saturated ({values['cpu_busy_pct']:.0f}% of all cores): throughput is a bound "
+                             "set by this machine, not by the VPN alone")
         return values, flags

@@ -99,30 +99,68 @@ def make_plan(study: Study) -> Plan:
     return Plan(study, scenarios)
 
 
+def check_scenario(scenario: Scenario, caps: Capabilities) -> list[str]:
+    """Resolve the scenario's implementations on `caps`; what they lack (empty: it can run)."""
+    missing = []
+    if not caps.has("netns") or not caps.has("veth"):
+        missing.append("network namespaces and veth pairs")
+    if scenario.link.rate_mbit and not caps.has("tbf"):
+        missing.append("the tbf qdisc (link rate)")
+    if scenario.link.needs_netem and not caps.has("netem"):
+        missing.append("the netem qdisc (link delay, jitter or loss)")
+    scenario.implementations = []
+    for layer in scenario.vpn.layers:
+        driver = DRIVERS[layer.driver]
+        try:
+            scenario.implementations.append(driver.resolve(layer.options, caps).name)
+        except CapabilityError as exc:
+            missing.append(str(exc))
+    tools = set(WORKLOAD_TOOLS[scenario.workload.kind](scenario.workload))
+    if scenario.link.background:
+        tools |= background.tools(scenario.link.background)
+    for tool in sorted(tools):
+        if not caps.tool(tool):
+            missing.append(f"'{tool}'")
+    return missing
+
+
+def _needs(scenario: Scenario, missing: list[str]) -> str:
+    return f"scenario {scenario.index} ({scenario.label}) needs: " + "; ".join(missing)
+
+
 def check_plan(plan: Plan, caps: Capabilities) -> dict[int, str]:
     """Resolve each scenario's implementations; scenario index -> what this machine lacks for it."""
     problems = {}
     for scenario in plan.scenarios:
-        missing = []
-        if not caps.has("netns") or not caps.has("veth"):
-            missing.append("network namespaces and veth pairs")
-        if scenario.link.rate_mbit and not caps.has("tbf"):
-            missing.append("the tbf qdisc (link rate)")
-        if scenario.link.needs_netem and not caps.has("netem"):
-            missing.append("the netem qdisc (link delay, jitter or loss)")
-        scenario.implementations = []
-        for layer in scenario.vpn.layers:
-            driver = DRIVERS[layer.driver]
-            try:
-                scenario.implementations.append(driver.resolve(layer.options, caps).name)
-            except CapabilityError as exc:
-                missing.append(str(exc))
-        tools = set(WORKLOAD_TOOLS[scenario.workload.kind](scenario.workload))
-        if scenario.link.background:
-            tools |= background.tools(scenario.link.background)
-        for tool in sorted(tools):
-            if not caps.tool(tool):
-                missing.append(f"'{tool}'")
+        missing = check_scenario(scenario, caps)
         if missing:
-            problems[scenario.index] = f"scenario {scenario.index} ({scenario.label}) needs: " + "; ".join(missing)
+            problems[scenario.index] = _needs(scenario, missing)
     return problems
+
+
+BACKENDS = ("auto", "netns", "vm")
+
+
+def assign_backends(plan: Plan, caps: Capabilities, backend: str,
+                    vm_caps: Capabilities | None, vm_problem: str | None) -> tuple[dict[int, str], set[str]]:
+    """Where each scenario runs: (index -> why it cannot run anywhere, ids of those that go to the VM).
+
+    `netns` runs everything on this host; `vm` everything in the VM; `auto` runs in the VM only
+    what this host's kernel or tools cannot. `vm_caps` is what the guest will offer (None when no
+    VM can be booted here, `vm_problem` says why)."""
+    if backend == "netns":
+        return check_plan(plan, caps), set()
+    problems, to_vm = {}, set()
+    for scenario in plan.scenarios:
+        host_missing = check_scenario(scenario, caps) if backend == "auto" else ["the VM backend (asked for)"]
+        if not host_missing:
+            continue
+        if vm_caps is None:
+            problems[scenario.index] = _needs(scenario, host_missing + [f"a VM to run in, but {vm_problem}"])
+            continue
+        vm_missing = check_scenario(scenario, vm_caps)
+        if vm_missing:
+            problems[scenario.index] = _needs(scenario, vm_missing) + " (even in the VM)"
+        else:
+            to_vm.add(scenario.id)
+    return problems, to_vm

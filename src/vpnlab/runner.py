@@ -13,6 +13,7 @@ import contextlib
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import __version__
+from . import __version__, vm
 from .analysis import PRIMARY_METRIC, describe
 from .capabilities import Capabilities, tool_versions
 from .cpu import METRICS as CPU_METRICS
@@ -30,7 +31,7 @@ from .drivers.base import Tunnel, TunnelEnv, wait_for
 from .errors import TunnelError, VpnlabError
 from .plan import Plan, Scenario
 from .proof import PROBE_INNER_LEN, prove
-from .store import SETUP_REPETITION, Store
+from .store import DB_NAME, SETUP_REPETITION, Store
 from .testbed.state import RunState, clean_stale_runs
 from .testbed.topology import Layout, Testbed
 from .workloads import REGISTRY as WORKLOADS
@@ -39,6 +40,8 @@ from .workloads.background import UNITS as BACKGROUND_UNITS
 from .workloads.base import WorkloadContext
 
 SETUP_TIMEOUT_S = 30
+VM_SLOWDOWN = 3  # a scenario in an emulated VM: boot share, slower daemons and set-up
+VM_SCENARIO_MARGIN_S = 60
 CPU_UNITS = {name: ("s/GB" if name == "cpu_s_per_gb" else "%") for name in CPU_METRICS}
 TUNNEL_UNITS = {"setup_s": "s", "overhead_bytes": "B", "overhead_model_bytes": "B", "tunnel_mtu": "B"}
 
@@ -99,9 +102,10 @@ def _signals_unwind():
 
 class Runner:
     def __init__(self, plan: Plan, out_dir: Path, caps: Capabilities, console: Console | None = None,
-                 progress: bool = True):
+                 progress: bool = True, in_vm: set[str] = frozenset()):
         self.plan = plan
-        self.out_dir = Path(out_dir)
+        self.out_dir = Path(out_dir).resolve()
+        self.in_vm = in_vm  # ids of the scenarios that run in the VM
         self.caps = caps
         self.console = console or Console(stderr=True)
         self.show_progress = progress
@@ -126,10 +130,14 @@ class Runner:
                 for scenario in self.plan.scenarios:
                     store.add_scenario(scenario)
                 todo = [s for s in self.plan.scenarios if not self._finished(store, s)]
-                total = sum(s.estimate_s() for s in todo)
+                here = [s for s in todo if s.id not in self.in_vm]
+                in_vm = [s for s in todo if s.id in self.in_vm]
+                total = sum(s.estimate_s() for s in here) + sum(s.estimate_s() * VM_SLOWDOWN for s in in_vm)
                 with Progressor(self.console, total, self.show_progress) as progress:
-                    for scenario in todo:
+                    for scenario in here:
                         self._run_scenario(store, state, run_id, scenario, progress)
+                    if in_vm:
+                        self._run_in_vm(store, state, run_id, in_vm, progress)
                 status = "completed" if not self.failures else "completed-with-failures"
         except (KeyboardInterrupt, Interrupted):
             status = "interrupted"
@@ -139,6 +147,41 @@ class Runner:
             store.finish_run(run_id, status)
             store.close()
         return status
+
+    def _run_in_vm(self, store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
+                   progress: Progressor) -> None:
+        """One VM boot for all the scenarios that need it; its store is merged into ours, also
+        when the guest dies half-way (what it measured by then is kept)."""
+        work = self.out_dir / "vm"
+        guest_store = work / vm.RESULTS / DB_NAME
+        progress.describe(f"VM: {len(scenarios)} scenarios")
+        started = time.monotonic()
+        vm.write_job(work, self.plan.study.source_text, self.plan.study.source_path, [s.id for s in scenarios])
+        console = self.out_dir / "logs" / f"vm-run{run_id}-console.log"
+        console.parent.mkdir(parents=True, exist_ok=True)
+        timeout = sum(s.estimate_s() * VM_SLOWDOWN + VM_SCENARIO_MARGIN_S for s in scenarios)
+        accel, error = "", None
+        try:
+            accel = vm.Guest(state, work, console).run(
+                [sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
+        except vm.VmError as exc:
+            error = str(exc)
+        finally:
+            note = (f"measured in a VM ({'software emulation (TCG): slow, CPU-bound figures are lower bounds' if accel == 'tcg' else accel}, "
+                    f"kernel {vm.find_kernel(download=False).version})") if accel else ""
+            if guest_store.is_file():
+                store.merge(guest_store, run_id, note)
+        guest_log = work / "guest.log"
+        for scenario in scenarios:
+            if not self._finished(store, scenario) and store.status(scenario.id) != "failed":
+                reason = error or ("the guest stopped before this scenario finished: "
+                                   + vm.tail(guest_log.read_text(errors="replace") if guest_log.is_file() else ""))
+                store.set_status(scenario.id, "failed", reason)
+            if store.status(scenario.id) == "failed":
+                self.failures.append((scenario, store.failure(scenario.id)))
+                progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed in the VM:[/] "
+                             f"{store.failure(scenario.id)}")
+        progress.advance(time.monotonic() - started)
 
     @staticmethod
     def _target_met(store: Store, scenario: Scenario) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -92,7 +93,8 @@ class Store:
         self.path = path
         self.db = sqlite3.connect(path)
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
+        # WAL needs shared memory, which a VM guest's 9p share does not give: the guest asks for DELETE.
+        self.db.execute(f"PRAGMA journal_mode={os.environ.get('VPNLAB_STORE_JOURNAL', 'WAL')}")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
@@ -183,10 +185,50 @@ class Store:
                     (scenario_id, repetition, run_id, stamp, ";".join(flags)),
                 )
 
+    def merge(self, other: Path, run_id: int, note: str) -> list[str]:
+        """Take in what another store (a VM guest's) measured for scenarios this one planned:
+        repetitions with their samples and raw output, status, notes. Idempotent, so a store left
+        by an interrupted run can be merged again. Returns the scenario ids it touched."""
+        src = sqlite3.connect(f"file:{other}?mode=ro", uri=True)
+        src.row_factory = sqlite3.Row
+        touched = []
+        try:
+            with self.db:
+                for sc in src.execute("SELECT * FROM scenarios WHERE status != 'pending'"):
+                    if not self.db.execute("SELECT 1 FROM scenarios WHERE id=?", (sc["id"],)).fetchone():
+                        continue
+                    touched.append(sc["id"])
+                    self.db.execute("UPDATE scenarios SET status=?, failure=?, implementation=?, ci_target_met=?"
+                                    " WHERE id=?", (sc["status"], sc["failure"], sc["implementation"],
+                                                    sc["ci_target_met"], sc["id"]))
+                    for text in filter(None, [note, *sc["notes"].split("; ")]):
+                        self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ?"
+                                        " END WHERE id=? AND instr(notes, ?) = 0", (text, text, sc["id"], text))
+                    for rep in src.execute("SELECT * FROM repetitions WHERE scenario_id=?", (sc["id"],)):
+                        self.db.execute("INSERT OR IGNORE INTO repetitions VALUES (?, ?, ?, ?, ?)",
+                                        (rep["scenario_id"], rep["repetition"], run_id, rep["completed_at"], rep["flags"]))
+                    self.db.executemany("INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?)",
+                                        [tuple(r) for r in src.execute("SELECT * FROM samples WHERE scenario_id=?",
+                                                                        (sc["id"],))])
+                    self.db.executemany("INSERT OR IGNORE INTO raw_outputs VALUES (?, ?, ?, ?)",
+                                        [tuple(r) for r in src.execute("SELECT * FROM raw_outputs WHERE scenario_id=?",
+                                                                        (sc["id"],))])
+        finally:
+            src.close()
+        return touched
+
     # -- reading -----------------------------------------------------------
     def done_repetitions(self, scenario_id: str) -> set[int]:
         rows = self.db.execute("SELECT repetition FROM repetitions WHERE scenario_id=?", (scenario_id,))
         return {r[0] for r in rows}
+
+    def status(self, scenario_id: str) -> str | None:
+        row = self.db.execute("SELECT status FROM scenarios WHERE id=?", (scenario_id,)).fetchone()
+        return row[0] if row else None
+
+    def failure(self, scenario_id: str) -> str | None:
+        row = self.db.execute("SELECT failure FROM scenarios WHERE id=?", (scenario_id,)).fetchone()
+        return row[0] if row else None
 
     def has_sample(self, scenario_id: str, repetition: int, metric: str) -> bool:
         row = self.db.execute("SELECT 1 FROM samples WHERE scenario_id=? AND repetition=? AND metric=?",

@@ -1,0 +1,46 @@
+"""Inside the VM: run the scenarios the host handed over, storing into the shared folder.
+
+The host writes job.json (the study text and the scenario ids) into the work folder, boots
+the guest with `python -m vpnlab.guest <work>`, and merges work/results/results.sqlite into
+its own store afterwards. The same Runner as on the host does the work, so a scenario is
+measured the same way in both places.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from .capabilities import detect
+from .plan import check_plan, make_plan
+from .runner import Runner
+from .store import Store
+from .study import parse_study
+from .vm import JOB, RESULTS
+
+def main(work: Path) -> int:
+    job = json.loads((work / JOB).read_text())
+    plan = make_plan(parse_study(job["study_text"], job["source"]))
+    wanted = set(job["scenarios"])
+    plan.drop({s.index for s in plan.scenarios if s.id not in wanted})
+    caps = detect()
+    problems = check_plan(plan, caps)
+    unrunnable = [(s, problems[s.index]) for s in plan.scenarios if s.index in problems]
+    plan.drop(problems)
+    out = work / RESULTS
+    console = Console(stderr=True, width=120)
+    Runner(plan, out, caps, console=console, progress=False).run()
+    if unrunnable:
+        store = Store.open_dir(out)
+        for scenario, problem in unrunnable:
+            store.add_scenario(scenario)
+            store.set_status(scenario.id, "failed", f"not runnable in the VM: {problem}")
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
