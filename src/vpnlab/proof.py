@@ -67,10 +67,12 @@ def _outer_matches(ip: dpkt.ip.IP, outer: tuple[str, int | None]) -> bool:
 Channel = tuple[str, int | None]  # ("udp"|"tcp"|"esp"|"gre", port)
 
 
-def analyse(pcap: Path, marker: bytes, channels: list[Channel] | None, src_ip: str) -> Proof:
-    """Read a WAN capture. `channels` are the tunnel's own, its data channel first; None for no VPN."""
+def analyse(pcap: Path, marker: bytes, channels: list[Channel] | None, src_ip: str, encrypted: bool = True) -> Proof:
+    """Read a WAN capture. `channels` are the tunnel's own, its data channel first; None for no VPN.
+    Through a tunnel that does not encrypt (plain L2TP) the marker must be seen, but only inside
+    the tunnel's data channel."""
     packets = outer_packets = 0
-    in_clear = False
+    in_clear = inside_readable = False
     lengths: collections.Counter[int] = collections.Counter()
     with open(pcap, "rb") as fh:
         for _, frame in dpkt.pcap.Reader(fh):
@@ -79,7 +81,11 @@ def analyse(pcap: Path, marker: bytes, channels: list[Channel] | None, src_ip: s
                 continue  # ARP and the like
             ip = eth.data
             packets += 1
-            in_clear = in_clear or marker in bytes(ip)
+            seen = marker in bytes(ip)
+            if seen and channels and not encrypted and _outer_matches(ip, channels[0]):
+                inside_readable = True
+            else:
+                in_clear = in_clear or seen
             if channels and any(_outer_matches(ip, c) for c in channels):
                 outer_packets += 1
                 if _outer_matches(ip, channels[0]) and ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN:
@@ -94,6 +100,8 @@ def analyse(pcap: Path, marker: bytes, channels: list[Channel] | None, src_ip: s
     else:
         if in_clear:
             proof.problems.append("the marker crossed the WAN in clear: traffic bypassed the tunnel")
+        if not encrypted and not inside_readable:
+            proof.problems.append("the tunnel does not encrypt, yet the marker was not seen inside it")
         if outer_packets == 0:
             proto, port = channels[0]
             proof.problems.append(f"no packets of the tunnel's outer protocol ({proto} {port or ''}) on the WAN")
@@ -106,7 +114,8 @@ def _ip_bytes(text: str) -> bytes:
     return bytes(int(part) for part in text.split("."))
 
 
-def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None, pcap: Path) -> Proof:
+def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None, pcap: Path,
+          encrypted: bool = True) -> Proof:
     """Capture the WAN while sending marked probes from the source towards the sink."""
     marker = secrets.token_bytes(16)
     left = bed.wan_nodes[0]
@@ -125,4 +134,4 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
         time.sleep(0.1)  # let the last probes reach the capture
     finally:
         left.stop(capture)
-    return analyse(pcap, marker, channels, underlay_src or bed.address(0, 0))
+    return analyse(pcap, marker, channels, underlay_src or bed.address(0, 0), encrypted)

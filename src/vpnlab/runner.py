@@ -289,11 +289,14 @@ class Runner:
         """Proof of tunnel and measured overhead; raises TunnelError if the traffic bypassed the tunnel."""
         channels = tunnels[0].channels if tunnels else None
         underlay = bed.tunnel_sites(0)[0].underlay_ip if tunnels else None
-        result = prove(bed, channels, underlay, log_dir / "proof.pcap")
+        encrypted = not tunnels or any(t.encrypted for t in tunnels)
+        result = prove(bed, channels, underlay, log_dir / "proof.pcap", encrypted)
         if not result.ok:
             raise TunnelError("proof of tunnel failed: " + "; ".join(result.problems))
         if not tunnels:
             return {}
+        if not encrypted:
+            store.add_note(scenario.id, "not encrypted: the probes crossed the WAN inside the tunnel, readable")
         model = PROBE_INNER_LEN
         for layer, impl in reversed(list(zip(scenario.vpn.layers, scenario.implementations))):
             model += DRIVERS[layer.driver].overhead(layer.options, layer.profile, impl, model)  # innermost first

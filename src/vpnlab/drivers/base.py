@@ -88,6 +88,7 @@ class Tunnel:
     processes: list[tuple[Node, subprocess.Popen, Path]] = field(default_factory=list)
     cleanup_files: list[Path] = field(default_factory=list)
     control: list[tuple[str, int | None]] = field(default_factory=list)  # other channels of its own on the WAN
+    encrypted: bool = True  # plain L2TP is not: its contents are readable on the WAN
 
     @property
     def channels(self) -> list[tuple[str, int | None]]:

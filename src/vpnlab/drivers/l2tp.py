@@ -1,0 +1,172 @@
+"""L2TP with xl2tpd + pppd (MS-CHAPv2), plain or over IPsec transport mode with a pre-shared
+key (strongSwan, IKEv1 as Windows clients use it): "L2TP/IPsec".
+
+Needs PPP in the kernel, and kernel ESP for the IPsec variant (transport mode has no
+userspace data plane): on a host without them the VM backend runs it.
+"""
+
+from __future__ import annotations
+
+import secrets as random_secrets
+from typing import Literal
+
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .ppp import CLIENT_NAME, COMMON, MTU, SERVER_NAME, auth_options, private_etc, wait_for_link
+from .strongswan import CHARON, ESP, FIPS_ESP, StrongSwan
+from ..testbed.node import private_run
+
+L2TP_PORT = 1701
+DEFAULT_ESP = "aes128-sha1"  # what Windows' L2TP/IPsec client proposes first
+L2TP_HEADER = 6  # flags/version, tunnel id, session id: kernel L2TP sends data without the length field
+PPP_HEADER = 4  # address/control and protocol (no compression negotiated)
+
+
+class L2tpOptions(Options):
+    ipsec: bool = True
+    esp: Literal["3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",
+                 "aes128gcm16", "aes256gcm16"] = DEFAULT_ESP
+
+
+class L2tp(Driver):
+    name = "l2tp"
+    summary = "L2TP (xl2tpd + pppd, MS-CHAPv2), plain or over IPsec transport mode with a PSK (strongSwan IKEv1)"
+    Options = L2tpOptions
+
+    def check(self, options, profile):
+        if profile == "fips" and not options.ipsec:
+            return "profile: plain L2TP is not encrypted; the fips profile needs ipsec: true"
+        if profile == "fips" and options.esp not in FIPS_ESP:
+            return f"options.esp: {options.esp} is not FIPS 140-approved"
+        return None
+
+    def describe(self, options, profile):
+        text = f"l2tp/ipsec {options.esp}" if options.ipsec else "l2tp"
+        return text if profile == "default" else f"{text} {profile}"
+
+    def implementations(self, options):
+        if options.ipsec:
+            return [Implementation("xl2tpd+esp", features=("ppp", "l2tp", "esp"),
+                                   tools=("xl2tpd", "pppd", "charon", "swanctl"))]
+        return [Implementation("xl2tpd", features=("ppp", "l2tp"), tools=("xl2tpd", "pppd"))]
+
+    def overhead(self, options, profile, implementation, inner_len: int) -> int:
+        carried = 8 + L2TP_HEADER + PPP_HEADER + inner_len  # UDP + L2TP + PPP + the packet
+        if not options.ipsec:
+            return 20 + carried - inner_len
+        iv, block, icv = ESP[options.esp]
+        encrypted = -(-(carried + 2) // block) * block  # + pad length and next header, padded
+        return 20 + 8 + iv + encrypted + icv - inner_len  # transport mode: one outer IP header
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        names = (f"pl{env.unique}a", f"pl{env.unique}b")
+        outer = ("esp", None) if options.ipsec else ("udp", L2TP_PORT)
+        control = [("udp", 500), ("udp", 4500)] if options.ipsec else []
+        tunnel = Tunnel(self, env, env.implementation, outer, names, MTU, control=control, encrypted=options.ipsec)
+        if options.ipsec:
+            self._ipsec(left, right, options, env, tunnel)
+
+        server_log = env.log("pppd-gateway")
+        server_ppp = env.secret_file("options.lns", "\n".join(
+            [f"name {SERVER_NAME}", *auth_options(True, None), *COMMON, f"ifname {names[1]}",
+             f"logfile {server_log}"]) + "\n")
+        lns = env.secret_file("xl2tpd-lns.conf", f"""[global]
+listen-addr = {right.underlay_ip}
+port = {L2TP_PORT}
+access control = no
+[lns default]
+ip range = {left.tunnel_ip}-{left.tunnel_ip}
+local ip = {right.tunnel_ip}
+length bit = yes
+require authentication = yes
+name = {SERVER_NAME}
+pppoptfile = {server_ppp}
+""")
+        client_log = env.log("pppd-client")
+        client_ppp = env.secret_file("options.lac", "\n".join(
+            [f"user {CLIENT_NAME}", f"remotename {SERVER_NAME}", *auth_options(False, None), *COMMON,
+             f"ifname {names[0]}", f"logfile {client_log}"]) + "\n")
+        lac = env.secret_file("xl2tpd-lac.conf", f"""[global]
+listen-addr = {left.underlay_ip}
+port = {L2TP_PORT}
+access control = no
+[lac vpnlab]
+lns = {right.underlay_ip}
+length bit = yes
+autodial = yes
+redial = no
+require authentication = no
+name = {CLIENT_NAME}
+pppoptfile = {client_ppp}
+""")
+        for site, conf, role in ((right, lns, "lns"), (left, lac, "lac")):
+            argv = ["xl2tpd", "-D", "-c", conf, "-p", env.secrets / f"xl2tpd-{role}.pid",
+                    "-C", env.secrets / f"xl2tpd-{role}.control", "-s", env.secrets / "l2tp-secrets"]
+            log = env.log(f"xl2tpd-{role}")
+            proc = site.node.spawn(private_etc(env, private_run(argv, keep=env.state.directory, make=("/run/xl2tpd",))),
+                                   log, what="xl2tpd")
+            tunnel.processes.append((site.node, proc, log))
+        env.secret_file("l2tp-secrets", "")
+        wait_for_link(left.node, names[0], tunnel)
+        wait_for_link(right.node, names[1], tunnel)
+        route_into(left.node, right.subnets, names[0])
+        route_into(right.node, left.subnets, names[1])
+        return tunnel
+
+    @staticmethod
+    def _ipsec(left, right, options, env: TunnelEnv, tunnel: Tunnel) -> None:
+        """An ESP transport-mode SA for UDP 1701 between the two underlay addresses."""
+        psk = "0x" + random_secrets.token_hex(32)
+        homes = []
+        for site, peer, is_client in ((right, left, False), (left, right, True)):
+            home = env.secrets / f"ipsec-{site.node.role}"
+            home.mkdir(mode=0o700)
+            vici = home / "charon.vici"
+            (home / "strongswan.conf").write_text(StrongSwan._strongswan_conf(vici, libipsec=False))
+            me, them = ("client", "server") if is_client else ("server", "client")
+            conf = home / "swanctl.conf"
+            conf.touch(mode=0o600)
+            conf.write_text(f"""connections {{
+  l2tp {{
+    version = 1
+    local_addrs = {site.underlay_ip}
+    remote_addrs = {peer.underlay_ip}
+    local {{
+      auth = psk
+      id = {me}@vpnlab
+    }}
+    remote {{
+      auth = psk
+      id = {them}@vpnlab
+    }}
+    children {{
+      l2tp {{
+        local_ts = {site.underlay_ip}/32[udp/{L2TP_PORT}]
+        remote_ts = {peer.underlay_ip}/32[udp/{L2TP_PORT}]
+        mode = transport
+        esp_proposals = {options.esp}
+      }}
+    }}
+  }}
+}}
+secrets {{
+  ike-vpnlab {{
+    id-1 = client@vpnlab
+    id-2 = server@vpnlab
+    secret = {psk}
+  }}
+}}
+""")
+            log = env.log(f"charon-{site.node.role}")
+            proc = site.node.spawn(private_run([CHARON], keep=env.state.directory), log,
+                                   env={"STRONGSWAN_CONF": str(home / "strongswan.conf")}, what="charon")
+            tunnel.processes.append((site.node, proc, log))
+            homes.append((site, home))
+
+        def answering(site, home) -> bool:
+            return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
+                                 check=False, timeout=10).returncode == 0
+
+        wait_for(lambda: all(answering(*h) for h in homes), 15, "charon's vici sockets", tunnel)
+        for site, home in homes:
+            StrongSwan._swanctl(site, home, ["--load-all"], tunnel)
+        StrongSwan._swanctl(*homes[1], ["--initiate", "--child", "l2tp", "--timeout", "20"], tunnel)

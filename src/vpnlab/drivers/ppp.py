@@ -1,0 +1,60 @@
+"""What PPTP and L2TP share: pppd with MS-CHAPv2, its secrets, and a private view of /etc/ppp.
+
+pppd reads fixed paths (/etc/ppp/options, /etc/ppp/chap-secrets) and runs /etc/ppp/ip-up,
+whose Debian hooks may rewrite system files. Every pppd-launching daemon is started with
+those paths bind-mounted, in its own mount namespace (`ip netns exec` gives one), onto this
+tunnel's files: an empty options file, the per-run secrets, and `true` for the hooks.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from ..testbed.node import Node
+from .base import Tunnel, TunnelEnv, wait_for
+
+CLIENT_NAME = "vpnlab"
+SERVER_NAME = "vpnlab-gw"
+MTU = 1400  # what Windows and most PPTP/L2TP set-ups use: room for the encapsulation under 1500
+HOOKS = ("/etc/ppp/ip-up", "/etc/ppp/ip-down", "/etc/ppp/ipv6-up", "/etc/ppp/ipv6-down")
+
+
+def auth_options(gateway: bool, mppe: str | None, stateful: bool = False) -> list[str]:
+    """MS-CHAPv2 only (the gateway asks for it, the client offers nothing else), and MPPE at
+    the given strength when asked for (PPTP's encryption)."""
+    lines = ["auth", "require-mschap-v2"] if gateway else ["noauth", "refuse-pap", "refuse-chap", "refuse-mschap",
+                                                          "refuse-eap"]
+    if mppe:
+        lines += [f"require-mppe-{mppe}", "nomppe-128" if mppe == "40" else "nomppe-40",
+                  "mppe-stateful" if stateful else "nomppe-stateful"]
+    else:
+        lines += ["nomppe"]
+    return lines
+
+
+# No header compression, so the per-packet overhead is the same on every set-up; `debug`
+# logs the negotiation (not the data) into the tunnel's log.
+COMMON = ["nodefaultroute", "noipdefault", "novj", "novjccomp", "nobsdcomp", "nodeflate", "nopcomp", "noaccomp",
+          "noproxyarp", f"mtu {MTU}", f"mru {MTU}", "lcp-echo-interval 0", "debug"]
+
+
+def private_etc(env: TunnelEnv, argv: list) -> list:
+    """Wrap a pppd-launching daemon so it sees this tunnel's /etc/ppp files only."""
+    secrets_file = env.secrets / "chap-secrets"
+    if not secrets_file.exists():
+        password = secrets.token_urlsafe(18)
+        env.secret_file("chap-secrets", f'"{CLIENT_NAME}" "{SERVER_NAME}" "{password}" *\n')
+        env.secret_file("options", "")
+    binds = [f"mount --bind {env.secrets}/options /etc/ppp/options",
+             f"mount --bind {env.secrets}/chap-secrets /etc/ppp/chap-secrets",
+             *(f"{{ [ ! -e {hook} ] || mount --bind /bin/true {hook}; }}" for hook in HOOKS),
+             "mount -t tmpfs vpnlab-lock /run/lock"]
+    return ["sh", "-c", " && ".join(binds) + ' && exec "$@"', "sh", *map(str, argv)]
+
+
+def wait_for_link(node: Node, dev: str, tunnel: Tunnel, timeout: float = 30) -> None:
+    """Until pppd has configured the interface (IPCP done, address set)."""
+    def configured() -> bool:
+        out = node.run(["ip", "-o", "-4", "addr", "show", "dev", dev], check=False).stdout
+        return "inet " in out
+    wait_for(configured, timeout, f"PPP interface {dev} in {node.role}", tunnel, interval=0.2)

@@ -1,0 +1,71 @@
+"""PPTP: pptpd on the gateway, pptp-linux + pppd on the client; MS-CHAPv2 and MPPE (RC4).
+
+Needs PPP in the kernel (and MPPE): on a host without it the VM backend runs it. GRE is done
+in userspace by pptp and pptpd; the control connection is TCP 1723.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
+from .ppp import CLIENT_NAME, COMMON, MTU, SERVER_NAME, auth_options, private_etc, wait_for_link
+
+CONTROL_PORT = 1723
+
+
+class PptpOptions(Options):
+    mppe: Literal["128", "40"] = "128"
+    stateful: bool = False  # MPPE stateful mode: the RC4 key changes only every 256 packets (or on loss)
+
+
+class Pptp(Driver):
+    name = "pptp"
+    summary = "PPTP (pptpd + pptp-linux + pppd), MS-CHAPv2, MPPE-128/40 over GRE"
+    Options = PptpOptions
+
+    def check(self, options, profile):
+        if profile == "fips":
+            return "profile: PPTP has no FIPS 140 configuration (MPPE is RC4; MS-CHAPv2 is MD4 and DES)"
+        return None
+
+    def describe(self, options, profile):
+        return f"pptp mppe-{options.mppe}" + (" stateful" if options.stateful else "")
+
+    def implementations(self, options):
+        return [Implementation("pptpd", features=("ppp",), tools=("pptpd", "pptp", "pppd"))]
+
+    def overhead(self, options, profile, implementation, inner_len: int) -> int:
+        # outer IPv4 20 + enhanced GRE 8 + sequence 4 + acknowledgement 4 (piggybacked on nearly
+        # every packet while the peer sends too; 4 bytes less on the others) + PPP address/control 2
+        # + protocol 2 (MPPE) + MPPE header 2 + the inner protocol 2
+        return 20 + 16 + 2 + 2 + 2 + 2
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        names = (f"pp{env.unique}a", f"pp{env.unique}b")
+        tunnel = Tunnel(self, env, env.implementation, ("gre", None), names, control=[("tcp", CONTROL_PORT)])
+        server_log = env.log("pppd-gateway")
+        server_options = env.secret_file("options.pptpd", "\n".join(
+            [f"name {SERVER_NAME}", *auth_options(True, options.mppe, options.stateful), *COMMON, f"ifname {names[1]}", f"logfile {server_log}"]) + "\n")
+        config = env.secret_file("pptpd.conf", f"option {server_options}\nlocalip {right.tunnel_ip}\n"
+                                               f"remoteip {left.tunnel_ip}\nlisten {right.underlay_ip}\n")
+        log = env.log("pptpd")
+        proc = right.node.spawn(private_etc(env, ["pptpd", "--fg", "-c", config, "-p", env.secrets / "pptpd.pid"]),
+                                log, what="pptpd")
+        tunnel.processes.append((right.node, proc, log))
+        right.node.wait_listening(CONTROL_PORT, proc, log)
+
+        client_log = env.log("pppd-client")
+        lines = ["nodetach", f"user {CLIENT_NAME}", f"remotename {SERVER_NAME}",
+                 *auth_options(False, options.mppe, options.stateful), *COMMON,
+                 f"ifname {names[0]}", f"logfile {client_log}"]
+        argv = ["pppd", "pty", f"pptp {right.underlay_ip} --nolaunchpppd", *(w for line in lines for w in line.split())]
+        log = env.log("pptp-client")
+        proc = left.node.spawn(private_etc(env, argv), log, what="pppd")
+        tunnel.processes.append((left.node, proc, log))
+        wait_for_link(left.node, names[0], tunnel)
+        wait_for_link(right.node, names[1], tunnel)
+        route_into(left.node, right.subnets, names[0])
+        route_into(right.node, left.subnets, names[1])
+        tunnel.mtu = MTU
+        return tunnel
