@@ -14,6 +14,8 @@ PACKAGES=(
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
   ocserv openconnect nginx-light openssh-server openssh-client vsftpd curl
   dovecot-pop3d dnsmasq-base bind9-dnsutils
+  pptpd pptp-linux ppp xl2tpd
+  qemu-system-x86 busybox-static kmod cpio
 )
 
 # The tests also open the HTML report in a real headless browser.
@@ -68,6 +70,10 @@ shift || true
 [ "$command" = test ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 install_packages
 install_python
+# The VM backend boots a distribution kernel: this host's own when its modules are on disk,
+# otherwise Debian's, fetched once into /var/cache/vpnlab.
+.venv/bin/python -c 'from vpnlab import vm; vm.available() is None and vm.find_kernel()' >&2 \
+  || echo "note: no kernel for the VM backend; scenarios that need one will say so" >&2
 
 case "$command" in
   setup) echo "vpnlab is installed: $(pwd)/.venv/bin/vpnlab" ;;

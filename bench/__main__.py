@@ -10,6 +10,9 @@
   drivers    every driver and cipher on an unshaped link: TCP throughput as a ratio to the
              no-VPN baseline of the same sitting, set-up time, measured overhead. Unshaped, every
              figure is bound by this machine's CPU, not by a link.
+  vm         the VM backend: boot-to-poweroff time of an empty guest, the time a scenario costs
+             in the VM against the same scenario here, and TCP through each driver in the guest
+             (kernel and userspace data planes, PPTP, L2TP) as a ratio to no VPN in the same guest
 
 Results are printed and written to bench/results/<timestamp>.json.
 """
@@ -206,8 +209,77 @@ workloads: [{{kind: tcp, duration_s: {3 if quick else 5}, omit_s: 1}}]
     return sorted(rows, key=lambda r: -(r["throughput_mbps"] or 0))
 
 
+VM_VPNS = """
+  - driver: none
+  - {driver: wireguard, options: {implementation: [kernel, wireguard-go]}}
+  - {driver: strongswan, options: {implementation: [kernel, libipsec], esp: aes128gcm16}}
+  - {driver: openvpn, options: {cipher: AES-256-GCM}}
+  - {driver: pptp, options: {mppe: ["128", "40"]}}
+  - {driver: l2tp, options: {ipsec: [true, false]}}
+"""
+
+
+def _timed_run(study_text: str, backend: str) -> tuple[float, list[dict]]:
+    from vpnlab.cli import _placement
+
+    plan = make_plan(parse_study(study_text))
+    caps, problems, in_vm = _placement(plan, backend)
+    plan.drop(problems)
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.monotonic()
+        Runner(plan, Path(tmp), caps, console=console, progress=False, in_vm=in_vm).run()
+        elapsed = time.monotonic() - started
+        store = Store.open_dir(Path(tmp))
+        summaries, scenarios = summarise(store), store.scenarios()
+        store.close()
+    rows = []
+    for sc in scenarios:
+        by_metric = {s.metric: s for s in summaries.get(sc["id"], [])}
+        tput = by_metric.get("throughput_mbps")
+        rows.append({"vpn": sc["vpn_label"], "implementation": sc["implementation"], "status": sc["status"],
+                     "throughput_mbps": tput.mean if tput else None,
+                     "ratio_to_baseline": (tput.relative / 100) if tput and tput.relative is not None else None,
+                     "setup_s": by_metric["setup_s"].mean if "setup_s" in by_metric else None,
+                     "overhead_bytes": by_metric["overhead_bytes"].mean if "overhead_bytes" in by_metric else None})
+    return elapsed, rows
+
+
+def bench_vm(quick: bool) -> dict:
+    from vpnlab import vm
+
+    boots = []
+    for _ in range(1 if quick else 3):
+        state = RunState.create()
+        with tempfile.TemporaryDirectory() as tmp:
+            started = time.monotonic()
+            try:
+                accel = vm.Guest(state, Path(tmp), Path(tmp) / "console.log").run(["true"], 60, {})
+            finally:
+                state.teardown()
+            boots.append(time.monotonic() - started)
+    scenarios = 4
+    pings = f"""
+name: bench-vm-overhead
+repetitions: 1
+vpns: [{{driver: none}}]
+workloads: [{{kind: ping, count: 5, interval_s: 0.1, size: [56, 500, 1000, 1400]}}]
+"""
+    here, _ = _timed_run(pings, "netns")
+    there, _ = _timed_run(pings, "vm")
+    _, drivers = _timed_run(f"""
+name: bench-vm-drivers
+repetitions: {1 if quick else 2}
+vpns: {VM_VPNS}
+workloads: [{{kind: tcp, duration_s: {3 if quick else 5}, omit_s: 1}}]
+""", "vm")
+    boot = statistics.median(boots)
+    return {"accelerator": accel, "boot_s": boot, "boots": boots,
+            "scenario_here_s": here / scenarios, "scenario_in_vm_s": (there - boot) / scenarios,
+            "drivers": sorted(drivers, key=lambda r: -(r["throughput_mbps"] or 0))}
+
+
 BENCHES = {"shaping": bench_shaping, "lifecycle": bench_lifecycle, "fidelity": bench_fidelity,
-           "drivers": bench_drivers}
+           "drivers": bench_drivers, "vm": bench_vm}
 
 
 def main() -> None:
@@ -249,6 +321,18 @@ def report(name: str, result) -> None:
         for r in result:
             table.add_row(r["vpn"], r["implementation"], fmt(r["throughput_mbps"], ".0f"),
                           "-" if r["ci_half_pct"] in (None, float("inf")) else f"{r['ci_half_pct']:.0f}%",
+                          fmt(r["ratio_to_baseline"], ".3f"), fmt(r["setup_s"], ".2f"), fmt(r["overhead_bytes"], ".0f"))
+        console.print(table)
+    elif name == "vm":
+        console.print(f"VM ({result['accelerator']}): boot to poweroff of an empty guest {result['boot_s']:.1f} s "
+                      f"(median of {len(result['boots'])}); a 5-probe ping scenario costs {result['scenario_here_s']:.2f} s "
+                      f"here and {result['scenario_in_vm_s']:.2f} s in the VM (boot excluded)")
+        table = Table(title="TCP through each driver in the guest, unshaped, vs no VPN in the same guest")
+        for col in ("vpn", "implementation", "status", "Mbit/s", "ratio", "setup s", "overhead B"):
+            table.add_column(col, justify="left" if col in ("vpn", "implementation", "status") else "right")
+        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        for r in result["drivers"]:
+            table.add_row(r["vpn"], r["implementation"], r["status"], fmt(r["throughput_mbps"], ".1f"),
                           fmt(r["ratio_to_baseline"], ".3f"), fmt(r["setup_s"], ".2f"), fmt(r["overhead_bytes"], ".0f"))
         console.print(table)
     elif name == "fidelity":

@@ -101,3 +101,4 @@ def test_nested_tunnels(tmp_path, no_leftovers):
     assert {sc["vpn"] for sc in nested} == {"openvpn-in-openvpn", "strongswan-in-strongswan",
                                            "openvpn-in-strongswan", "strongswan-in-openvpn",
                                            "wireguard-in-wireguard"}
+

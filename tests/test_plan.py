@@ -75,3 +75,41 @@ def test_forcing_an_absent_implementation_is_a_problem():
                                                "{driver: wireguard, options: {implementation: kernel}}")))
     problems = check_plan(plan, caps(netem=True))
     assert any("feature 'wireguard'" in p for p in problems.values())
+
+
+def test_auto_backend_sends_to_the_vm_only_what_this_kernel_cannot_run():
+    from vpnlab.capabilities import vm_capabilities
+    from vpnlab.plan import assign_backends
+
+    plan = make_plan(parse_study(STUDY))
+    host = caps()
+    vm_caps = vm_capabilities(host, "6.1-test")
+    problems, in_vm = assign_backends(plan, host, "auto", vm_caps, None)
+    assert problems == {}
+    assert in_vm == {s.id for s in plan.scenarios if s.link.needs_netem}
+    # in the VM the kernel has WireGuard, so the delayed WireGuard scenarios use it there
+    assert {tuple(s.implementations) for s in plan.scenarios if s.id in in_vm and s.vpn.driver == "wireguard"} == {("kernel",)}
+    problems, in_vm = assign_backends(plan, host, "vm", vm_caps, None)
+    assert problems == {} and len(in_vm) == len(plan.scenarios)
+    problems, in_vm = assign_backends(plan, host, "netns", vm_caps, None)
+    assert set(problems) == {s.index for s in plan.scenarios if s.link.needs_netem} and not in_vm
+
+
+def test_without_a_vm_the_problem_says_why():
+    from vpnlab.plan import assign_backends
+
+    plan = make_plan(parse_study(STUDY))
+    problems, in_vm = assign_backends(plan, caps(), "auto", None, "'qemu-system-x86_64' is not installed")
+    assert not in_vm and len(problems) == 4
+    assert all("netem" in p and "qemu-system-x86_64" in p for p in problems.values())
+
+
+def test_a_tool_missing_on_the_host_is_missing_in_the_vm_too():
+    from vpnlab.capabilities import vm_capabilities
+    from vpnlab.plan import assign_backends
+
+    plan = make_plan(parse_study(STUDY.replace("{driver: wireguard}", "{driver: pptp}")))
+    host = caps()  # no pptpd, pptp or pppd installed
+    problems, in_vm = assign_backends(plan, host, "auto", vm_capabilities(host, "6.1-test"), None)
+    pptp = {s.index for s in plan.scenarios if s.vpn.driver == "pptp"}
+    assert set(problems) == pptp and all("even in the VM" in problems[i] and "pptpd" in problems[i] for i in pptp)

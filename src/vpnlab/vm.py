@@ -76,7 +76,7 @@ def find_kernel(download: bool = True) -> Kernel:
         cached = sorted(CACHE.glob("kernel/*/boot/vmlinuz-*"))
     if not cached:
         raise VmError("no kernel for the VM: the host's own has no modules on disk and none is cached "
-                      f"in {CACHE}/kernel (run `vpnlab doctor --fetch-kernel` where the package archive is reachable)")
+                      f"in {CACHE}/kernel, and `apt-get download` could not fetch one (./bootstrap.sh setup fetches it)")
     image = cached[-1]
     root = image.parent.parent
     version = image.name.removeprefix("vmlinuz-")
