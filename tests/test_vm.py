@@ -116,8 +116,11 @@ workloads:
     assert all(v.startswith("done") for v in status.values()), status
     assert not our_qemus(), "an emulator was left running"
     # netem: 10 ms each way is a 20 ms round trip; 1% loss one way over 1000 datagrams
-    rtt = values[("none", "wan-20ms", "ping-56B", "rtt_avg_ms")]
-    assert abs(rtt - 20) <= 1.5, rtt
+    # (an emulated guest adds its own ~0.5-1.5 ms to every round trip: the undelayed link shows it)
+    rtt_min = values[("none", "wan-20ms", "ping-56B", "rtt_min_ms")]
+    assert abs(rtt_min - 20) <= 1.5, rtt_min
+    added = values[("none", "wan-20ms", "ping-56B", "rtt_avg_ms")] - values[("none", "wan-loss", "ping-56B", "rtt_avg_ms")]
+    assert abs(added - 20) <= 1.5, added
     loss = values[("none", "wan-loss", "udp-1.12M-1400B", "udp_loss_pct")]
     assert 0.2 <= loss <= 2.2, loss
     # the tunnels: proof passed (status done), overhead as modelled, traffic through
