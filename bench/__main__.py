@@ -33,7 +33,7 @@ from vpnlab.analysis import summarise
 from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
 from vpnlab.drivers.base import TunnelEnv
-from vpnlab.plan import check_plan, make_plan
+from vpnlab.plan import check_plan, make_plan, place
 from vpnlab.runner import Runner
 from vpnlab.store import Store
 from vpnlab.study import Link, TcpWorkload, parse_study
@@ -220,10 +220,9 @@ VM_VPNS = """
 
 
 def _timed_run(study_text: str, backend: str) -> tuple[float, list[dict]]:
-    from vpnlab.cli import _placement
-
+    
     plan = make_plan(parse_study(study_text))
-    caps, problems, in_vm = _placement(plan, backend)
+    caps, problems, in_vm = place(plan, backend)
     plan.drop(problems)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()

@@ -10,9 +10,8 @@ import pytest
 
 from vpnlab import vm
 from vpnlab.capabilities import detect
-from vpnlab.cli import _placement
 from vpnlab.drivers import REGISTRY
-from vpnlab.plan import make_plan
+from vpnlab.plan import make_plan, place
 from vpnlab.runner import Runner
 from vpnlab.store import Store
 from vpnlab.study import parse_study
@@ -99,7 +98,7 @@ workloads:
     # netem and PPP are what this test is about: keep only the scenarios that say something
     plan.drop({s.index for s in plan.scenarios
                if (s.vpn.driver != "none" and (s.link.name == "wan-loss" or s.workload.kind == "udp"))})
-    caps, problems, in_vm = _placement(plan, "vm")  # the VM even where this kernel could run them
+    caps, problems, in_vm = place(plan, "vm")  # the VM even where this kernel could run them
     assert problems == {}
     assert in_vm == {s.id for s in plan.scenarios}
     Runner(plan, tmp_path, caps, progress=False, in_vm=in_vm).run()

@@ -91,7 +91,7 @@ def run(
                                 help="auto: a VM only for what this kernel cannot run; netns: all here; vm: all in the VM"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
-    from .plan import BACKENDS, make_plan
+    from .plan import BACKENDS, make_plan, place
     from .runner import Interrupted, Runner, default_out_dir
 
     if resume is not None:
@@ -110,7 +110,7 @@ def run(
         _print_plan(plan)
         return
     _need_root("vpnlab run")
-    caps, problems, in_vm = _placement(plan, backend)
+    caps, problems, in_vm = place(plan, backend)
     if problems and is_default:
         # The default study means "every VPN this machine can run": drop the others, say so.
         for p in problems.values():
@@ -137,21 +137,6 @@ def run(
     out.print(f"results: {out_dir}\nreport:  {write_report(out_dir)}")
     if runner.failures:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
-
-
-def _placement(plan, backend: str):
-    """This host's capabilities, scenario index -> why it cannot run, ids of those for the VM."""
-    from . import vm
-    from .capabilities import detect, vm_capabilities
-    from .plan import assign_backends
-
-    caps = detect()
-    vm_problem = vm.available() if backend != "netns" else "not asked for"
-    vm_caps = None
-    if vm_problem is None:
-        vm_caps = vm_capabilities(caps, vm.describe().get("kernel", "distribution kernel"))
-    problems, in_vm = assign_backends(plan, caps, backend, vm_caps, vm_problem)
-    return caps, problems, in_vm
 
 
 def _duration(seconds: float) -> str:
@@ -391,14 +376,14 @@ def doctor(
     from . import vm
     from .capabilities import FEATURES, TOOLS, detect
     from .drivers import REGISTRY
-    from .plan import check_scenario, make_plan
+    from .plan import check_scenario, make_plan, place
 
     _need_root("vpnlab doctor")
     caps = detect()
     placement = []
     if study is not None:
         plan = make_plan(_load(study)[0])
-        _, problems, in_vm = _placement(plan, backend)
+        _, problems, in_vm = place(plan, backend)
         for sc in plan.scenarios:
             where = "nowhere" if sc.index in problems else ("vm" if sc.id in in_vm else "here")
             why = problems.get(sc.index) or ("; ".join(check_scenario(sc, caps)) if where == "vm" else "")

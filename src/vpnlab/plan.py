@@ -164,3 +164,18 @@ def assign_backends(plan: Plan, caps: Capabilities, backend: str,
         else:
             to_vm.add(scenario.id)
     return problems, to_vm
+
+
+def place(plan: Plan, backend: str) -> tuple[Capabilities, dict[int, str], set[str]]:
+    """Detect this host (and whether a VM can run here) and assign the backends: this host's
+    capabilities, scenario index -> why it cannot run, ids of the scenarios for the VM."""
+    from . import vm
+    from .capabilities import detect, vm_capabilities
+
+    caps = detect()
+    vm_problem = vm.available() if backend != "netns" else "not asked for"
+    vm_caps = None
+    if vm_problem is None:
+        vm_caps = vm_capabilities(caps, vm.describe().get("kernel", "distribution kernel"))
+    problems, in_vm = assign_backends(plan, caps, backend, vm_caps, vm_problem)
+    return caps, problems, in_vm

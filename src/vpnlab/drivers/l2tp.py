@@ -10,9 +10,9 @@ from __future__ import annotations
 import secrets as random_secrets
 from typing import Literal
 
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
 from .ppp import CLIENT_NAME, COMMON, MTU, SERVER_NAME, auth_options, private_etc, wait_for_link
-from .strongswan import CHARON, ESP, FIPS_ESP, StrongSwan
+from .strongswan import ESP, FIPS_ESP, start_charons
 from ..testbed.node import private_run
 
 L2TP_PORT = 1701
@@ -98,6 +98,7 @@ require authentication = no
 name = {CLIENT_NAME}
 pppoptfile = {client_ppp}
 """)
+        env.secret_file("l2tp-secrets", "")  # no L2TP tunnel secret: PPP authenticates, IPsec encrypts
         for site, conf, role in ((right, lns, "lns"), (left, lac, "lac")):
             argv = ["xl2tpd", "-D", "-c", conf, "-p", env.secrets / f"xl2tpd-{role}.pid",
                     "-C", env.secrets / f"xl2tpd-{role}.control", "-s", env.secrets / "l2tp-secrets"]
@@ -105,7 +106,6 @@ pppoptfile = {client_ppp}
             proc = site.node.spawn(private_etc(env, private_run(argv, keep=env.state.directory, make=("/run/xl2tpd",))),
                                    log, what="xl2tpd")
             tunnel.processes.append((site.node, proc, log))
-        env.secret_file("l2tp-secrets", "")
         wait_for_link(left.node, names[0], tunnel)
         wait_for_link(right.node, names[1], tunnel)
         route_into(left.node, right.subnets, names[0])
@@ -120,8 +120,6 @@ pppoptfile = {client_ppp}
         for site, peer, is_client in ((right, left, False), (left, right, True)):
             home = env.secrets / f"ipsec-{site.node.role}"
             home.mkdir(mode=0o700)
-            vici = home / "charon.vici"
-            (home / "strongswan.conf").write_text(StrongSwan._strongswan_conf(vici, libipsec=False))
             me, them = ("client", "server") if is_client else ("server", "client")
             conf = home / "swanctl.conf"
             conf.touch(mode=0o600)
@@ -156,17 +154,5 @@ secrets {{
   }}
 }}
 """)
-            log = env.log(f"charon-{site.node.role}")
-            proc = site.node.spawn(private_run([CHARON], keep=env.state.directory), log,
-                                   env={"STRONGSWAN_CONF": str(home / "strongswan.conf")}, what="charon")
-            tunnel.processes.append((site.node, proc, log))
             homes.append((site, home))
-
-        def answering(site, home) -> bool:
-            return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
-                                 check=False, timeout=10).returncode == 0
-
-        wait_for(lambda: all(answering(*h) for h in homes), 15, "charon's vici sockets", tunnel)
-        for site, home in homes:
-            StrongSwan._swanctl(site, home, ["--load-all"], tunnel)
-        StrongSwan._swanctl(*homes[1], ["--initiate", "--child", "l2tp", "--timeout", "20"], tunnel)
+        start_charons(homes, env, tunnel, libipsec=False, child="l2tp")

@@ -102,10 +102,9 @@ class StrongSwan(Driver):
         pki = make_pki(folder, right.underlay_ip, "") if options.auth == "cert" else None
         psk = "0x" + random_secrets.token_hex(32)
         esp = options.esp or (None if profile == "default" else "aes256gcm16")
-        sites = {}
+        homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
-            role = site.node.role
-            home = folder / role  # swanctl's directory: swanctl.conf and its credential folders
+            home = folder / site.node.role  # swanctl's directory: swanctl.conf and its credential folders
             for sub in ("x509", "x509ca", "private"):
                 (home / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
             if pki:
@@ -113,9 +112,6 @@ class StrongSwan(Driver):
                 shutil.copy(cert, home / "x509" / "own.pem")
                 shutil.copy(pki.ca, home / "x509ca" / "ca.pem")
                 shutil.copy(key, home / "private" / "own.pem")
-            vici = home / "charon.vici"
-            conf = home / "strongswan.conf"
-            conf.write_text(self._strongswan_conf(vici, libipsec))
             if remote_access:  # the client's side is its virtual IP
                 local_ts, remote_ts = (("dynamic", peer.prefix) if is_client else (site.prefix, "dynamic"))
             else:
@@ -124,20 +120,8 @@ class StrongSwan(Driver):
             swanctl.touch(mode=0o600)
             swanctl.write_text(self._swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts,
                                                   esp, profile, encap, psk if not pki else None))
-            log = env.log(f"charon-{role}")
-            proc = site.node.spawn(private_run([CHARON], keep=env.state.directory), log,
-                                   env={"STRONGSWAN_CONF": str(conf)}, what="charon")
-            tunnel.processes.append((site.node, proc, log))
-            sites[role] = (site, home)
-
-        def answering(site, home) -> bool:
-            return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
-                                 check=False, timeout=10).returncode == 0
-
-        wait_for(lambda: all(answering(*v) for v in sites.values()), 15, "charon's vici sockets", tunnel)
-        for site, home in sites.values():
-            self._swanctl(site, home, ["--load-all"], tunnel)
-        self._swanctl(*sites[left.node.role], ["--initiate", "--child", "net", "--timeout", "20"], tunnel)
+            homes.append((site, home))
+        start_charons(homes, env, tunnel, libipsec, child="net")
         return tunnel
 
     # -- configuration ---------------------------------------------------------
@@ -205,3 +189,24 @@ class StrongSwan(Driver):
         except CommandError as exc:
             logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in tunnel.processes)
             raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{logs}") from exc
+
+
+def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, child: str) -> None:
+    """One charon per (site, home) with the swanctl.conf already in `home`, gateway first:
+    start them, load their configuration, and have the last one (the client) initiate `child`."""
+    for site, home in homes:
+        conf = home / "strongswan.conf"
+        conf.write_text(StrongSwan._strongswan_conf(home / "charon.vici", libipsec))
+        log = env.log(f"charon-{site.node.role}")
+        proc = site.node.spawn(private_run([CHARON], keep=env.state.directory), log,
+                               env={"STRONGSWAN_CONF": str(conf)}, what="charon")
+        tunnel.processes.append((site.node, proc, log))
+
+    def answering(site, home) -> bool:
+        return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
+                             check=False, timeout=10).returncode == 0
+
+    wait_for(lambda: all(answering(*h) for h in homes), 15, "charon's vici sockets", tunnel)
+    for site, home in homes:
+        StrongSwan._swanctl(site, home, ["--load-all"], tunnel)
+    StrongSwan._swanctl(*homes[-1], ["--initiate", "--child", child, "--timeout", "20"], tunnel)
