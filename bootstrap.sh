@@ -15,6 +15,7 @@ PACKAGES=(
   ocserv openconnect nginx-light openssh-server openssh-client vsftpd curl
   dovecot-pop3d dnsmasq-base bind9-dnsutils
   pptpd pptp-linux ppp xl2tpd
+  libnss3-tools libldns3 libevent-core-2.1-7 libevent-pthreads-2.1-7 libcurl3-nss libunbound8 libcap-ng0
   qemu-system-x86 busybox-static kmod cpio
 )
 
@@ -74,6 +75,9 @@ install_python
 # otherwise Debian's, fetched once into /var/cache/vpnlab.
 .venv/bin/python -c 'from vpnlab import vm; vm.available() is None and vm.find_kernel()' >&2 \
   || echo "note: no kernel for the VM backend; scenarios that need one will say so" >&2
+# libreswan's package conflicts with strongSwan's: unpack it privately (its libraries are above).
+.venv/bin/python -c 'from pathlib import Path; from vpnlab import capabilities as c, unpacked as u; exit(u.provide("libreswan", Path(c.PLUTO)) is None)' >&2 \
+  || echo "note: libreswan could not be fetched; the libreswan driver will say so" >&2
 
 case "$command" in
   setup) echo "vpnlab is installed: $(pwd)/.venv/bin/vpnlab" ;;

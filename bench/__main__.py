@@ -34,7 +34,7 @@ from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.plan import check_plan, make_plan, place
-from vpnlab.runner import Runner
+from vpnlab.runner import Runner, signals_unwind
 from vpnlab.store import Store
 from vpnlab.study import Link, TcpWorkload, parse_study
 from vpnlab.testbed.state import RunState
@@ -220,7 +220,6 @@ VM_VPNS = """
 
 
 def _timed_run(study_text: str, backend: str) -> tuple[float, list[dict]]:
-    
     plan = make_plan(parse_study(study_text))
     caps, problems, in_vm = place(plan, backend)
     plan.drop(problems)
@@ -287,10 +286,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (for a smoke test)")
     args = parser.parse_args()
     results = {"kernel": detect().kernel, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for name in args.only or BENCHES:
-        console.print(f"[bold]bench {name}[/] ...")
-        results[name] = BENCHES[name](args.quick)
-        report(name, results[name])
+    with signals_unwind():  # a killed bench still tears down its testbeds and guests
+        for name in args.only or BENCHES:
+            console.print(f"[bold]bench {name}[/] ...")
+            results[name] = BENCHES[name](args.quick)
+            report(name, results[name])
     folder = Path(__file__).parent / "results"
     folder.mkdir(exist_ok=True)
     path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -12,8 +12,12 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .testbed.state import NAMESPACE_PREFIX
+from .unpacked import package_folder
+
+PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
 
 TOOLS = {
     # binary: Debian package that provides it
@@ -34,6 +38,8 @@ TOOLS = {
     "pptpd": "pptpd",
     "pptp": "pptp-linux",
     "pppd": "ppp",
+    "certutil": "libnss3-tools",
+    "pluto": "libreswan (./bootstrap.sh unpacks it privately: it conflicts with strongSwan's packages)",
     "xl2tpd": "xl2tpd",
     "qemu-system-x86_64": "qemu-system-x86",
     "nginx": "nginx-light",
@@ -50,7 +56,8 @@ TOOLS = {
 
 # Where Debian installs daemons that are not on PATH.
 EXTRA_PATHS = {"charon": "/usr/lib/ipsec/charon", "sshd": "/usr/sbin/sshd", "vsftpd": "/usr/sbin/vsftpd",
-               "nginx": "/usr/sbin/nginx", "dovecot": "/usr/sbin/dovecot", "dnsmasq": "/usr/sbin/dnsmasq"}
+               "nginx": "/usr/sbin/nginx", "dovecot": "/usr/sbin/dovecot", "dnsmasq": "/usr/sbin/dnsmasq",
+               "pluto": PLUTO}
 
 FEATURES = {
     "netns": "network namespaces",
@@ -85,7 +92,12 @@ def find_tool(name: str) -> str | None:
     if path:
         return path
     extra = EXTRA_PATHS.get(name)
-    return extra if extra and os.access(extra, os.X_OK) else None
+    if not extra:
+        return None
+    for candidate in (Path(extra), package_folder(TOOLS[name].split()[0]) / extra.lstrip("/")):
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 def _ok(argv: list[str]) -> bool:

@@ -8,6 +8,10 @@ sink UDP probes of random (incompressible) bytes that start with a per-run marke
 Probes of a known inner size give the bytes the tunnel adds per packet, which
 is compared with the drivers' encapsulation model. Counting packets on the
 wire, not interface counters, keeps TCP retransmissions out of the figure.
+
+Each WAN end records only what it transmits: together that is everything that
+crossed the wire. A capture of incoming traffic would also show what kernel IPsec
+decrypts, which it hands back through the same interface, in clear.
 """
 
 from __future__ import annotations
@@ -67,29 +71,29 @@ def _outer_matches(ip: dpkt.ip.IP, outer: tuple[str, int | None]) -> bool:
 Channel = tuple[str, int | None]  # ("udp"|"tcp"|"esp"|"gre", port)
 
 
-def analyse(pcap: Path, marker: bytes, channels: list[Channel] | None, src_ip: str, encrypted: bool = True) -> Proof:
-    """Read a WAN capture. `channels` are the tunnel's own, its data channel first; None for no VPN.
+def analyse(pcaps: list[Path], marker: bytes, channels: list[Channel] | None, src_ip: str,
+            encrypted: bool = True) -> Proof:
+    """Read the WAN captures. `channels` are the tunnel's own, its data channel first; None for no VPN.
     Through a tunnel that does not encrypt (plain L2TP) the marker must be seen, but only inside
     the tunnel's data channel."""
     packets = outer_packets = 0
     in_clear = inside_readable = False
     lengths: collections.Counter[int] = collections.Counter()
-    with open(pcap, "rb") as fh:
-        for _, frame in dpkt.pcap.Reader(fh):
-            eth = dpkt.ethernet.Ethernet(frame)
-            if not isinstance(eth.data, dpkt.ip.IP):
-                continue  # ARP and the like
-            ip = eth.data
-            packets += 1
-            seen = marker in bytes(ip)
-            if seen and channels and not encrypted and _outer_matches(ip, channels[0]):
-                inside_readable = True
-            else:
-                in_clear = in_clear or seen
-            if channels and any(_outer_matches(ip, c) for c in channels):
-                outer_packets += 1
-                if _outer_matches(ip, channels[0]) and ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN:
-                    lengths[ip.len] += 1
+    for frame in _frames(pcaps):
+        eth = dpkt.ethernet.Ethernet(frame)
+        if not isinstance(eth.data, dpkt.ip.IP):
+            continue  # ARP and the like
+        ip = eth.data
+        packets += 1
+        seen = marker in bytes(ip)
+        if seen and channels and not encrypted and _outer_matches(ip, channels[0]):
+            inside_readable = True
+        else:
+            in_clear = in_clear or seen
+        if channels and any(_outer_matches(ip, c) for c in channels):
+            outer_packets += 1
+            if _outer_matches(ip, channels[0]) and ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN:
+                lengths[ip.len] += 1
     overhead = None
     if lengths:
         overhead = lengths.most_common(1)[0][0] - PROBE_INNER_LEN
@@ -110,28 +114,41 @@ def analyse(pcap: Path, marker: bytes, channels: list[Channel] | None, src_ip: s
     return proof
 
 
+def _frames(pcaps: list[Path]):
+    for pcap in pcaps:
+        with open(pcap, "rb") as fh:
+            for _, frame in dpkt.pcap.Reader(fh):
+                yield frame
+
+
 def _ip_bytes(text: str) -> bytes:
     return bytes(int(part) for part in text.split("."))
 
 
 def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None, pcap: Path,
           encrypted: bool = True) -> Proof:
-    """Capture the WAN while sending marked probes from the source towards the sink."""
+    """Capture what both WAN ends transmit while the source sends marked probes towards the
+    sink; the left end's capture is `pcap`, the right end's sits next to it."""
     marker = secrets.token_bytes(16)
-    left = bed.wan_nodes[0]
     dev = f"l{bed.layout.wan}"
-    log = pcap.with_suffix(".log")
-    capture = left.spawn(["tcpdump", "-i", dev, "-n", "-U", "--immediate-mode", "-s", "0", "-Z", "root", "-w", pcap],
-                         log, what="tcpdump")
+    pcaps = [pcap, pcap.with_name(pcap.stem + "-right.pcap")]
+    captures = []
     try:
-        deadline = time.monotonic() + 10
-        while "listening on" not in log.read_text(errors="replace"):
-            if capture.poll() is not None or time.monotonic() > deadline:
-                raise VpnlabError(f"tcpdump did not start on the WAN: {log.read_text(errors='replace').strip()}")
-            time.sleep(0.05)
+        for node, path in zip(bed.wan_nodes, pcaps):
+            log = path.with_suffix(".log")
+            argv = ["tcpdump", "-i", dev, "-Q", "out", "-n", "-U", "--immediate-mode", "-s", "0", "-Z", "root",
+                    "-w", path]
+            captures.append((node, node.spawn(argv, log, what="tcpdump"), log))
+        for node, capture, log in captures:
+            deadline = time.monotonic() + 10
+            while "listening on" not in log.read_text(errors="replace"):
+                if capture.poll() is not None or time.monotonic() > deadline:
+                    raise VpnlabError(f"tcpdump did not start on the WAN: {log.read_text(errors='replace').strip()}")
+                time.sleep(0.05)
         bed.source.run([sys.executable, "-c", SEND_PROBES, marker.hex(), bed.sink_ip, PROBES, PROBE_PAYLOAD,
                         PROBE_PORT], timeout=30)
-        time.sleep(0.1)  # let the last probes reach the capture
+        time.sleep(0.1)  # let the last probes and their answers reach the captures
     finally:
-        left.stop(capture)
-    return analyse(pcap, marker, channels, underlay_src or bed.address(0, 0), encrypted)
+        for node, capture, _ in captures:
+            node.stop(capture)
+    return analyse(pcaps, marker, channels, underlay_src or bed.address(0, 0), encrypted)

@@ -91,7 +91,7 @@ def _raise_interrupted(signum, frame):
 
 
 @contextlib.contextmanager
-def _signals_unwind():
+def signals_unwind():
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
@@ -126,7 +126,7 @@ class Runner:
         )
         status = "failed"
         try:
-            with _signals_unwind():
+            with signals_unwind():
                 for scenario in self.plan.scenarios:
                     store.add_scenario(scenario)
                 todo = [s for s in self.plan.scenarios if not self._finished(store, s)]

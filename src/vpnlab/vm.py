@@ -23,8 +23,8 @@ from pathlib import Path
 
 from .errors import VpnlabError
 from .testbed.state import RunState
+from .unpacked import CACHE, UnpackError, unpack
 
-CACHE = Path(os.environ.get("VPNLAB_CACHE", "/var/cache/vpnlab"))
 QEMU = "qemu-system-x86_64"
 BOOT_TIMEOUT_S = 120  # TCG boots Debian's kernel in 5-10 s here; a hung KVM never prints
 KVM_BOOT_TIMEOUT_S = 20
@@ -32,7 +32,8 @@ GUEST_MEMORY_MB = 3072
 READY = "vpnlab-guest: ready"
 DONE = "vpnlab-guest: done"
 # The root filesystem and modules come over virtio-9p; these load first, from the initramfs.
-BOOT_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay")
+# virtio-rng feeds the guest entropy from the host: IKE daemons read /dev/random at once.
+BOOT_MODULES = ("virtio_pci", "virtio_rng", "9pnet_virtio", "9p", "overlay")
 # What the guest loads before any scenario (no udev there): data-plane pieces and the
 # accelerated crypto, without which ESP and WireGuard fall back to generic C code.
 GUEST_MODULES = ("tun", "veth", "sch_netem", "sch_tbf", "wireguard", "esp4", "xfrm_user", "xfrm_interface",
@@ -84,26 +85,18 @@ def find_kernel(download: bool = True) -> Kernel:
 
 
 def _download_kernel() -> None:
-    """`apt-get download` Debian's current kernel package and unpack it into the cache."""
-    folder = CACHE / "kernel"
-    folder.mkdir(parents=True, exist_ok=True)
+    """Debian's current kernel package, unpacked into the cache with its module index built."""
     depends = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True, text=True).stdout
     match = re.search(r"Depends: (linux-image-[\w.-]+)", depends)
     if not match:
         raise VmError("cannot find Debian's kernel package (apt-cache depends linux-image-amd64 found none)")
     package = match.group(1)
-    got = subprocess.run(["apt-get", "download", package], cwd=folder, capture_output=True, text=True)
-    debs = sorted(folder.glob(f"{package}_*.deb"))
-    if got.returncode != 0 or not debs:
-        raise VmError(f"apt-get download {package} failed: {got.stderr.strip()[-300:]}")
-    target = folder / package
-    partial = folder / f"{package}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    subprocess.run(["dpkg-deb", "-x", debs[-1], partial], check=True)
     version = package.removeprefix("linux-image-")
-    subprocess.run(["depmod", "-b", partial, version], check=True)
-    os.replace(partial, target)
-    debs[-1].unlink()
+    try:
+        unpack(package, CACHE / "kernel" / package,
+               after=lambda tree: subprocess.run(["depmod", "-b", tree, version], check=True))
+    except (UnpackError, subprocess.CalledProcessError) as exc:
+        raise VmError(str(exc)) from exc
 
 
 def kvm_works() -> bool:
@@ -258,7 +251,8 @@ class Guest:
                 "-fsdev", f"local,id=mods,path={modules_dir},security_model=none,readonly=on",
                 "-device", "virtio-9p-pci,fsdev=mods,mount_tag=modules",
                 "-fsdev", f"local,id=work,path={self.work},security_model=none,multidevs=remap",
-                "-device", "virtio-9p-pci,fsdev=work,mount_tag=work"]
+                "-device", "virtio-9p-pci,fsdev=work,mount_tag=work",
+                "-device", "virtio-rng-pci"]
         self.console_log.write_bytes(b"")
         proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)

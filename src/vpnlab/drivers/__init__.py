@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import Driver
 from .l2tp import L2tp
+from .libreswan import Libreswan
 from .none import NoVpn
 from .ocserv import Ocserv
 from .openvpn import OpenVpn
@@ -11,4 +12,5 @@ from .pptp import Pptp
 from .strongswan import StrongSwan
 from .wireguard import WireGuard
 
-REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp())}
+REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp(),
+                                                Libreswan())}

@@ -203,8 +203,11 @@ def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, c
         tunnel.processes.append((site.node, proc, log))
 
     def answering(site, home) -> bool:
-        return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
-                             check=False, timeout=10).returncode == 0
+        try:
+            return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
+                                 check=False, timeout=10).returncode == 0
+        except CommandError:  # no answer yet
+            return False
 
     wait_for(lambda: all(answering(*h) for h in homes), 15, "charon's vici sockets", tunnel)
     for site, home in homes:

@@ -1,0 +1,199 @@
+"""IPsec IKEv2 with libreswan (pluto), tunnel mode: the second IPsec implementation, so a
+study can set it against strongSwan with the same ESP proposal.
+
+Libreswan has no userspace data plane: it needs kernel ESP (xfrm), so on a host without
+it the VM backend runs it. Debian's package conflicts with strongSwan's, so bootstrap
+unpacks it privately (see unpacked.py) unless it is installed. Each pluto runs in its
+gateway's namespace with its own configuration, secrets, NSS database and control socket
+in the tunnel's secrets folder; its real updown script adds the routes (and, for remote
+access, the client's leased address).
+"""
+
+from __future__ import annotations
+
+import secrets as random_secrets
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from ..capabilities import PLUTO, find_tool
+from ..errors import CommandError, TunnelError
+from ..testbed.node import private_run
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, tail, wait_for
+from .pki import make_pki
+from .strongswan import ESP, ESP_NAMES, FIPS_ESP
+
+# vpnlab's ESP names (shared with strongSwan, so both compare like for like) -> libreswan's
+ESP_SYNTAX = {
+    "3des-md5": "3des-md5",
+    "3des-sha1": "3des-sha1",
+    "aes128-sha1": "aes128-sha1",
+    "aes256-sha1": "aes256-sha1",
+    "aes128-sha256": "aes128-sha2_256",
+    "aes256-sha256": "aes256-sha2_256",
+    "aes128gcm16": "aes_gcm128",
+    "aes256gcm16": "aes_gcm256",
+    "chacha20poly1305": "chacha20_poly1305",
+}
+# What two libreswan 4 peers with no proposals configured negotiate (checked by the tests).
+DEFAULT_ESP = "aes256gcm16"
+FIPS_IKE = "aes256-sha2_256-dh19"
+CONN = "vpnlab"
+LIBEXEC = str(Path(PLUTO).parent)  # where pluto looks for its helpers (addconn), built in
+
+
+def _at_built_in_path(libexec: Path, argv: list) -> list:
+    """Wrap pluto so an unpacked libreswan is found where pluto was built to look: bind it over
+    /usr/libexec/ipsec in pluto's own mount namespace (`ip netns exec` gives it one)."""
+    if str(libexec) == LIBEXEC:
+        return argv
+    script = ('mount -t tmpfs vpnlab-libexec "${1%/*}" && mkdir "$1" && mount --bind "$2" "$1" && shift 2 '
+              '&& exec "$@"')
+    return ["sh", "-c", script, "sh", LIBEXEC, libexec, *argv]
+
+
+class LibreswanOptions(Options):
+    esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: libreswan's own)")
+    auth: Literal["psk", "cert"] = "psk"
+    udp_encap: bool = Field(False, description="force ESP-in-UDP (encapsulation=yes)")
+
+    @field_validator("esp", mode="before")
+    @classmethod
+    def lower_case(cls, value):
+        return value.lower() if isinstance(value, str) else value
+
+
+class Libreswan(Driver):
+    name = "libreswan"
+    summary = "IPsec IKEv2 (libreswan pluto, kernel ESP): PSK or certificates"
+    Options = LibreswanOptions
+
+    def check(self, options, profile):
+        if profile == "fips" and options.esp and options.esp not in FIPS_ESP:
+            return f"options.esp: {options.esp} is not FIPS 140-approved (3DES, MD5 and ChaCha20 are not)"
+        return None
+
+    def describe(self, options, profile):
+        parts = ["libreswan", options.esp or ("default" if profile == "default" else "aes256gcm16"), options.auth]
+        if profile != "default":
+            parts.append(profile)
+        return " ".join(parts)
+
+    def implementations(self, options):
+        return [Implementation("kernel", features=("esp",), tools=("pluto", "certutil"))]
+
+    def esp_proposal(self, options, profile) -> str:
+        return options.esp or (DEFAULT_ESP if profile == "default" else "aes256gcm16")
+
+    def overhead(self, options, profile, implementation, inner_len):
+        iv, block, icv = ESP[self.esp_proposal(options, profile)]
+        udp = 8 if options.udp_encap else 0
+        encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
+        return 20 + udp + 8 + iv + encrypted + icv - inner_len
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        pluto = Path(find_tool("pluto") or PLUTO)
+        libexec = pluto.parent  # whack, addconn and the updown script sit next to pluto
+        tunnel = Tunnel(self, env, env.implementation, ("udp", 4500) if options.udp_encap else ("esp", None),
+                        ("xfrm", "xfrm"), control=[("udp", 500), ("udp", 4500)])  # IKE
+        remote_access = not left.subnets
+        pki = make_pki(env.secrets, right.underlay_ip, "") if options.auth == "cert" else None
+        psk = random_secrets.token_urlsafe(32)
+        esp = options.esp or (None if profile == "default" else "aes256gcm16")
+        homes = []
+        for site, peer, is_client in ((right, left, False), (left, right, True)):
+            home = env.secrets / site.node.role
+            (home / "nss").mkdir(mode=0o700, parents=True)
+            (home / "run").mkdir(mode=0o700)
+            self._nss(site, home, pki, is_client)
+            conf = home / "ipsec.conf"
+            conf.write_text(self._conf(site, peer, is_client, remote_access, esp, profile, options.udp_encap,
+                                       pki is not None))
+            secrets = home / "ipsec.secrets"
+            secrets.touch(mode=0o600)
+            secrets.write_text("" if pki else f'@client@vpnlab @server@vpnlab : PSK "{psk}"\n')
+            log = env.log(f"pluto-{site.node.role}")
+            # No --config: pluto would run addconn from its built-in path to read "config setup".
+            argv = [pluto, "--nofork", "--stderrlog", "--rundir", home / "run",
+                    "--secretsfile", secrets, "--ipsecdir", home, "--nssdir", home / "nss", "--no-dnssec"]
+            proc = site.node.spawn(private_run(_at_built_in_path(libexec, argv), keep=env.state.directory), log,
+                                   what="pluto")
+            tunnel.processes.append((site.node, proc, log))
+            homes.append((site, home))
+
+        def answering(site, home) -> bool:
+            try:
+                return site.node.run([libexec / "whack", "--ctlsocket", home / "run" / "pluto.ctl", "--status"],
+                                     check=False, timeout=10).returncode == 0
+            except CommandError:  # no answer yet
+                return False
+
+        wait_for(lambda: all(answering(*h) for h in homes), 20, "pluto's control sockets", tunnel)
+        for site, home in homes:
+            self._control(site, [libexec / "addconn", "--config", home / "ipsec.conf",
+                                 "--ctlsocket", home / "run" / "pluto.ctl", CONN], tunnel)
+        client, home = homes[-1]
+        self._control(client, [libexec / "whack", "--ctlsocket", home / "run" / "pluto.ctl",
+                               "--name", CONN, "--initiate"], tunnel, timeout=40)
+        if remote_access:
+            # The client's updown script routes the gateway's prefix from the leased address; the
+            # testbed's own routes to the links behind the gateway are more specific, so they get
+            # it too. The gateway has no default route to send the replies to the lease along.
+            # (strongSwan needs neither: it routes from a table of its own, looked up first.)
+            left.node.ip(*(f"route replace {net} via {right.underlay_ip} src {left.tunnel_ip}"
+                           for net in right.subnets))
+            right.node.ip(f"route replace {left.tunnel_ip} via {left.underlay_ip}")
+        return tunnel
+
+    # -- configuration ---------------------------------------------------------
+    @staticmethod
+    def _conf(site, peer, is_client, remote_access, esp, profile, encap, cert) -> str:
+        me, them = ("client", "server") if is_client else ("server", "client")
+        lines = [f"conn {CONN}", "  ikev2=yes", "  type=tunnel", f"  left={site.underlay_ip}",
+                 f"  right={peer.underlay_ip}", "  auto=add",
+                 f'  leftupdown="{LIBEXEC}/_updown.xfrm"']  # the real script, without the `ipsec` front end
+        if cert:
+            lines += ["  authby=ecdsa", "  leftcert=own", "  leftid=%fromcert", f'  rightid="CN=vpnlab-{them}"',
+                      "  rightca=%same"]
+        else:
+            lines += ["  authby=secret", f"  leftid=@{me}@vpnlab", f"  rightid=@{them}@vpnlab"]
+        if remote_access:  # the client asks for an address (IKEv2 configuration payload)
+            if is_client:
+                lines += ["  leftmodecfgclient=yes", f"  rightsubnet={peer.prefix}", "  narrowing=yes"]
+            else:
+                lines += [f"  leftsubnet={site.prefix}", f"  rightaddresspool={peer.tunnel_ip}-{peer.tunnel_ip}",
+                          "  narrowing=yes"]
+        else:
+            lines += [f"  leftsubnet={site.prefix}", f"  rightsubnet={peer.prefix}"]
+        if profile == "fips":
+            lines.append(f"  ike={FIPS_IKE}")
+        if esp:
+            lines.append(f"  esp={ESP_SYNTAX[esp]}")
+        if encap:
+            lines.append("  encapsulation=yes")
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _nss(site, home: Path, pki, is_client: bool) -> None:
+        """An empty NSS database (libreswan keeps keys there), with this end's certificate
+        and the CA it trusts when certificates are used."""
+        nss = f"sql:{home / 'nss'}"
+        site.node.run(["certutil", "-N", "-d", nss, "--empty-password"])
+        if not pki:
+            return
+        cert, key = (pki.client_cert, pki.client_key) if is_client else (pki.server_cert, pki.server_key)
+        bundle, password = home / "own.p12", random_secrets.token_hex(16)
+        site.node.run(["openssl", "pkcs12", "-export", "-in", cert, "-inkey", key, "-name", "own",
+                       "-out", bundle, "-passout", f"pass:{password}"])
+        site.node.run(["pk12util", "-i", bundle, "-d", nss, "-W", password])
+        bundle.unlink()
+        site.node.run(["certutil", "-A", "-d", nss, "-n", "ca", "-t", "CT,,", "-a", "-i", pki.ca])
+
+    @staticmethod
+    def _control(site, argv: list, tunnel: Tunnel, timeout: float = 20) -> None:
+        try:
+            site.node.run(argv, timeout=timeout)
+        except CommandError as exc:
+            logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in tunnel.processes)
+            raise TunnelError(f"libreswan: {Path(argv[0]).name} failed in {site.node.role}: {exc}\n{logs}") from exc
