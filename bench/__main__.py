@@ -12,7 +12,8 @@
              figure is bound by this machine's CPU, not by a link.
   vm         the VM backend: boot-to-poweroff time of an empty guest, the time a scenario costs
              in the VM against the same scenario here, and TCP through each driver in the guest
-             (kernel and userspace data planes, PPTP, L2TP) as a ratio to no VPN in the same guest
+             (kernel and userspace data planes, both IPsec stacks, PPTP, L2TP) as a ratio to no VPN
+             in the same guest
 
 Results are printed and written to bench/results/<timestamp>.json.
 """
@@ -213,6 +214,7 @@ VM_VPNS = """
   - driver: none
   - {driver: wireguard, options: {implementation: [kernel, wireguard-go]}}
   - {driver: strongswan, options: {implementation: [kernel, libipsec], esp: aes128gcm16}}
+  - {driver: libreswan, options: {esp: aes128gcm16}}
   - {driver: openvpn, options: {cipher: AES-256-GCM}}
   - {driver: pptp, options: {mppe: ["128", "40"]}}
   - {driver: l2tp, options: {ipsec: [true, false]}}

@@ -114,7 +114,8 @@ def check_scenario(scenario: Scenario, caps: Capabilities) -> list[str]:
         try:
             scenario.implementations.append(driver.resolve(layer.options, caps).name)
         except CapabilityError as exc:
-            missing.append(str(exc))
+            if str(exc) not in missing:  # the same driver nested in itself lacks the same things
+                missing.append(str(exc))
     tools = set(WORKLOAD_TOOLS[scenario.workload.kind](scenario.workload))
     if scenario.link.background:
         tools |= background.tools(scenario.link.background)
