@@ -54,8 +54,10 @@ def test_libreswan_is_found_installed_or_unpacked(monkeypatch, tmp_path):
     pluto = tmp_path / "packages" / "libreswan" / "vpnlab-not-installed" / "ipsec" / "pluto"
     assert capabilities.find_tool("pluto") is None
     pluto.parent.mkdir(parents=True)
-    pluto.write_text("#!/bin/sh\n")
+    pluto.write_text("#!/bin/sh\nexit 127\n")  # as when a library it needs is not installed
     pluto.chmod(0o755)
+    assert capabilities.find_tool("pluto") is None
+    pluto.write_text("#!/bin/sh\necho Libreswan 4.10\n")
     assert capabilities.find_tool("pluto") == str(pluto)
 
 

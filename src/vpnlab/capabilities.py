@@ -94,9 +94,12 @@ def find_tool(name: str) -> str | None:
     extra = EXTRA_PATHS.get(name)
     if not extra:
         return None
-    for candidate in (Path(extra), package_folder(TOOLS[name].split()[0]) / extra.lstrip("/")):
-        if os.access(candidate, os.X_OK):
-            return str(candidate)
+    if os.access(extra, os.X_OK):
+        return extra
+    # An unpacked package's libraries come from other packages: it counts only if it runs.
+    unpacked = package_folder(TOOLS[name].split()[0]) / extra.lstrip("/")
+    if os.access(unpacked, os.X_OK) and _ok([str(unpacked), "--version"]):
+        return str(unpacked)
     return None
 
 
