@@ -37,6 +37,22 @@ def test_estimate_counts_repetitions():
     assert plan.estimate_s() == sum(s.estimate_s() for s in plan.scenarios)
 
 
+def test_a_transfer_in_the_vm_is_estimated_at_emulations_pace_not_the_links():
+    plan = make_plan(parse_study("""
+name: e
+repetitions: {min: 2, max: 5, ci_target_pct: 5}
+vpns: [{driver: none}]
+links: [{rate_mbit: 1000}]
+workloads: [{kind: transfer, protocol: ftp, size: 32M}]
+"""))
+    transfer = plan.scenarios[0]
+    here, there = transfer.estimate_s(), transfer.estimate_s(in_vm=True)
+    assert here < 10  # 2 x 32 MB at ~900 Mbit/s
+    assert there > 2 * 32e6 * 8 / 20e6  # at most ~20 Mbit/s through an emulated tunnel
+    assert transfer.estimate_s(in_vm=True, most=True) > 2 * there  # five repetitions, not two
+    assert plan.estimate_s({transfer.id}) == there
+
+
 def caps(**features):
     base = dict(netns=True, veth=True, tun=True, tbf=True, netem=False, wireguard=False)
     base.update(features)
@@ -113,3 +129,24 @@ def test_a_tool_missing_on_the_host_is_missing_in_the_vm_too():
     problems, in_vm = assign_backends(plan, host, "auto", vm_capabilities(host, "6.1-test"), None)
     pptp = {s.index for s in plan.scenarios if s.vpn.driver == "pptp"}
     assert set(problems) == pptp and all("even in the VM" in problems[i] and "pptpd" in problems[i] for i in pptp)
+
+
+def test_a_vpn_measured_in_the_vm_gets_a_baseline_measured_there_too():
+    from vpnlab.plan import add_vm_twins
+
+    plan = make_plan(parse_study(STUDY))
+    vpn = next(s for s in plan.scenarios if s.vpn.driver == "wireguard" and not s.link.needs_netem)
+    base = next(s for s in plan.scenarios if not s.vpn.layers and s.group == vpn.group)
+    delayed_base = next(s for s in plan.scenarios if not s.vpn.layers and s.link.needs_netem)
+    delayed_vpn = next(s for s in plan.scenarios if s.vpn.layers and s.group == delayed_base.group)
+    # the undelayed VPN goes to the VM, its baseline stays here; the delayed pair goes together
+    twins = add_vm_twins(plan, {vpn.id, delayed_base.id, delayed_vpn.id})
+    assert len(twins) == 1
+    twin = plan.scenarios[-1]
+    assert twin.id in twins and twin.id != base.id and twin.vm_twin
+    assert twin.group == base.group and twin.index == len(plan.scenarios) - 1
+    assert twin.label.startswith("none (in the VM) | ")
+    # the guest rebuilds the same twin from the study alone
+    again = make_plan(parse_study(STUDY))
+    add_vm_twins(again, {s.id for s in again.scenarios if s.vpn.layers})
+    assert twin.id in {s.id for s in again.scenarios}

@@ -59,3 +59,38 @@ def test_schema_version_is_checked(tmp_path):
         assert "schema 99" in str(exc)
     else:
         raise AssertionError("a newer schema must not be read silently")
+
+
+def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
+    Store.open_dir(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "results.sqlite")  # as schema 1 left it: no measured_in
+    db.execute("ALTER TABLE scenarios DROP COLUMN measured_in")
+    db.execute("UPDATE meta SET value='1'")
+    db.execute("INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
+               " link_label, link_delay_ms, link_jitter_ms, link_loss_pct, workload, workload_label,"
+               " workload_params, repetitions, repetition_rule) VALUES ('s1', 0, 'l', 'remote-access', 'none',"
+               " 'none', '{}', 'none', 'unshaped', 0, 0, 0, 'ping', 'ping-56B', '{}', 3, '3')")
+    db.commit()
+    db.close()
+    store = Store.open_dir(tmp_path)
+    assert [tuple(r) for r in store.db.execute("SELECT id, measured_in FROM scenarios")] == [("s1", "host")]
+    store.close()
+    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "2"
+
+
+def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):
+    from vpnlab.analysis import summarise
+    from vpnlab.plan import add_vm_twins
+
+    plan = make_plan(parse_study(STUDY.replace("[{driver: none}]", "[{driver: none}, {driver: wireguard}]")))
+    base, vpn = plan.scenarios
+    add_vm_twins(plan, {vpn.id})
+    twin = plan.scenarios[-1]
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=STUDY)
+    for scenario, where, rtt in ((base, "host", 0.1), (twin, "vm", 1.0), (vpn, "vm", 2.0)):
+        store.add_scenario(scenario, where)
+        store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": rtt}, {"rtt_avg_ms": "ms"}, {}, [])
+    rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
+    assert rtt[vpn.id].relative == 2.0  # 2.0 ms against the VM's 1.0, not the host's 0.1

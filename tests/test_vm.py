@@ -11,7 +11,7 @@ import pytest
 from vpnlab import vm
 from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
-from vpnlab.plan import make_plan, place
+from vpnlab.plan import check_plan, make_plan, place
 from vpnlab.runner import Runner
 from vpnlab.store import Store
 from vpnlab.study import parse_study
@@ -224,3 +224,32 @@ workloads:
                             ("libreswan aes128-sha256 cert", ipsec), ("strongswan aes128-sha256 cert kernel", ipsec)):
         assert values[(label, "unshaped", "ping-56B", "overhead_bytes")] == overhead, label
         assert values[(label, "unshaped", "ping-56B", "ping_loss_pct")] == 0, label
+
+
+@pytest.mark.integration
+def test_a_vpn_measured_in_the_vm_is_graded_against_no_vpn_measured_there(tmp_path, no_leftovers):
+    from vpnlab.analysis import summarise
+    from vpnlab.plan import add_vm_twins
+
+    if vm.available():
+        pytest.skip(vm.available())
+    plan = make_plan(parse_study("""
+name: twins
+repetitions: 2
+vpns: [{driver: none}, {driver: wireguard}]
+workloads: [{kind: ping, count: 20, interval_s: 0.05}]
+"""))
+    base, vpn = plan.scenarios
+    in_vm = {vpn.id} | add_vm_twins(plan, {vpn.id})  # as `auto` does when only the VPN needs the VM
+    twin = plan.scenarios[-1]
+    caps = detect()
+    assert check_plan(plan, caps) == {}
+    Runner(plan, tmp_path, caps, progress=False, in_vm=in_vm).run()
+    store = Store.open_dir(tmp_path)
+    rows = {r["id"]: r for r in store.scenarios()}
+    assert {sid: (r["status"], r["measured_in"]) for sid, r in rows.items()} == {
+        base.id: ("done", "host"), vpn.id: ("done", "vm"), twin.id: ("done", "vm")}
+    assert rows[twin.id]["vpn_label"] == "none (in the VM)"
+    rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
+    assert rtt[vpn.id].relative == pytest.approx(rtt[vpn.id].mean / rtt[twin.id].mean)
+    store.close()

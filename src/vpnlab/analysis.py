@@ -82,13 +82,15 @@ def describe(values: list[float]) -> tuple[int, float, float, float, float]:
 
 
 def baseline_of(scenario, by_id: dict) -> str | None:
-    """The no-VPN scenario with the same topology, link and workload."""
+    """The no-VPN scenario with the same topology, link and workload, measured in the same
+    place (this host or the VM): a ratio across the two would mostly measure emulation."""
     if scenario["vpn"] == "none":
         return None
     for other in by_id.values():
         if (other["vpn"] == "none" and other["topology"] == scenario["topology"]
                 and other["link_label"] == scenario["link_label"]
-                and other["workload_params"] == scenario["workload_params"]):
+                and other["workload_params"] == scenario["workload_params"]
+                and other["measured_in"] == scenario["measured_in"]):
             return other["id"]
     return None
 

@@ -121,7 +121,7 @@ def run(
                           + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
     out_dir = out_dir or default_out_dir()
     err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
-              f"{_duration(plan.estimate_s())}; results in {out_dir}", highlight=False)
+              f"{_duration(plan.estimate_s(in_vm))}; results in {out_dir}", highlight=False)
     if in_vm:
         err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm)
@@ -153,7 +153,7 @@ def _print_plan(plan) -> None:
     for col in ("#", "id", "vpn", "link", "workload", "reps", "est."):
         table.add_column(col)
     for s in plan.scenarios:
-        table.add_row(str(s.index), s.id, s.vpn.label, s.link.label, s.workload.label,
+        table.add_row(str(s.index), s.id, s.vpn_label, s.link.label, s.workload.label,
                       _reps(s.repetitions), _duration(s.estimate_s()))
     out.print(table)
     adaptive = " (adaptive repetitions: at least)" if plan.study.repetitions.adaptive else ""
@@ -387,6 +387,8 @@ def doctor(
         for sc in plan.scenarios:
             where = "nowhere" if sc.index in problems else ("vm" if sc.id in in_vm else "here")
             why = problems.get(sc.index) or ("; ".join(check_scenario(sc, caps)) if where == "vm" else "")
+            if sc.vm_twin:
+                why = "the no-VPN baseline again, for the VPNs measured in the VM (emulation slows both)"
             placement.append({"index": sc.index, "scenario": sc.label, "runs": where, "why": why})
     drivers = {}
     for name, driver in REGISTRY.items():

@@ -118,11 +118,11 @@ def study_comparisons(store: Store, pairs: list[tuple[str, str]] | None = None) 
     for row in store.samples():
         if row["repetition"] > 0:
             samples[(row["scenario_id"], row["metric"])].append(row["value"])
-    groups: dict[tuple[str, str], list] = defaultdict(list)
-    for sc in scenarios:
-        groups[(sc["link_label"], sc["workload_params"])].append(sc)
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    for sc in scenarios:  # never across this host and the VM: emulation would be what differs
+        groups[(sc["link_label"], sc["workload_params"], sc["measured_in"])].append(sc)
     out = []
-    for (link, _), members in groups.items():
+    for (link, _, _), members in groups.items():
         for i, sa in enumerate(members):
             for sb in members[i + 1:]:
                 wanted = (pairs is not None and ((sa["vpn_label"], sb["vpn_label"]) in pairs

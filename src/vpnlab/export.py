@@ -14,7 +14,7 @@ from .compare import study_comparisons
 from .store import Store
 
 COLUMNS = [
-    "scenario_id", "vpn", "vpn_label", "vpn_options", "implementation", "topology",
+    "scenario_id", "vpn", "vpn_label", "vpn_options", "implementation", "measured_in", "topology",
     "link_rate_mbit", "link_delay_ms", "link_jitter_ms", "link_loss_pct",
     "workload", "workload_params", "repetition", "metric", "value", "unit", "flags", "measured_at",
 ]
@@ -31,6 +31,7 @@ def rows(store: Store) -> list[dict]:
             "vpn_label": sc["vpn_label"],
             "vpn_options": sc["vpn_options"],
             "implementation": sc["implementation"],
+            "measured_in": sc["measured_in"],
             "topology": sc["topology"],
             "link_rate_mbit": sc["link_rate_mbit"],
             "link_delay_ms": sc["link_delay_ms"],
@@ -57,7 +58,8 @@ def summary_rows(store: Store) -> list[dict]:
         for s in summaries:
             out.append({
                 "scenario_id": sid, "vpn": sc["vpn"], "vpn_label": sc["vpn_label"],
-                "implementation": sc["implementation"], "link": sc["link_label"], "workload": sc["workload_label"],
+                "implementation": sc["implementation"], "measured_in": sc["measured_in"], "link": sc["link_label"],
+                "workload": sc["workload_label"],
                 "metric": s.metric, "unit": s.unit, "n": s.n, "mean": s.mean, "sd": s.sd,
                 "ci_low": s.ci_low, "ci_high": s.ci_high, "relative_to_no_vpn": s.relative,
                 "relative_kind": s.relative_kind, "grade": s.grade, "flagged": s.flagged,

@@ -15,15 +15,17 @@ from pathlib import Path
 from rich.console import Console
 
 from .capabilities import detect
-from .plan import check_plan, make_plan
+from .plan import add_vm_twins, check_plan, make_plan
 from .runner import Runner
 from .store import Store
 from .study import parse_study
 from .vm import JOB, RESULTS
 
+
 def main(work: Path) -> int:
     job = json.loads((work / JOB).read_text())
     plan = make_plan(parse_study(job["study_text"], job["source"]))
+    add_vm_twins(plan, {s.id for s in plan.scenarios if s.vpn.layers})  # every possible one: the job picks
     wanted = set(job["scenarios"])
     plan.drop({s.index for s in plan.scenarios if s.id not in wanted})
     caps = detect()
@@ -36,7 +38,7 @@ def main(work: Path) -> int:
     if unrunnable:
         store = Store.open_dir(out)
         for scenario, problem in unrunnable:
-            store.add_scenario(scenario)
+            store.add_scenario(scenario, "vm")
             store.set_status(scenario.id, "failed", f"not runnable in the VM: {problem}")
         store.close()
     return 0

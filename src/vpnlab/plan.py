@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -21,6 +22,10 @@ from .workloads import background
 
 # Measured here: namespaces + veth + shaping ~0.3 s, a userspace tunnel ~1 s, teardown ~0.5 s.
 SCENARIO_OVERHEAD_S = 2.5
+# In the emulated VM (bench vm): a tunnel carries 14-93 Mbit/s, and a scenario's set-up, proof
+# and tear-down cost ~10 s more than here. A transfer there runs at that pace, not the link's.
+VM_PACE_MBIT = 20
+VM_SCENARIO_OVERHEAD_S = 15
 
 WORKLOAD_TOOLS = {
     "tcp": lambda w: ("iperf3",),
@@ -40,18 +45,20 @@ class Scenario:
     workload: object
     repetitions: RepetitionRule
     implementations: list[str] = field(default_factory=list)
+    vm_twin: bool = False  # a no-VPN baseline measured again in the VM, for the VPNs measured there
 
     @property
     def key(self) -> dict:
         link = self.link.model_dump(mode="json")
         if link["background"] is None:
             del link["background"]  # ids from before background traffic existed stay valid
-        return {
+        key = {
             "topology": self.topology,
             "vpn": self.vpn.as_dict(),
             "link": link,
             "workload": self.workload.model_dump(mode="json"),
         }
+        return key | {"vm_twin": True} if self.vm_twin else key
 
     @property
     def id(self) -> str:
@@ -59,15 +66,31 @@ class Scenario:
         return f"s{digest}"
 
     @property
+    def vpn_label(self) -> str:
+        return f"{self.vpn.label} (in the VM)" if self.vm_twin else self.vpn.label
+
+    @property
     def label(self) -> str:
-        return f"{self.vpn.label} | {self.link.label} | {self.workload.label}"
+        return f"{self.vpn_label} | {self.link.label} | {self.workload.label}"
 
-    def repetition_s(self) -> float:
-        return WORKLOADS[self.workload.kind].estimate_s(self.workload, self.link)
+    @property
+    def group(self) -> tuple:
+        """What a VPN scenario shares with its no-VPN baseline."""
+        return self.topology, json.dumps(self.key["link"], sort_keys=True), json.dumps(self.key["workload"],
+                                                                                        sort_keys=True)
 
-    def estimate_s(self) -> float:
-        """With an adaptive rule, the minimum: the interval may be tight after `min` repetitions."""
-        return SCENARIO_OVERHEAD_S + self.repetition_s() * self.repetitions.min
+    def repetition_s(self, in_vm: bool = False) -> float:
+        link = self.link
+        if in_vm:
+            link = link.model_copy(update={"rate_mbit": min(link.rate_mbit or VM_PACE_MBIT, VM_PACE_MBIT)})
+        return WORKLOADS[self.workload.kind].estimate_s(self.workload, link)
+
+    def estimate_s(self, in_vm: bool = False, most: bool = False) -> float:
+        """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after
+        `min` repetitions) unless `most`."""
+        repetitions = self.repetitions.max if most else self.repetitions.min
+        overhead = VM_SCENARIO_OVERHEAD_S if in_vm else SCENARIO_OVERHEAD_S
+        return overhead + self.repetition_s(in_vm) * repetitions
 
 
 @dataclass
@@ -75,8 +98,9 @@ class Plan:
     study: Study
     scenarios: list[Scenario]
 
-    def estimate_s(self) -> float:
-        return sum(s.estimate_s() for s in self.scenarios)
+    def estimate_s(self, in_vm: set[str] = frozenset()) -> float:
+        """The whole plan, with the scenarios whose ids are `in_vm` in the VM."""
+        return sum(s.estimate_s(s.id in in_vm) for s in self.scenarios)
 
     def drop(self, indices) -> None:
         """Leave out these scenarios (by index) and number the rest again."""
@@ -179,4 +203,22 @@ def place(plan: Plan, backend: str) -> tuple[Capabilities, dict[int, str], set[s
     if vm_problem is None:
         vm_caps = vm_capabilities(caps, vm.describe().get("kernel", "distribution kernel"))
     problems, in_vm = assign_backends(plan, caps, backend, vm_caps, vm_problem)
+    in_vm |= add_vm_twins(plan, in_vm)
     return caps, problems, in_vm
+
+
+def add_vm_twins(plan: Plan, in_vm: set[str]) -> set[str]:
+    """A VPN measured in the VM is graded against no VPN measured in the VM: emulation slows
+    both. For each such VPN whose baseline runs on this host, add the baseline's twin to the
+    plan, for the VM. Returns the twins' ids."""
+    baselines = {s.group: s for s in plan.scenarios if not s.vpn.layers}
+    wanted = {s.group for s in plan.scenarios if s.vpn.layers and s.id in in_vm}
+    twins = set()
+    for group in sorted(wanted):
+        base = baselines.get(group)
+        if base is None or base.id in in_vm:
+            continue
+        twin = dataclasses.replace(base, index=len(plan.scenarios), vm_twin=True, implementations=[])
+        plan.scenarios.append(twin)
+        twins.add(twin.id)
+    return twins

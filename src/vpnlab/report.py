@@ -204,7 +204,9 @@ def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
                     text = f"{s.relative:.0f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x"
                     cells.append(Cell(f"{text} ({s.grade})" if s.grade else text, colour=GRADE_COLOURS.get(s.grade, ""),
                                       warn=trust(s), css="dark" if s.grade in DARK_GRADES else ""))
-            rows.append((vpn, cells))
+            measured_in_vm = any(s["vpn_label"] == vpn and s["link_label"] == link and s["measured_in"] == "vm"
+                                 for s in scenarios)
+            rows.append((f"{vpn} (in the VM, vs no VPN in the VM)" if measured_in_vm else vpn, cells))
         if rows:
             report.table_vi[link] = ([heading for _, _, heading in columns], rows)
 
@@ -300,11 +302,12 @@ def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
 
 def _recommend(report: Report, scenarios: list, stat: dict) -> None:
     """Best configuration per link and workload, overall and among FIPS-only ones."""
-    groups: dict[tuple[str, str], list] = defaultdict(list)
-    for s in scenarios:
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
         if s["vpn"] != "none" and s["status"] == "done":
-            groups[(s["link_label"], s["workload_label"])].append(s)
-    for (link, workload), members in sorted(groups.items()):
+            groups[(s["link_label"], s["workload_label"], s["measured_in"])].append(s)
+    mixed = len({place for _, _, place in groups}) > 1
+    for (link, workload, place), members in sorted(groups.items()):
         kind = members[0]["workload"]
         metric = PRIMARY_METRIC[kind]
         better_high = metric == "throughput_mbps"
@@ -315,7 +318,9 @@ def _recommend(report: Report, scenarios: list, stat: dict) -> None:
                 continue
             ranked.sort(key=lambda p: p[0].mean, reverse=better_high)
             best, top = ranked[0]
-            text = (f"On {link}, for {workload}, the best {'' if scope == 'any' else 'FIPS-only '}choice is "
+            where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
+            text = (f"On {link}, for {workload}{where if mixed else ''}, the best "
+                    f"{'' if scope == 'any' else 'FIPS-only '}choice is "
                     f"{top['vpn_label']} ({metric} {fmt(best.mean)} {best.unit}"
                     + (f", {best.relative:.0f}% of no VPN" if best.relative_kind == "%" else
                        f", {best.relative:.2f}x no VPN" if best.relative is not None else "") + ")")

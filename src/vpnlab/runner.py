@@ -10,6 +10,7 @@ state record.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -40,7 +41,9 @@ from .workloads.background import UNITS as BACKGROUND_UNITS
 from .workloads.base import WorkloadContext
 
 SETUP_TIMEOUT_S = 30
-VM_SLOWDOWN = 3  # a scenario in an emulated VM: boot share, slower daemons and set-up
+IN_GUEST = os.environ.get("VPNLAB_BACKEND", "").startswith("vm")  # set by vm.Guest for the guest
+# The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
+VM_TIME_LIMIT_FACTOR = 2
 VM_SCENARIO_MARGIN_S = 60
 CPU_UNITS = {name: ("s/GB" if name == "cpu_s_per_gb" else "%") for name in CPU_METRICS}
 TUNNEL_UNITS = {"setup_s": "s", "overhead_bytes": "B", "overhead_model_bytes": "B", "tunnel_mtu": "B"}
@@ -128,11 +131,11 @@ class Runner:
         try:
             with signals_unwind():
                 for scenario in self.plan.scenarios:
-                    store.add_scenario(scenario)
+                    store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
                 todo = [s for s in self.plan.scenarios if not self._finished(store, s)]
                 here = [s for s in todo if s.id not in self.in_vm]
                 in_vm = [s for s in todo if s.id in self.in_vm]
-                total = sum(s.estimate_s() for s in here) + sum(s.estimate_s() * VM_SLOWDOWN for s in in_vm)
+                total = sum(s.estimate_s() for s in here) + sum(s.estimate_s(in_vm=True) for s in in_vm)
                 with Progressor(self.console, total, self.show_progress) as progress:
                     for scenario in here:
                         self._run_scenario(store, state, run_id, scenario, progress)
@@ -159,7 +162,8 @@ class Runner:
         vm.write_job(work, self.plan.study.source_text, self.plan.study.source_path, [s.id for s in scenarios])
         console = self.out_dir / "logs" / f"vm-run{run_id}-console.log"
         console.parent.mkdir(parents=True, exist_ok=True)
-        timeout = sum(s.estimate_s() * VM_SLOWDOWN + VM_SCENARIO_MARGIN_S for s in scenarios)
+        timeout = sum(s.estimate_s(in_vm=True, most=True) * VM_TIME_LIMIT_FACTOR + VM_SCENARIO_MARGIN_S
+                      for s in scenarios)
         accel, error = "", None
         try:
             accel = vm.Guest(state, work, console).run(

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "results.sqlite"
 
 SCHEMA = """
@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS scenarios (
     ci_target_met INTEGER,
     status TEXT NOT NULL DEFAULT 'pending',
     failure TEXT,
-    notes TEXT NOT NULL DEFAULT ''
+    notes TEXT NOT NULL DEFAULT '',
+    measured_in TEXT NOT NULL DEFAULT 'host'
 );
 CREATE TABLE IF NOT EXISTS repetitions (
     scenario_id TEXT NOT NULL REFERENCES scenarios(id),
@@ -102,6 +103,10 @@ class Store:
         if version is None:
             with self.db:
                 self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(version[0]) == 1:  # before the VM backend: everything was measured on the host
+            with self.db:
+                self.db.execute("ALTER TABLE scenarios ADD COLUMN measured_in TEXT NOT NULL DEFAULT 'host'")
+                self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
         elif int(version[0]) != SCHEMA_VERSION:
             raise ValueError(f"{path}: results schema {version[0]}, this vpnlab reads {SCHEMA_VERSION}")
 
@@ -128,22 +133,24 @@ class Store:
         with self.db:
             self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (now(), status, run_id))
 
-    def add_scenario(self, scenario) -> None:
-        """Record a planned scenario; a resumed run keeps the row and its status."""
+    def add_scenario(self, scenario, measured_in: str = "host") -> None:
+        """Record a planned scenario and where it is measured ("host" or "vm"); a resumed run
+        keeps the row and its status."""
         link, workload = scenario.link, scenario.workload
         with self.db:
             self.db.execute(
                 "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
                 " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
-                " workload_label, workload_params, repetitions, repetition_rule)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation",
+                " workload_label, workload_params, repetitions, repetition_rule, measured_in)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation,"
+                " measured_in=excluded.measured_in",
                 (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
-                 scenario.vpn.label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
+                 scenario.vpn_label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
                  "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
                  link.jitter_ms, link.loss_pct, workload.kind, workload.label,
                  json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
-                 scenario.repetitions.describe()),
+                 scenario.repetitions.describe(), measured_in),
             )
 
     def add_note(self, scenario_id: str, note: str) -> None:
