@@ -182,6 +182,12 @@ def _first_workload(scenarios: list, kind: str) -> str | None:
     return candidates[0][1] if candidates else None
 
 
+def _shown(scenario) -> str:
+    """A VPN's label in figures, saying when it was measured in the (slower) VM."""
+    in_vm = scenario["measured_in"] == "vm" and not scenario["vpn_label"].endswith("(in the VM)")
+    return scenario["vpn_label"] + (" (in the VM)" if in_vm else "")
+
+
 def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
     chosen = {kind: _first_workload(scenarios, kind) for kind in ("tcp", "udp", "ping")}
     columns = [(kind, metric, heading) for kind, metric, heading in TABLE_VI if chosen[kind]]
@@ -228,14 +234,14 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
                     summary = stat.get((s["id"], metric))
                     if summary:
                         unit = summary.unit
-                        lines[s["vpn_label"]].append((json.loads(s["workload_params"])[param], summary))
+                        lines[_shown(s)].append((json.loads(s["workload_params"])[param], summary))
                 if lines:
                     report.figures.append(_sweep_figure(f"{metric} versus {param} - {kind} on {link}",
                                                         param, metric, unit, lines))
         for workload_params in sorted(params):
             same = [s for s in members if s["workload_params"] == workload_params]
             metric = PRIMARY_METRIC[kind]
-            rows = [(s["vpn_label"], stat[(s["id"], metric)]) for s in sorted(same, key=lambda s: s["idx"])
+            rows = [(_shown(s), stat[(s["id"], metric)]) for s in sorted(same, key=lambda s: s["idx"])
                     if (s["id"], metric) in stat]
             if len(rows) > 1 and len(params) <= 3:  # a bar chart per workload, unless a long sweep
                 report.figures.append(_bar_figure(f"{metric} - {same[0]['workload_label']} on {link}",
@@ -268,7 +274,7 @@ def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
             length = min(len(r) for r in runs)
             xs = [runs[0][i][0] for i in range(length)]
             means = [sum(r[i][1] for r in runs) / len(runs) for i in range(length)]
-            ax.plot(xs, means, marker=".", label=s["vpn_label"], linestyle="--" if s["vpn"] == "none" else "-")
+            ax.plot(xs, means, marker=".", label=_shown(s), linestyle="--" if s["vpn"] == "none" else "-")
         ax.set_xlabel("seconds into the transfer")
         ax.set_ylabel("Mbit/s")
         ax.grid(alpha=0.3)
@@ -291,7 +297,7 @@ def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
 
         gb = first("cpu_s_per_gb")
         report.tunnel_rows.append({
-            "vpn": s["vpn_label"], "link": s["link_label"], "implementation": s["implementation"],
+            "vpn": _shown(s), "link": s["link_label"], "implementation": s["implementation"],
             "overhead": fmt(first("overhead_bytes").mean if first("overhead_bytes") else None),
             "model": fmt(first("overhead_model_bytes").mean if first("overhead_model_bytes") else None),
             "mtu": fmt(first("tunnel_mtu").mean if first("tunnel_mtu") else None),
