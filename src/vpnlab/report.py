@@ -74,6 +74,16 @@ class Report:
     rules: list = field(default_factory=list)
 
 
+def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
+    """Each note once, with the scenarios it concerns (a study run in the VM gives every one
+    of them the same note)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for s in scenarios:
+        for note in filter(None, s["notes"].split("; ")):
+            groups[note].append(f"{s['vpn_label']} | {s['link_label']} | {s['workload_label']}")
+    return list(groups.items())
+
+
 def trust(s: Summary | None) -> str:
     """Why a figure deserves care, or ''."""
     if s is None:
@@ -142,7 +152,7 @@ def build(directory: Path) -> Report:
     last = dict(runs[-1])
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s["status"] == "failed"],
-                    notes=[s for s in scenarios if s["notes"]], flags=flags)
+                    notes=_grouped_notes(scenarios), flags=flags)
     report.implementations = sorted({(s["vpn"], s["implementation"]) for s in scenarios if s["vpn"] != "none"})
     report.links = sorted({s["link_label"] for s in scenarios})
     report.rules = sorted({s["repetition_rule"] for s in scenarios})
