@@ -92,3 +92,11 @@ def test_report_in_headless_chromium(results, tmp_path):
                  and e.get("params", {}).get("initiator") != "not an origin"
                  and not e.get("params", {}).get("url", "file:").startswith(("file:", "data:"))}
     assert from_page == set()
+
+
+def test_a_note_shared_by_many_scenarios_is_listed_once():
+    vm_note = "measured in a VM (software emulation (TCG): slow)"
+    scenarios = [{"vpn_label": vpn, "link_label": "l", "workload_label": "w", "notes": notes}
+                 for vpn, notes in (("a", vm_note), ("b", f"{vm_note}; overhead 80 B measured"), ("c", ""))]
+    assert report._grouped_notes(scenarios) == [(vm_note, ["a | l | w", "b | l | w"]),
+                                                ("overhead 80 B measured", ["b | l | w"])]
