@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import secrets as random_secrets
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field, field_validator
 
 from ..capabilities import PLUTO, find_tool
 from ..errors import CommandError, TunnelError
 from ..testbed.node import private_run
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, tail, wait_for
+from .base import Driver, Implementation, Tunnel, TunnelEnv, tail, wait_for
 from .pki import make_pki
-from .strongswan import ESP, ESP_NAMES, FIPS_ESP
+from .strongswan import IpsecOptions, esp_overhead, fips_problem
 
 # vpnlab's ESP names (shared with strongSwan, so both compare like for like) -> libreswan's
 ESP_SYNTAX = {
@@ -53,26 +50,13 @@ def _at_built_in_path(libexec: Path, argv: list) -> list:
     return ["sh", "-c", script, "sh", LIBEXEC, libexec, *argv]
 
 
-class LibreswanOptions(Options):
-    esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: libreswan's own)")
-    auth: Literal["psk", "cert"] = "psk"
-    udp_encap: bool = Field(False, description="force ESP-in-UDP (encapsulation=yes)")
-
-    @field_validator("esp", mode="before")
-    @classmethod
-    def lower_case(cls, value):
-        return value.lower() if isinstance(value, str) else value
-
-
 class Libreswan(Driver):
     name = "libreswan"
     summary = "IPsec IKEv2 (libreswan pluto, kernel ESP): PSK or certificates"
-    Options = LibreswanOptions
+    Options = IpsecOptions
 
     def check(self, options, profile):
-        if profile == "fips" and options.esp and options.esp not in FIPS_ESP:
-            return f"options.esp: {options.esp} is not FIPS 140-approved (3DES, MD5 and ChaCha20 are not)"
-        return None
+        return fips_problem(options, profile)
 
     def describe(self, options, profile):
         parts = ["libreswan", options.esp or ("default" if profile == "default" else "aes256gcm16"), options.auth]
@@ -87,10 +71,7 @@ class Libreswan(Driver):
         return options.esp or (DEFAULT_ESP if profile == "default" else "aes256gcm16")
 
     def overhead(self, options, profile, implementation, inner_len):
-        iv, block, icv = ESP[self.esp_proposal(options, profile)]
-        udp = 8 if options.udp_encap else 0
-        encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
-        return 20 + udp + 8 + iv + encrypted + icv - inner_len
+        return esp_overhead(self.esp_proposal(options, profile), options.udp_encap, inner_len)
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         pluto = Path(find_tool("pluto") or PLUTO)

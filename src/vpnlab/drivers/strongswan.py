@@ -46,16 +46,34 @@ PLUGINS = ("random nonce openssl aes sha1 sha2 md5 hmac gcm chapoly curve25519 k
            "pubkey revocation constraints socket-default vici updown kernel-netlink")
 
 
-class StrongSwanOptions(Options):
-    implementation: Literal["auto", "kernel", "libipsec"] = "auto"
-    esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: strongSwan's own)")
+class IpsecOptions(Options):
+    """What both IPsec drivers (strongSwan, libreswan) take, with the same names."""
+
+    esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: the implementation's own)")
     auth: Literal["psk", "cert"] = "psk"
-    udp_encap: bool = Field(False, description="force ESP-in-UDP (NAT-T) with kernel ESP; libipsec always uses it")
+    udp_encap: bool = Field(False, description="force ESP-in-UDP (NAT-T) with kernel ESP")
 
     @field_validator("esp", mode="before")
     @classmethod
     def lower_case(cls, value):
         return value.lower() if isinstance(value, str) else value
+
+
+def fips_problem(options: IpsecOptions, profile: str) -> str | None:
+    if profile == "fips" and options.esp and options.esp not in FIPS_ESP:
+        return f"options.esp: {options.esp} is not FIPS 140-approved (3DES, MD5 and ChaCha20 are not)"
+    return None
+
+
+def esp_overhead(esp: str, udp_encap: bool, inner_len: int) -> int:
+    """Bytes tunnel-mode ESP adds to a packet of `inner_len` bytes."""
+    iv, block, icv = ESP[esp]
+    encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
+    return 20 + (8 if udp_encap else 0) + 8 + iv + encrypted + icv - inner_len
+
+
+class StrongSwanOptions(IpsecOptions):
+    implementation: Literal["auto", "kernel", "libipsec"] = "auto"  # libipsec always uses ESP-in-UDP
 
 
 class StrongSwan(Driver):
@@ -64,9 +82,7 @@ class StrongSwan(Driver):
     Options = StrongSwanOptions
 
     def check(self, options, profile):
-        if profile == "fips" and options.esp and options.esp not in FIPS_ESP:
-            return f"options.esp: {options.esp} is not FIPS 140-approved (3DES, MD5 and ChaCha20 are not)"
-        return None
+        return fips_problem(options, profile)
 
     def describe(self, options, profile):
         parts = ["strongswan", options.esp or ("default" if profile == "default" else "aes256gcm16"), options.auth]
@@ -86,10 +102,8 @@ class StrongSwan(Driver):
         return options.esp or (DEFAULT_ESP if profile == "default" else "aes256gcm16")
 
     def overhead(self, options, profile, implementation, inner_len):
-        iv, block, icv = ESP[self.esp_proposal(options, profile)]
-        udp = 8 if implementation == "libipsec" or options.udp_encap else 0
-        encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
-        return 20 + udp + 8 + iv + encrypted + icv - inner_len
+        return esp_overhead(self.esp_proposal(options, profile), implementation == "libipsec" or options.udp_encap,
+                            inner_len)
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         libipsec = env.implementation == "libipsec"
