@@ -7,9 +7,9 @@ it is, so a resumed run recognises the scenarios it already finished.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import dataclasses
 import random
 from dataclasses import dataclass, field
 
