@@ -19,7 +19,7 @@ from ..errors import CommandError, TunnelError
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Tunnel, TunnelEnv, tail, wait_for
 from .pki import make_pki
-from .strongswan import IpsecOptions, esp_overhead, fips_problem
+from .strongswan import IpsecOptions, configured_esp, esp_overhead, fips_problem
 
 # vpnlab's ESP names (shared with strongSwan, so both compare like for like) -> libreswan's
 ESP_SYNTAX = {
@@ -59,7 +59,7 @@ class Libreswan(Driver):
         return fips_problem(options, profile)
 
     def describe(self, options, profile):
-        parts = ["libreswan", options.esp or ("default" if profile == "default" else "aes256gcm16"), options.auth]
+        parts = ["libreswan", configured_esp(options, profile) or "default", options.auth]
         if profile != "default":
             parts.append(profile)
         return " ".join(parts)
@@ -68,7 +68,7 @@ class Libreswan(Driver):
         return [Implementation("kernel", features=("esp",), tools=("pluto", "certutil"))]
 
     def esp_proposal(self, options, profile) -> str:
-        return options.esp or (DEFAULT_ESP if profile == "default" else "aes256gcm16")
+        return configured_esp(options, profile) or DEFAULT_ESP
 
     def overhead(self, options, profile, implementation, inner_len):
         return esp_overhead(self.esp_proposal(options, profile), options.udp_encap, inner_len)
@@ -81,7 +81,7 @@ class Libreswan(Driver):
         remote_access = not left.subnets
         pki = make_pki(env.secrets, right.underlay_ip, "") if options.auth == "cert" else None
         psk = random_secrets.token_urlsafe(32)
-        esp = options.esp or (None if profile == "default" else "aes256gcm16")
+        esp = configured_esp(options, profile)
         homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
             home = env.secrets / site.node.role

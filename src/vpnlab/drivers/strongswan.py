@@ -39,6 +39,7 @@ FIPS_ESP = {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
 DEFAULT_ESP = "aes128gcm16"
 FIPS_IKE = "aes256-sha256-ecp256"
+FIPS_DEFAULT_ESP = "aes256gcm16"
 ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",
                     "aes128gcm16", "aes256gcm16", "chacha20poly1305"]
 
@@ -57,6 +58,12 @@ class IpsecOptions(Options):
     @classmethod
     def lower_case(cls, value):
         return value.lower() if isinstance(value, str) else value
+
+
+def configured_esp(options: IpsecOptions, profile: str) -> str | None:
+    """The ESP proposal to configure: the study's, else AES-256-GCM under the fips profile, else
+    none (the implementation proposes its own)."""
+    return options.esp or (None if profile == "default" else FIPS_DEFAULT_ESP)
 
 
 def fips_problem(options: IpsecOptions, profile: str) -> str | None:
@@ -85,7 +92,7 @@ class StrongSwan(Driver):
         return fips_problem(options, profile)
 
     def describe(self, options, profile):
-        parts = ["strongswan", options.esp or ("default" if profile == "default" else "aes256gcm16"), options.auth]
+        parts = ["strongswan", configured_esp(options, profile) or "default", options.auth]
         if options.implementation != "auto":
             parts.append(options.implementation)
         if profile != "default":
@@ -99,7 +106,7 @@ class StrongSwan(Driver):
         ]
 
     def esp_proposal(self, options, profile) -> str:
-        return options.esp or (DEFAULT_ESP if profile == "default" else "aes256gcm16")
+        return configured_esp(options, profile) or DEFAULT_ESP
 
     def overhead(self, options, profile, implementation, inner_len):
         return esp_overhead(self.esp_proposal(options, profile), implementation == "libipsec" or options.udp_encap,
@@ -115,7 +122,7 @@ class StrongSwan(Driver):
         folder = env.secrets
         pki = make_pki(folder, right.underlay_ip, "") if options.auth == "cert" else None
         psk = "0x" + random_secrets.token_hex(32)
-        esp = options.esp or (None if profile == "default" else "aes256gcm16")
+        esp = configured_esp(options, profile)
         homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
             home = folder / site.node.role  # swanctl's directory: swanctl.conf and its credential folders
