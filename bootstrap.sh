@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(
-  python3 python3-venv ca-certificates iproute2 procps iputils-ping tcpdump iperf3
+  python3 python3-venv ca-certificates iproute2 procps iputils-ping tcpdump iperf3 nftables
   wireguard-tools wireguard-go openvpn openssl
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
   ocserv openconnect nginx-light openssh-server openssh-client vsftpd curl
