@@ -37,10 +37,11 @@ from vpnlab.drivers.base import TunnelEnv
 from vpnlab.plan import check_plan, make_plan, place
 from vpnlab.runner import Runner, signals_unwind
 from vpnlab.store import Store
-from vpnlab.study import Link, TcpWorkload, parse_study
+from vpnlab.study import Link, parse_study
 from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout, Testbed
-from vpnlab.workloads import iperf
+from vpnlab.workloads import KINDS, iperf
+from vpnlab.workloads.tcp import TcpOptions
 from vpnlab.workloads.base import WorkloadContext
 
 console = Console()
@@ -125,7 +126,7 @@ def bench_fidelity(quick: bool) -> dict:
 
 def _fidelity(quick: bool, link: Link) -> dict:
     pairs = 3 if quick else 10
-    spec = TcpWorkload(duration_s=5, omit_s=1)
+    spec = TcpOptions(duration_s=5, omit_s=1)
     by_tool, by_hand = [], []
     state = RunState.create()
     try:
@@ -135,7 +136,7 @@ def _fidelity(quick: bool, link: Link) -> dict:
             ctx = WorkloadContext(bed, Path(tmp))
             iperf.ensure_server(ctx)
             def by_vpnlab():
-                by_tool.append(iperf.run_tcp(spec, ctx).values["throughput_mbps"])
+                by_tool.append(KINDS["tcp"].run(spec, ctx).values["throughput_mbps"])
 
             def by_hand_run():
                 raw = bed.source.run(["iperf3", "-c", bed.sink_ip, "-p", iperf.PORT, "-J",

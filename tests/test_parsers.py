@@ -6,17 +6,17 @@ import pytest
 
 from conftest import DATA
 from vpnlab.errors import MeasurementError
-from vpnlab.workloads import iperf, ping
+from vpnlab.workloads import iperf, ping, tcp, udp
 
 
 def test_iperf3_tcp():
-    values = iperf.parse_tcp(json.loads((DATA / "iperf3-3.12-tcp.json").read_text()))
+    values = tcp.parse(json.loads((DATA / "iperf3-3.12-tcp.json").read_text()))
     assert values["throughput_mbps"] == pytest.approx(295.416359, rel=1e-6)
     assert values["retransmits"] == 13641
 
 
 def test_iperf3_udp_takes_receiver_figures():
-    values = iperf.parse_udp(json.loads((DATA / "iperf3-3.12-udp.json").read_text()))
+    values = udp.parse(json.loads((DATA / "iperf3-3.12-udp.json").read_text()))
     assert values["throughput_mbps"] == pytest.approx(49.96246137, rel=1e-6)
     assert values["udp_sent_mbps"] == pytest.approx(49.97532612, rel=1e-6)
     assert values["udp_jitter_ms"] == pytest.approx(0.0442549, rel=1e-4)
@@ -26,7 +26,7 @@ def test_iperf3_udp_takes_receiver_figures():
 def test_iperf3_udp_without_sum_received():
     data = json.loads((DATA / "iperf3-3.12-udp.json").read_text())
     del data["end"]["sum_received"], data["end"]["sum_sent"]
-    values = iperf.parse_udp(data)
+    values = udp.parse(data)
     assert values["throughput_mbps"] == pytest.approx(49.975326, rel=1e-6)
 
 
@@ -47,9 +47,9 @@ def test_ping_error_is_a_measurement_error():
 
 def test_heavy_retransmission_is_flagged():
     data = json.loads((DATA / "iperf3-3.12-tcp.json").read_text())
-    assert iperf.retransmit_flags(data) == ["retransmits 17.5% of segments"]
+    assert tcp.retransmit_flags(data) == ["retransmits 17.5% of segments"]
     data["end"]["sum_sent"]["retransmits"] = 0
-    assert iperf.retransmit_flags(data) == []
+    assert tcp.retransmit_flags(data) == []
 
 
 def test_iperf3_interval_series():

@@ -21,9 +21,9 @@ def test_repetitions_and_resume(tmp_path):
     run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
                           study_name="s", study_text=STUDY)
     store.add_scenario(scenario)
-    store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": 1.5, "ping_loss_pct": 0}, {"rtt_avg_ms": "ms"},
+    store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": 1.5, "ping_loss_pct": 0},
                             {"ping": "raw text"}, [])
-    store.record_repetition(run, scenario.id, 2, {"rtt_avg_ms": 1.7, "ping_loss_pct": 0}, {}, {}, ["suspect"])
+    store.record_repetition(run, scenario.id, 2, {"rtt_avg_ms": 1.7, "ping_loss_pct": 0}, {}, ["suspect"])
     store.close()
 
     # a second process (the resumed run) sees exactly what was committed
@@ -33,7 +33,7 @@ def test_repetitions_and_resume(tmp_path):
     assert again.raw_output(scenario.id, 1, "ping") == "raw text"
     samples = again.samples()
     assert len(samples) == 4
-    assert {s["flags"] for s in samples if s["repetition"] == 2} == {"suspect"}
+    assert {s.flags for s in samples if s.repetition == 2} == {"suspect"}
     again.close()
 
 
@@ -44,7 +44,7 @@ def test_notes_are_not_repeated(tmp_path):
     store.add_note(plan.scenarios[0].id, "a")
     store.add_note(plan.scenarios[0].id, "a")
     store.add_note(plan.scenarios[0].id, "b")
-    assert store.scenarios()[0]["notes"] == "a; b"
+    assert store.scenarios()[0].notes == "a; b"
 
 
 def test_schema_version_is_checked(tmp_path):
@@ -91,6 +91,6 @@ def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):
                           study_name="s", study_text=STUDY)
     for scenario, where, rtt in ((base, "host", 0.1), (twin, "vm", 1.0), (vpn, "vm", 2.0)):
         store.add_scenario(scenario, where)
-        store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": rtt}, {"rtt_avg_ms": "ms"}, {}, [])
+        store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": rtt}, {}, [])
     rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
     assert rtt[vpn.id].relative == 2.0  # 2.0 ms against the VM's 1.0, not the host's 0.1

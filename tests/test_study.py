@@ -3,7 +3,8 @@
 import pytest
 
 from vpnlab.errors import StudyError
-from vpnlab.study import builtin_studies, load_builtin, parse_size, parse_study
+from vpnlab.schema import parse_size
+from vpnlab.study import builtin_studies, load_builtin, parse_study
 
 MINIMAL = """
 name: t

@@ -48,17 +48,22 @@ def test_libreswan_shares_strongswans_esp_names_and_model():
 
 
 def test_libreswan_is_found_installed_or_unpacked(monkeypatch, tmp_path):
-    from vpnlab import capabilities
-    monkeypatch.setattr(capabilities, "package_folder", lambda package: tmp_path / "packages" / package)
-    monkeypatch.setattr(capabilities, "EXTRA_PATHS", {"pluto": "/vpnlab-not-installed/ipsec/pluto"})
+    import dataclasses
+
+    from vpnlab import tools, unpacked
+    monkeypatch.setattr(unpacked, "package_folder", lambda package: tmp_path / "packages" / package)
+    declared = REGISTRY["libreswan"].tools[0]
+    assert declared.command == "pluto" and declared.private
+    tool = dataclasses.replace(declared, command="vpnlab-no-such-pluto", path="/vpnlab-not-installed/ipsec/pluto")
     pluto = tmp_path / "packages" / "libreswan" / "vpnlab-not-installed" / "ipsec" / "pluto"
-    assert capabilities.find_tool("pluto") is None
+    assert tools.find(tool) is None
     pluto.parent.mkdir(parents=True)
     pluto.write_text("#!/bin/sh\nexit 127\n")  # as when a library it needs is not installed
     pluto.chmod(0o755)
-    assert capabilities.find_tool("pluto") is None
+    assert tools.find(tool) is None
     pluto.write_text("#!/bin/sh\necho Libreswan 4.10\n")
-    assert capabilities.find_tool("pluto") == str(pluto)
+    assert tools.find(tool) == str(pluto)
+    assert tools.version(dataclasses.replace(tool, version=("pluto", "--version")), str(pluto)) == "Libreswan 4.10"
 
 
 def test_merge_takes_a_guest_store_once(tmp_path):
@@ -71,7 +76,7 @@ def test_merge_takes_a_guest_store_once(tmp_path):
                            study_name="m", study_text="")
     for store in (host, guest):
         store.add_scenario(scenario)
-    guest.record_repetition(grun, scenario.id, 1, {"rtt_avg_ms": 20.5}, {"rtt_avg_ms": "ms"}, {"ping": "raw"}, ["f"])
+    guest.record_repetition(grun, scenario.id, 1, {"rtt_avg_ms": 20.5}, {"ping": "raw"}, ["f"])
     guest.set_status(scenario.id, "running")
     guest.close()
     for _ in range(2):  # merging again (a resumed run) changes nothing
@@ -79,7 +84,7 @@ def test_merge_takes_a_guest_store_once(tmp_path):
     assert host.values(scenario.id, "rtt_avg_ms") == [20.5]
     assert host.done_repetitions(scenario.id) == {1}
     assert host.raw_output(scenario.id, 1, "ping") == "raw"
-    assert host.scenarios()[0]["notes"] == "measured in a VM"
+    assert host.scenarios()[0].notes == "measured in a VM"
 
 
 def test_kvm_is_not_trusted_without_the_cpu_flag(monkeypatch, tmp_path):

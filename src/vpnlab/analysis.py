@@ -11,16 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .store import Store
-
-# Metrics where more is better are shown as % of the baseline; the others
-# (times, jitter, loss) as a multiple of it, as in Jaha 2014.
-HIGHER_IS_BETTER = {"throughput_mbps", "udp_sent_mbps", "link_utilisation_pct"}
-# The metric that answers a workload's question: what adaptive repetition and comparisons use.
-PRIMARY_METRIC = {"tcp": "throughput_mbps", "udp": "throughput_mbps", "ping": "rtt_avg_ms",
-                  "transfer": "transfer_s"}
-# The metrics Jaha 2014 graded (Table VI).
-GRADED = {"throughput_mbps", "rtt_avg_ms", "udp_jitter_ms", "udp_loss_pct", "ping_loss_pct"}
+from . import metrics
+from .store import ScenarioRow, Store
 
 # Jaha 2014, section IV: six grades from % of the no-VPN value (throughput) ...
 PERCENT_GRADES = [(85, "excellent"), (75, "very good"), (65, "good"), (40, "acceptable"), (25, "weak"), (0, "very weak")]
@@ -30,7 +22,7 @@ MULTIPLE_GRADES = [(1.176, "excellent"), (1.333, "very good"), (1.538, "good"), 
 
 def grade(metric: str, relative: float) -> str:
     """Grade a value relative to the baseline (a percentage or a multiple)."""
-    if metric in HIGHER_IS_BETTER:
+    if metrics.get(metric).higher_is_better:
         return next(name for bound, name in PERCENT_GRADES if relative >= bound)
     return next((name for bound, name in MULTIPLE_GRADES if relative <= bound), "very weak")
 
@@ -81,31 +73,31 @@ def describe(values: list[float]) -> tuple[int, float, float, float, float]:
     return n, mean, sd, float(low), float(high)
 
 
-def baseline_of(scenario, by_id: dict) -> str | None:
+def baseline_of(scenario: ScenarioRow, by_id: dict[str, ScenarioRow]) -> str | None:
     """The no-VPN scenario with the same topology, link and workload, measured in the same
     place (this host or the VM): a ratio across the two would mostly measure emulation."""
-    if scenario["vpn"] == "none":
+    if scenario.is_baseline:
         return None
     for other in by_id.values():
-        if (other["vpn"] == "none" and other["topology"] == scenario["topology"]
-                and other["link_label"] == scenario["link_label"]
-                and other["workload_params"] == scenario["workload_params"]
-                and other["measured_in"] == scenario["measured_in"]):
-            return other["id"]
+        if (other.is_baseline and other.topology == scenario.topology
+                and other.link_label == scenario.link_label
+                and other.workload_params == scenario.workload_params
+                and other.measured_in == scenario.measured_in):
+            return other.id
     return None
 
 
 def summarise(store: Store) -> dict[str, list[Summary]]:
     """Scenario id -> one Summary per metric."""
-    scenarios = {row["id"]: row for row in store.scenarios()}
+    scenarios = {row.id: row for row in store.scenarios()}
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     units: dict[str, str] = {}
     flagged: dict[tuple[str, str], int] = defaultdict(int)
     for row in store.samples():
-        key = (row["scenario_id"], row["metric"])
-        values[key].append(row["value"])
-        units[row["metric"]] = row["unit"]
-        if row["flags"]:
+        key = (row.scenario_id, row.metric)
+        values[key].append(row.value)
+        units[row.metric] = row.unit
+        if row.flags:
             flagged[key] += 1
     out: dict[str, list[Summary]] = defaultdict(list)
     for (sid, metric), vals in sorted(values.items()):
@@ -118,16 +110,17 @@ def summarise(store: Store) -> dict[str, list[Summary]]:
             ref = means.get((base, s.metric)) if base else None
             if ref is None:
                 continue
+            metric = metrics.get(s.metric)
             if ref == 0:
-                if s.metric in GRADED and s.metric not in HIGHER_IS_BETTER:
+                if metric.graded and not metric.higher_is_better:
                     # no loss without a VPN: none with it is as good (1x), any is infinitely worse
                     s.relative, s.relative_kind = (1.0 if s.mean == 0 else math.inf), "x"
                     s.grade = grade(s.metric, s.relative)
                 continue
-            if s.metric in HIGHER_IS_BETTER:
+            if metric.higher_is_better:
                 s.relative, s.relative_kind = 100 * s.mean / ref, "%"
             else:
                 s.relative, s.relative_kind = s.mean / ref, "x"
-            if s.metric in GRADED:
+            if metric.graded:
                 s.grade = grade(s.metric, s.relative)
     return out

@@ -15,49 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .testbed.state import NAMESPACE_PREFIX
-from .unpacked import package_folder
-
-PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
-
-TOOLS = {
-    # binary: Debian package that provides it
-    "ip": "iproute2",
-    "tc": "iproute2",
-    "iperf3": "iperf3",
-    "ping": "iputils-ping",
-    "tcpdump": "tcpdump",
-    "sysctl": "procps",
-    "wg": "wireguard-tools",
-    "wireguard-go": "wireguard-go",
-    "openvpn": "openvpn",
-    "openssl": "openssl",
-    "charon": "strongswan-charon",
-    "swanctl": "strongswan-swanctl",
-    "ocserv": "ocserv",
-    "openconnect": "openconnect",
-    "pptpd": "pptpd",
-    "pptp": "pptp-linux",
-    "pppd": "ppp",
-    "certutil": "libnss3-tools",
-    "pluto": "libreswan (./bootstrap.sh unpacks it privately: it conflicts with strongSwan's packages)",
-    "xl2tpd": "xl2tpd",
-    "qemu-system-x86_64": "qemu-system-x86",
-    "nginx": "nginx-light",
-    "curl": "curl",
-    "vsftpd": "vsftpd",
-    "sshd": "openssh-server",
-    "scp": "openssh-client",
-    "ssh-keygen": "openssh-client",
-    "dovecot": "dovecot-pop3d",
-    "dnsmasq": "dnsmasq-base",
-    "dig": "bind9-dnsutils",
-    "bash": "bash",
-}
-
-# Where Debian installs daemons that are not on PATH.
-EXTRA_PATHS = {"charon": "/usr/lib/ipsec/charon", "sshd": "/usr/sbin/sshd", "vsftpd": "/usr/sbin/vsftpd",
-               "nginx": "/usr/sbin/nginx", "dovecot": "/usr/sbin/dovecot", "dnsmasq": "/usr/sbin/dnsmasq",
-               "pluto": PLUTO}
+from .tools import declared, find, version
 
 FEATURES = {
     "netns": "network namespaces",
@@ -86,21 +44,11 @@ class Capabilities:
     def tool(self, name: str) -> str | None:
         return self.tools.get(name)
 
-
-def find_tool(name: str) -> str | None:
-    path = shutil.which(name)
-    if path:
-        return path
-    extra = EXTRA_PATHS.get(name)
-    if not extra:
-        return None
-    if os.access(extra, os.X_OK):
-        return extra
-    # An unpacked package's libraries come from other packages: it counts only if it runs.
-    unpacked = package_folder(TOOLS[name].split()[0]) / extra.lstrip("/")
-    if os.access(unpacked, os.X_OK) and _ok([str(unpacked), "--version"]):
-        return str(unpacked)
-    return None
+    @staticmethod
+    def hint(name: str) -> str:
+        """How to get a missing program."""
+        tool = declared().get(name)
+        return tool.hint if tool else "not declared by any driver or workload"
 
 
 def _ok(argv: list[str]) -> bool:
@@ -145,7 +93,7 @@ def _ppp_available() -> bool:
 
 
 def _openssl_legacy() -> bool:
-    return bool(find_tool("openssl")) and _ok(["openssl", "list", "-providers", "-provider", "legacy"])
+    return bool(shutil.which("openssl")) and _ok(["openssl", "list", "-providers", "-provider", "legacy"])
 
 
 @functools.lru_cache(maxsize=1)
@@ -153,30 +101,21 @@ def detect() -> Capabilities:
     return Capabilities(
         kernel=os.uname().release,
         features=probe_kernel() | {"openssl-legacy": _openssl_legacy()},
-        tools={name: find_tool(name) for name in TOOLS},
+        tools={name: find(tool) for name, tool in declared().items()},
     )
 
 
-def tool_versions() -> dict[str, str]:
-    """Versions of the tools that shape results, stored with every run."""
-    commands = {
-        "iperf3": ["iperf3", "--version"],
-        "iproute2": ["ip", "-V"],
-        "wireguard-go": ["wireguard-go", "--version"],
-        "wg": ["wg", "--version"],
-        "openvpn": ["openvpn", "--version"],
-        "charon": ["swanctl", "--version"],
-        "ocserv": ["ocserv", "--version"],
-        "openconnect": ["openconnect", "--version"],
-    }
-    versions = {}
-    for name, argv in commands.items():
-        if not find_tool(argv[0]):
+def tool_versions(commands: set[str] | None = None) -> dict[str, str]:
+    """The version of each program (default: every declared one found here), stored with
+    every run: the tool's own version line, else its Debian package's version."""
+    found = {}
+    for name, tool in declared().items():
+        if commands is not None and name not in commands:
             continue
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        text = (proc.stdout or proc.stderr).strip().splitlines()
-        versions[name] = text[0] if text else "unknown"
-    return versions
+        path = find(tool)
+        if path:
+            found[name] = version(tool, path)
+    return found
 
 
 # The distribution kernel the VM boots has every one of these (Debian builds them as modules).

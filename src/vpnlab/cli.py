@@ -161,10 +161,8 @@ def _print_plan(plan) -> None:
               "Nothing was created.")
 
 
-TUNNEL_METRICS = ("setup_s", "overhead_bytes", "overhead_model_bytes", "tunnel_mtu")
-
-
 def _show(directory: Path) -> None:
+    from . import metrics
     from .analysis import summarise
     from .store import Store
 
@@ -179,16 +177,16 @@ def _show(directory: Path) -> None:
     out.print(f"[bold]{last['study_name']}[/] - kernel {last['kernel']}, vpnlab {last['vpnlab_version']}, "
               f"status {last['status']}")
     for sc in scenarios:
-        title = f"[bold]{sc['vpn_label']}[/] | {sc['link_label']} | {sc['workload_label']}"
-        if sc["status"] == "failed":
-            out.print(f"\n{title}: [red]failed[/] - {sc['failure']}", highlight=False)
+        title = f"[bold]{sc.vpn_label}[/] | {sc.link_label} | {sc.workload_label}"
+        if sc.status == "failed":
+            out.print(f"\n{title}: [red]failed[/] - {sc.failure}", highlight=False)
             continue
-        by_metric = {s.metric: s for s in summaries.get(sc["id"], [])}
+        by_metric = {s.metric: s for s in summaries.get(sc.id, [])}
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
             table.add_column(col, justify="left" if col in ("metric", "unit", "grade") else "right", no_wrap=True)
         for s in by_metric.values():
-            if s.metric in TUNNEL_METRICS:
+            if metrics.get(s.metric).level == "tunnel":
                 continue
             ci = f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}" if s.n > 1 else "-"
             rel = "-" if s.relative is None else (
@@ -196,7 +194,7 @@ def _show(directory: Path) -> None:
             flag = f" ({s.flagged} flagged)" if s.flagged else ""
             table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, rel, s.grade + flag)
         out.print(table)
-        tunnel = [f"implementation {sc['implementation']}"]
+        tunnel = [f"implementation {sc.implementation}"]
         if "setup_s" in by_metric:
             tunnel.append(f"set-up {by_metric['setup_s'].mean:.2f} s")
         if "overhead_bytes" in by_metric:
@@ -206,8 +204,8 @@ def _show(directory: Path) -> None:
         if "tunnel_mtu" in by_metric:
             tunnel.append(f"MTU {by_metric['tunnel_mtu'].mean:.0f}")
         out.print("  " + ", ".join(tunnel), highlight=False)
-        if sc["notes"]:
-            out.print(f"  [yellow]note:[/] {sc['notes']}", highlight=False)
+        if sc.notes:
+            out.print(f"  [yellow]note:[/] {sc.notes}", highlight=False)
 
 
 @app.command()
@@ -374,98 +372,97 @@ def doctor(
     """What this kernel and machine offer, which VPN implementations can run here, whether a VM
     can run the rest, and (given a study) where each of its scenarios would run."""
     from . import vm
-    from .capabilities import FEATURES, TOOLS, detect
-    from .drivers import REGISTRY
-    from .plan import check_scenario, make_plan, place
+    from .capabilities import detect, tool_versions
 
     _need_root("vpnlab doctor")
     caps = detect()
-    placement = []
-    if study is not None:
-        plan = make_plan(_load(study)[0])
-        _, problems, in_vm = place(plan, backend)
-        for sc in plan.scenarios:
-            where = "nowhere" if sc.index in problems else ("vm" if sc.id in in_vm else "here")
-            why = problems.get(sc.index) or ("; ".join(check_scenario(sc, caps)) if where == "vm" else "")
-            if sc.vm_twin:
-                why = "the no-VPN baseline again, for the VPNs measured in the VM (emulation slows both)"
-            placement.append({"index": sc.index, "scenario": sc.label, "runs": where, "why": why})
-    drivers = {}
-    for name, driver in REGISTRY.items():
-        options = driver.Options()
-        impls = []
-        for impl in driver.implementations(options):
-            missing = impl.missing(caps)
-            impls.append({"implementation": impl.name, "usable": not missing, "missing": missing})
-        drivers[name] = impls
+    versions = tool_versions()
     report = {
         "kernel": caps.kernel,
         "features": caps.features,
-        "tools": {t: caps.tool(t) for t in TOOLS},
-        "drivers": drivers,
+        "tools": {t: {"path": path, "version": versions.get(t)} for t, path in caps.tools.items()},
+        "drivers": _driver_usability(caps),
         "vm": vm.describe(),
-        "placement": placement,
+        "placement": _placement(study, backend, caps) if study is not None else [],
     }
     if as_json:
         out.print_json(json.dumps(report))
         return
-    table = Table(title=f"kernel {caps.kernel} and libraries", title_justify="left")
-    table.add_column("feature")
-    table.add_column("present")
-    for feature, text in FEATURES.items():
-        table.add_row(text, "[green]yes[/]" if caps.has(feature) else "[red]no[/]")
-    out.print(table)
-    table = Table(title="tools", title_justify="left")
-    table.add_column("tool")
-    table.add_column("where / how to get it")
-    for tool, package in TOOLS.items():
-        path = caps.tool(tool)
-        table.add_row(tool, path if path else f"[red]missing[/] - apt-get install {package}")
-    out.print(table)
-    table = Table(title="VPN drivers", title_justify="left")
-    for col in ("driver", "implementation", "usable here"):
-        table.add_column(col)
-    for name, impls in drivers.items():
-        for impl in impls:
-            usable = "[green]yes[/]" if impl["usable"] else "[red]no[/]: needs " + ", ".join(impl["missing"])
-            table.add_row(name, impl["implementation"], usable)
-    out.print(table)
+    _print_doctor(report, caps, study, backend)
+
+
+def _driver_usability(caps) -> dict:
+    from .drivers import REGISTRY
+
+    drivers = {}
+    for name, driver in REGISTRY.items():
+        drivers[name] = [{"implementation": impl.name, "usable": not impl.missing(caps), "missing": impl.missing(caps)}
+                         for impl in driver.implementations(driver.Options())]
+    return drivers
+
+
+def _placement(study: str, backend: str, caps) -> list[dict]:
+    from .plan import check_scenario, make_plan, place
+
+    plan = make_plan(_load(study)[0])
+    _, problems, in_vm = place(plan, backend)
+    rows = []
+    for sc in plan.scenarios:
+        where = "nowhere" if sc.index in problems else ("vm" if sc.id in in_vm else "here")
+        why = problems.get(sc.index) or ("; ".join(check_scenario(sc, caps)) if where == "vm" else "")
+        if sc.vm_twin:
+            why = "the no-VPN baseline again, for the VPNs measured in the VM (emulation slows both)"
+        rows.append({"index": sc.index, "scenario": sc.label, "runs": where, "why": why})
+    return rows
+
+
+def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
+    from .capabilities import FEATURES
+
+    _table(f"kernel {caps.kernel} and libraries", ("feature", "present"),
+           [(text, "[green]yes[/]" if caps.has(f) else "[red]no[/]") for f, text in FEATURES.items()])
+    _table("tools", ("tool", "where", "version / how to get it"),
+           [(t, info["path"] or "[red]missing[/]", info["version"] or caps.hint(t))
+            for t, info in sorted(report["tools"].items())])
+    _table("VPN drivers", ("driver", "implementation", "usable here"),
+           [(name, i["implementation"], "[green]yes[/]" if i["usable"] else "[red]no[/]: needs " + ", ".join(i["missing"]))
+            for name, impls in report["drivers"].items() for i in impls])
     info = report["vm"]
     if info["available"]:
         out.print(f"VM backend: available ({'KVM' if info['kvm'] else 'software emulation (TCG): slow'}; "
                   f"kernel {info['kernel']}); with --backend auto it runs what this kernel cannot")
     else:
         out.print(f"VM backend: [red]unavailable[/]: {info['problem']}")
-    if placement:
-        table = Table(title=f"where the scenarios of {study} run (--backend {backend})", title_justify="left")
-        for col in ("#", "scenario", "runs", "why"):
-            table.add_column(col)
-        for row in placement:
-            table.add_row(str(row["index"]), row["scenario"], row["runs"], row["why"])
-        out.print(table)
+    if report["placement"]:
+        _table(f"where the scenarios of {study} run (--backend {backend})", ("#", "scenario", "runs", "why"),
+               [(str(r["index"]), r["scenario"], r["runs"], r["why"]) for r in report["placement"]])
+
+
+def _table(title: str, columns: tuple[str, ...], rows) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
 
 
 @app.command("list")
 def list_things():
-    """VPN drivers with their options, workloads with their metrics, built-in studies."""
+    """VPN drivers with their options, workload kinds, every metric vpnlab can record, built-in studies."""
     from .drivers import REGISTRY
+    from .metrics import all_metrics
     from .study import builtin_studies
-    from .workloads import REGISTRY as WORKLOADS
+    from .workloads import KINDS
 
-    table = Table(title="VPN drivers", title_justify="left")
-    for col in ("driver", "what", "options (default)"):
-        table.add_column(col)
-    for name, driver in REGISTRY.items():
-        opts = ", ".join(f"{k}={f.default!r}" if f.default is not None else k
-                         for k, f in driver.Options.model_fields.items())
-        table.add_row(name, driver.summary, opts or "-")
-    out.print(table)
-    table = Table(title="workloads", title_justify="left")
-    for col in ("kind", "metrics"):
-        table.add_column(col)
-    for kind, wk in WORKLOADS.items():
-        table.add_row(kind, ", ".join(m.name for m in wk.metrics))
-    out.print(table)
+    _table("VPN drivers", ("driver", "what", "options (default)"),
+           [(name, driver.summary, ", ".join(f"{k}={f.default!r}" if f.default is not None else k
+                                             for k, f in driver.Options.model_fields.items()) or "-")
+            for name, driver in REGISTRY.items()])
+    _table("workloads", ("kind", "what", "primary metric", "metrics"),
+           [(kind, k.summary, k.primary, ", ".join(m.name for m in k.metrics)) for kind, k in KINDS.items()])
+    _table("metrics", ("metric", "unit", "direction", "recorded by", "meaning"),
+           [(m.name, m.unit, m.direction, m.producers, m.meaning) for m in all_metrics().values()])
     out.print("built-in studies: " + ", ".join(sorted(builtin_studies())))
 
 
@@ -488,3 +485,7 @@ def main(version: bool = typer.Option(False, "--version", help="print the versio
     if version:
         out.print(f"vpnlab {__version__}")
         raise typer.Exit()
+
+
+from .hosts.cli import app as hosts_app  # noqa: E402  (registered last: it imports nothing from here)
+app.add_typer(hosts_app, name="hosts")

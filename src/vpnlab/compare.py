@@ -10,7 +10,6 @@ compression, transport ...), on the same link under the same workload.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -19,8 +18,8 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from .analysis import PRIMARY_METRIC
 from .store import Store
+from .workloads import KINDS
 
 ALPHA = 0.05
 
@@ -116,26 +115,28 @@ def study_comparisons(store: Store, pairs: list[tuple[str, str]] | None = None) 
     scenarios = store.scenarios()
     samples: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in store.samples():
-        if row["repetition"] > 0:
-            samples[(row["scenario_id"], row["metric"])].append(row["value"])
+        if row.repetition > 0:
+            samples[(row.scenario_id, row.metric)].append(row.value)
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for sc in scenarios:  # never across this host and the VM: emulation would be what differs
-        groups[(sc["link_label"], sc["workload_params"], sc["measured_in"])].append(sc)
+        groups[(sc.link_label, sc.workload_params, sc.measured_in)].append(sc)
     out = []
     for (link, _, _), members in groups.items():
         for i, sa in enumerate(members):
             for sb in members[i + 1:]:
-                wanted = (pairs is not None and ((sa["vpn_label"], sb["vpn_label"]) in pairs
-                                                 or (sb["vpn_label"], sa["vpn_label"]) in pairs))
+                wanted = (pairs is not None and ((sa.vpn_label, sb.vpn_label) in pairs
+                                                 or (sb.vpn_label, sa.vpn_label) in pairs))
                 if pairs is None:
-                    wanted = differs_in_one_thing(json.loads(sa["vpn_options"]), json.loads(sb["vpn_options"]))
+                    wanted = differs_in_one_thing(sa.config, sb.config)
                 if not wanted:
                     continue
-                metric = PRIMARY_METRIC.get(sa["workload"])
-                a, b = samples.get((sa["id"], metric), []), samples.get((sb["id"], metric), [])
+                if sa.workload not in KINDS:
+                    continue
+                metric = KINDS[sa.workload].primary
+                a, b = samples.get((sa.id, metric), []), samples.get((sb.id, metric), [])
                 if len(a) < 2 or len(b) < 2:
                     continue
-                out.append(Comparison(metric, link, sa["workload_label"], sa["vpn_label"], sb["vpn_label"],
+                out.append(Comparison(metric, link, sa.workload_label, sa.vpn_label, sb.vpn_label,
                                       **compare(a, b)))
     holm(out)
     return out
@@ -157,12 +158,12 @@ def compare_runs(store_a: Store, store_b: Store) -> list[RunDifference]:
 
     def index(store: Store) -> dict:
         values: dict[tuple, list[float]] = defaultdict(list)
-        keys = {s["id"]: (s["vpn_label"], s["link_label"], s["workload_label"], s["workload"])
+        keys = {s.id: (s.vpn_label, s.link_label, s.workload_label, s.workload)
                 for s in store.scenarios()}
         for row in store.samples():
-            key = keys[row["scenario_id"]]
-            if row["repetition"] > 0 and row["metric"] == PRIMARY_METRIC[key[3]]:
-                values[key].append(row["value"])
+            key = keys[row.scenario_id]
+            if row.repetition > 0 and key[3] in KINDS and row.metric == KINDS[key[3]].primary:
+                values[key].append(row.value)
         return values
 
     a, b = index(store_a), index(store_b)
@@ -170,7 +171,7 @@ def compare_runs(store_a: Store, store_b: Store) -> list[RunDifference]:
     for key in sorted(set(a) & set(b)):
         va, vb = a[key], b[key]
         result = compare(va, vb) if len(va) >= 2 and len(vb) >= 2 else None
-        out.append(RunDifference(key[0], key[1], key[2], PRIMARY_METRIC[key[3]], result,
+        out.append(RunDifference(key[0], key[1], key[2], KINDS[key[3]].primary, result,
                                  float(np.mean(va)) if va else None, float(np.mean(vb)) if vb else None))
     testable = [d for d in out if d.result]
     if testable:

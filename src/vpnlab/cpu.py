@@ -18,17 +18,27 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .metrics import declare
+
 TICK = os.sysconf("SC_CLK_TCK")
 TRAFFIC_TOOLS = {"iperf3", "ping", "tcpdump"}  # the measuring tools, not the VPN
 SATURATED_PCT = 90.0  # machine-wide busy share above which throughput is CPU-bound
 
-METRICS = {
-    "cpu_vpn_client_pct": "VPN daemons at the client (left) end, % of one core",
-    "cpu_vpn_gateway_pct": "VPN daemons at the gateway (right) end, % of one core",
-    "cpu_kernel_pct": "kernel time (system, irq, softirq) on all CPUs, % of one core",
-    "cpu_busy_pct": "machine busy time, % of all cores",
-    "cpu_s_per_gb": "daemon plus kernel CPU-seconds per gigabyte carried",
-}
+_ALL = "tcp, udp, ping, transfer"
+METRICS = (
+    declare("cpu_vpn_client_pct", "%", "CPU of the VPN daemons (all their threads and children) at the client-side "
+            "tunnel end during the measurement, % of one core; absent without a VPN", False, level="cpu",
+            producers=_ALL),
+    declare("cpu_vpn_gateway_pct", "%", "the same at the gateway-side tunnel end, % of one core", False, level="cpu",
+            producers=_ALL),
+    declare("cpu_kernel_pct", "%", "kernel time (system, irq, softirq) on all CPUs, % of one core: where kernel "
+            "WireGuard, ESP and PPP, and the TUN path of userspace VPNs, do their work", False, level="cpu",
+            producers=_ALL),
+    declare("cpu_busy_pct", "%", "the machine's busy share, % of all cores; above 90% the sample is flagged",
+            False, level="cpu", producers=_ALL),
+    declare("cpu_s_per_gb", "s/GB", "daemon plus kernel CPU-seconds per gigabyte carried", False, level="cpu",
+            positive=True, producers="tcp, udp, transfer"),
+)
 
 
 def _namespace_pids(namespace: str) -> list[int]:

@@ -13,57 +13,63 @@ from .analysis import summarise
 from .compare import study_comparisons
 from .store import Store
 
+# Every table names scenarios, VPNs, links and workloads the same way: scenario_id, vpn_label,
+# link_label, workload_label (older columns stay, so scripts written for them keep working).
 COLUMNS = [
     "scenario_id", "vpn", "vpn_label", "vpn_options", "implementation", "measured_in", "topology",
     "link_rate_mbit", "link_delay_ms", "link_jitter_ms", "link_loss_pct",
     "workload", "workload_params", "repetition", "metric", "value", "unit", "flags", "measured_at",
+    "link_label", "workload_label",
 ]
 
 
 def rows(store: Store) -> list[dict]:
-    scenarios = {s["id"]: s for s in store.scenarios()}
+    scenarios = {s.id: s for s in store.scenarios()}
     out = []
     for sample in store.samples():
-        sc = scenarios[sample["scenario_id"]]
+        sc = scenarios[sample.scenario_id]
         out.append({
-            "scenario_id": sc["id"],
-            "vpn": sc["vpn"],
-            "vpn_label": sc["vpn_label"],
-            "vpn_options": sc["vpn_options"],
-            "implementation": sc["implementation"],
-            "measured_in": sc["measured_in"],
-            "topology": sc["topology"],
-            "link_rate_mbit": sc["link_rate_mbit"],
-            "link_delay_ms": sc["link_delay_ms"],
-            "link_jitter_ms": sc["link_jitter_ms"],
-            "link_loss_pct": sc["link_loss_pct"],
-            "workload": sc["workload"],
-            "workload_params": sc["workload_params"],
-            "repetition": sample["repetition"],
-            "metric": sample["metric"],
-            "value": sample["value"],
-            "unit": sample["unit"],
-            "flags": sample["flags"],
-            "measured_at": sample["measured_at"],
+            "scenario_id": sc.id,
+            "vpn": sc.vpn,
+            "vpn_label": sc.vpn_label,
+            "vpn_options": sc.vpn_options,
+            "implementation": sc.implementation,
+            "measured_in": sc.measured_in,
+            "topology": sc.topology,
+            "link_rate_mbit": sc.link_rate_mbit,
+            "link_delay_ms": sc.link_delay_ms,
+            "link_jitter_ms": sc.link_jitter_ms,
+            "link_loss_pct": sc.link_loss_pct,
+            "workload": sc.workload,
+            "workload_params": sc.workload_params,
+            "repetition": sample.repetition,
+            "metric": sample.metric,
+            "value": sample.value,
+            "unit": sample.unit,
+            "flags": sample.flags,
+            "measured_at": sample.measured_at,
+            "link_label": sc.link_label,
+            "workload_label": sc.workload_label,
         })
     return out
 
 
 def summary_rows(store: Store) -> list[dict]:
     """One row per scenario and metric: n, mean, sd, 95% CI, relative to no VPN, grade."""
-    scenarios = {s["id"]: s for s in store.scenarios()}
+    scenarios = {s.id: s for s in store.scenarios()}
     out = []
     for sid, summaries in summarise(store).items():
         sc = scenarios[sid]
         for s in summaries:
             out.append({
-                "scenario_id": sid, "vpn": sc["vpn"], "vpn_label": sc["vpn_label"],
-                "implementation": sc["implementation"], "measured_in": sc["measured_in"], "link": sc["link_label"],
-                "workload": sc["workload_label"],
+                "scenario_id": sid, "vpn": sc.vpn, "vpn_label": sc.vpn_label,
+                "implementation": sc.implementation, "measured_in": sc.measured_in, "link": sc.link_label,
+                "workload": sc.workload_label,
                 "metric": s.metric, "unit": s.unit, "n": s.n, "mean": s.mean, "sd": s.sd,
                 "ci_low": s.ci_low, "ci_high": s.ci_high, "relative_to_no_vpn": s.relative,
                 "relative_kind": s.relative_kind, "grade": s.grade, "flagged": s.flagged,
-                "repetition_rule": sc["repetition_rule"], "ci_target_met": sc["ci_target_met"],
+                "repetition_rule": sc.repetition_rule, "ci_target_met": sc.ci_target_met,
+                "link_label": sc.link_label, "workload_label": sc.workload_label,
             })
     return out
 

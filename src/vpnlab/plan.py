@@ -17,8 +17,7 @@ from .capabilities import Capabilities
 from .drivers import REGISTRY as DRIVERS
 from .errors import CapabilityError
 from .study import Link, RepetitionRule, Study, VpnConfig
-from .workloads import REGISTRY as WORKLOADS
-from .workloads import background
+from .workloads import KINDS, background
 
 # Measured here: namespaces + veth + shaping ~0.3 s, a userspace tunnel ~1 s, teardown ~0.5 s.
 SCENARIO_OVERHEAD_S = 2.5
@@ -26,14 +25,6 @@ SCENARIO_OVERHEAD_S = 2.5
 # and tear-down cost ~10 s more than here. A transfer there runs at that pace, not the link's.
 VM_PACE_MBIT = 20
 VM_SCENARIO_OVERHEAD_S = 15
-
-WORKLOAD_TOOLS = {
-    "tcp": lambda w: ("iperf3",),
-    "udp": lambda w: ("iperf3",),
-    "ping": lambda w: ("ping",),
-    "transfer": lambda w: {"http": ("nginx", "curl"), "https": ("nginx", "curl"), "ftp": ("vsftpd", "curl"),
-                           "ssh": ("sshd", "scp", "ssh-keygen")}[w.protocol],
-}
 
 
 @dataclass
@@ -79,11 +70,16 @@ class Scenario:
         return self.topology, json.dumps(self.key["link"], sort_keys=True), json.dumps(self.key["workload"],
                                                                                         sort_keys=True)
 
+    @property
+    def kind(self):
+        """The workload kind (its module's contract) this scenario runs."""
+        return KINDS[self.workload.kind]
+
     def repetition_s(self, in_vm: bool = False) -> float:
-        link = self.link
+        rate = self.link.rate_mbit
         if in_vm:
-            link = link.model_copy(update={"rate_mbit": min(link.rate_mbit or VM_PACE_MBIT, VM_PACE_MBIT)})
-        return WORKLOADS[self.workload.kind].estimate_s(self.workload, link)
+            rate = min(rate or VM_PACE_MBIT, VM_PACE_MBIT)
+        return self.kind.estimate_s(self.workload, rate)
 
     def estimate_s(self, in_vm: bool = False, most: bool = False) -> float:
         """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after
@@ -140,12 +136,12 @@ def check_scenario(scenario: Scenario, caps: Capabilities) -> list[str]:
         except CapabilityError as exc:
             if str(exc) not in missing:  # the same driver nested in itself lacks the same things
                 missing.append(str(exc))
-    tools = set(WORKLOAD_TOOLS[scenario.workload.kind](scenario.workload))
+    tools = set(scenario.kind.needs(scenario.workload))
     if scenario.link.background:
-        tools |= background.tools(scenario.link.background)
+        tools |= background.needs(scenario.link.background)
     for tool in sorted(tools):
         if not caps.tool(tool):
-            missing.append(f"'{tool}'")
+            missing.append(f"'{tool}' ({caps.hint(tool)})")
     return missing
 
 

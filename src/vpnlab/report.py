@@ -20,10 +20,11 @@ matplotlib.use("Agg")  # no display: render to SVG text
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
-from .analysis import PRIMARY_METRIC, Summary, fmt, summarise  # noqa: E402
+from . import metrics  # noqa: E402
+from .analysis import Summary, fmt, summarise  # noqa: E402
 from .compare import study_comparisons  # noqa: E402
-from .store import Store  # noqa: E402
-from .workloads.iperf import interval_series  # noqa: E402
+from .store import ScenarioRow, Store  # noqa: E402
+from .workloads import KINDS  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
 FEW_SAMPLES = 3
@@ -33,12 +34,6 @@ GRADE_COLOURS = {  # Jaha 2014's colours, from dark green to dark red
     "excellent": "#1b7837", "very good": "#a6dba0", "good": "#d9c84a",
     "acceptable": "#fff3a0", "weak": "#f4a582", "very weak": "#b2182b",
 }
-# Table VI's columns: (workload kind, metric, heading)
-TABLE_VI = [("tcp", "throughput_mbps", "TCP throughput"), ("ping", "rtt_avg_ms", "RTT"),
-            ("udp", "throughput_mbps", "UDP throughput"), ("udp", "udp_jitter_ms", "jitter"),
-            ("udp", "udp_loss_pct", "loss")]
-SWEEP_METRICS = {"tcp": ["throughput_mbps", "cpu_vpn_gateway_pct", "cpu_s_per_gb"], "udp": ["throughput_mbps", "udp_jitter_ms", "udp_loss_pct"],
-                 "ping": ["rtt_avg_ms"], "transfer": ["transfer_s"]}
 
 
 @dataclass
@@ -79,8 +74,8 @@ def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
     of them the same note)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for s in scenarios:
-        for note in filter(None, s["notes"].split("; ")):
-            groups[note].append(f"{s['vpn_label']} | {s['link_label']} | {s['workload_label']}")
+        for note in filter(None, s.notes.split("; ")):
+            groups[note].append(s.label)
     return list(groups.items())
 
 
@@ -106,12 +101,12 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and doctype: inline SVG
 
 
-def _bar_figure(title: str, unit: str, rows: list[tuple[str, Summary]]) -> Figure:
+def _bar_figure(title: str, unit: str, rows: list[tuple[ScenarioRow, Summary]]) -> Figure:
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.2))
-    labels = [label for label, _ in rows]
+    labels = [sc.shown for sc, _ in rows]
     means = [s.mean for _, s in rows]
     errors = [0 if math.isnan(s.ci_high) else (s.ci_high - s.ci_low) / 2 for _, s in rows]
-    colours = ["#888888" if label == "none" else "#3b6ea8" for label in labels]
+    colours = ["#888888" if sc.is_baseline else "#3b6ea8" for sc, _ in rows]
     ax.barh(labels, means, xerr=errors, color=colours, capsize=3)
     ax.invert_yaxis()
     ax.set_xlabel(unit)
@@ -121,15 +116,15 @@ def _bar_figure(title: str, unit: str, rows: list[tuple[str, Summary]]) -> Figur
 
 
 def _sweep_figure(title: str, param: str, metric: str, unit: str,
-                  lines: dict[str, list[tuple[float, Summary]]]) -> Figure:
+                  lines: dict[ScenarioRow, list[tuple[float, Summary]]]) -> Figure:
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    for label, points in sorted(lines.items()):
+    for sc, points in sorted(lines.items(), key=lambda kv: kv[0].shown):
         points.sort(key=lambda p: p[0])
         xs = [x for x, _ in points]
         ys = [s.mean for _, s in points]
         errs = [0 if math.isnan(s.ci_high) else (s.ci_high - s.ci_low) / 2 for _, s in points]
-        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label,
-                    linestyle="--" if label == "none" else "-")
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=sc.shown,
+                    linestyle="--" if sc.is_baseline else "-")
     ax.set_xlabel(param)
     ax.set_ylabel(f"{metric} [{unit}]")
     ax.grid(alpha=0.3)
@@ -142,23 +137,23 @@ def build(directory: Path) -> Report:
     store = Store.open_dir(directory)
     try:
         runs = store.runs()
-        scenarios = [dict(s) for s in store.scenarios()]
+        scenarios = store.scenarios()
         summaries = summarise(store)
         comparisons = study_comparisons(store)
         flags = _flag_lines(store)
-        series = _interval_series(store)
+        series = _interval_series(store, scenarios)
     finally:
         store.close()
     last = dict(runs[-1])
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
-                    failed=[s for s in scenarios if s["status"] == "failed"],
+                    failed=[s for s in scenarios if s.status == "failed"],
                     notes=_grouped_notes(scenarios), flags=flags)
-    report.implementations = sorted({(s["vpn"], s["implementation"]) for s in scenarios if s["vpn"] != "none"})
-    report.links = sorted({s["link_label"] for s in scenarios})
-    report.rules = sorted({s["repetition_rule"] for s in scenarios})
-    adaptive = [s for s in scenarios if s["ci_target_met"] is not None]
+    report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
+    report.links = sorted({s.link_label for s in scenarios})
+    report.rules = sorted({s.repetition_rule for s in scenarios})
+    adaptive = [s for s in scenarios if s.ci_target_met is not None]
     if adaptive:
-        met = sum(s["ci_target_met"] for s in adaptive)
+        met = sum(s.ci_target_met for s in adaptive)
         report.rules.append(f"confidence target met in {met} of {len(adaptive)} adaptive scenarios")
     stat = {(sid, s.metric): s for sid, ss in summaries.items() for s in ss}
 
@@ -173,11 +168,11 @@ def build(directory: Path) -> Report:
 
 def _flag_lines(store: Store) -> list[str]:
     """One line per scenario with flagged samples: how many, and the flags' kinds."""
-    labels = {s["id"]: f"{s['vpn_label']} | {s['link_label']} | {s['workload_label']}" for s in store.scenarios()}
+    labels = {s.id: s.label for s in store.scenarios()}
     reps: dict[str, dict[int, str]] = defaultdict(dict)
     for row in store.samples():
-        if row["flags"] and row["repetition"] > 0:
-            reps[row["scenario_id"]][row["repetition"]] = row["flags"]
+        if row.flags and row.repetition > 0:
+            reps[row.scenario_id][row.repetition] = row.flags
     lines = []
     for sid, by_rep in sorted(reps.items(), key=lambda kv: labels[kv[0]]):
         kinds = sorted({flag.split(" (")[0].split(" ")[0] for flags in by_rep.values() for flag in flags.split(";")})
@@ -188,39 +183,33 @@ def _flag_lines(store: Store) -> list[str]:
 
 def _first_workload(scenarios: list, kind: str) -> str | None:
     """Table VI grades one workload per kind: the first one the study lists."""
-    candidates = sorted((s["idx"], s["workload_params"]) for s in scenarios if s["workload"] == kind)
+    candidates = sorted((s.idx, s.workload_params) for s in scenarios if s.workload == kind)
     return candidates[0][1] if candidates else None
 
 
-def _shown(scenario) -> str:
-    """A VPN's label in figures, saying when it was measured in the (slower) VM."""
-    in_vm = scenario["measured_in"] == "vm" and not scenario["vpn_label"].endswith("(in the VM)")
-    return scenario["vpn_label"] + (" (in the VM)" if in_vm else "")
-
-
 def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
-    chosen = {kind: _first_workload(scenarios, kind) for kind in ("tcp", "udp", "ping")}
-    columns = [(kind, metric, heading) for kind, metric, heading in TABLE_VI if chosen[kind]]
+    chosen = {kind: _first_workload(scenarios, kind) for kind in KINDS}
+    columns = [(kind, metric, heading) for kind in KINDS for metric, heading in KINDS[kind].graded if chosen[kind]]
     if not columns:
         return
     for link in report.links:
         rows = []
-        vpns = sorted({s["vpn_label"] for s in scenarios if s["link_label"] == link and s["vpn"] != "none"})
+        vpns = sorted({s.vpn_label for s in scenarios if s.link_label == link and not s.is_baseline})
         for vpn in vpns:
             cells = []
             for kind, metric, _ in columns:
-                sc = next((s for s in scenarios if s["link_label"] == link and s["vpn_label"] == vpn
-                           and s["workload"] == kind and s["workload_params"] == chosen[kind]), None)
-                s = stat.get((sc["id"], metric)) if sc else None
-                if sc and sc["status"] == "failed":
-                    cells.append(Cell("failed", warn=sc["failure"][:200]))
+                sc = next((s for s in scenarios if s.link_label == link and s.vpn_label == vpn
+                           and s.workload == kind and s.workload_params == chosen[kind]), None)
+                s = stat.get((sc.id, metric)) if sc else None
+                if sc and sc.status == "failed":
+                    cells.append(Cell("failed", warn=sc.failure[:200]))
                 elif s is None or s.relative is None:
                     cells.append(Cell("-"))
                 else:
                     text = f"{s.relative:.0f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x"
                     cells.append(Cell(f"{text} ({s.grade})" if s.grade else text, colour=GRADE_COLOURS.get(s.grade, ""),
                                       warn=trust(s), css="dark" if s.grade in DARK_GRADES else ""))
-            measured_in_vm = any(s["vpn_label"] == vpn and s["link_label"] == link and s["measured_in"] == "vm"
+            measured_in_vm = any(s.vpn_label == vpn and s.link_label == link and s.measured_in == "vm"
                                  for s in scenarios)
             rows.append((f"{vpn} (in the VM, vs no VPN in the VM)" if measured_in_vm else vpn, cells))
         if rows:
@@ -230,42 +219,45 @@ def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
 def _figures(report: Report, scenarios: list, stat: dict) -> None:
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for s in scenarios:
-        groups[(s["link_label"], s["workload"])].append(s)
+        groups[(s.link_label, s.workload)].append(s)
     for (link, kind), members in sorted(groups.items()):
-        params = {s["workload_params"] for s in members}
+        params = {s.workload_params for s in members}
         decoded = [json.loads(p) for p in params]
+        plotted = KINDS[kind].plotted if kind in KINDS else ()
         varying = [k for k in decoded[0] if len({json.dumps(d.get(k)) for d in decoded}) > 1]
         if len(varying) == 1:  # a sweep: one line per VPN along the swept parameter
             param = varying[0]
-            for metric in SWEEP_METRICS[kind]:
-                lines: dict[str, list] = defaultdict(list)
+            for metric in plotted:
+                lines: dict[ScenarioRow, list] = defaultdict(list)
                 unit = ""
                 for s in members:
-                    summary = stat.get((s["id"], metric))
+                    summary = stat.get((s.id, metric))
                     if summary:
                         unit = summary.unit
-                        lines[_shown(s)].append((json.loads(s["workload_params"])[param], summary))
+                        lines[s].append((s.params[param], summary))
                 if lines:
                     report.figures.append(_sweep_figure(f"{metric} versus {param} - {kind} on {link}",
                                                         param, metric, unit, lines))
         for workload_params in sorted(params):
-            same = [s for s in members if s["workload_params"] == workload_params]
-            metric = PRIMARY_METRIC[kind]
-            rows = [(_shown(s), stat[(s["id"], metric)]) for s in sorted(same, key=lambda s: s["idx"])
-                    if (s["id"], metric) in stat]
+            same = [s for s in members if s.workload_params == workload_params]
+            if kind not in KINDS:
+                continue
+            metric = KINDS[kind].primary
+            rows = [(s, stat[(s.id, metric)]) for s in sorted(same, key=lambda s: s.idx)
+                    if (s.id, metric) in stat]
             if len(rows) > 1 and len(params) <= 3:  # a bar chart per workload, unless a long sweep
-                report.figures.append(_bar_figure(f"{metric} - {same[0]['workload_label']} on {link}",
+                report.figures.append(_bar_figure(f"{metric} - {same[0].workload_label} on {link}",
                                                   rows[0][1].unit, rows))
 
 
-def _interval_series(store: Store) -> dict[str, list[list[tuple[float, float]]]]:
-    """Scenario id -> per repetition, iperf3's interval-by-interval throughput (from the raw JSON kept)."""
+def _interval_series(store: Store, scenarios: list[ScenarioRow]) -> dict[str, list[list[tuple[float, float]]]]:
+    """Scenario id -> per repetition, the kind's interval-by-interval series (from the raw output kept)."""
+    kinds = {s.id: KINDS[s.workload] for s in scenarios if s.workload in KINDS and KINDS[s.workload].series_tool}
     out: dict[str, list] = defaultdict(list)
-    for row in store.raw_outputs("iperf3"):
-        try:
-            out[row["scenario_id"]].append(interval_series(json.loads(row["output"])))
-        except (ValueError, KeyError):
-            continue
+    for tool in {k.series_tool for k in kinds.values() if k.series_tool}:
+        for row in store.raw_outputs(tool):
+            if row["scenario_id"] in kinds:
+                out[row["scenario_id"]].append(kinds[row["scenario_id"]].series(row["output"]))
     return out
 
 
@@ -273,18 +265,18 @@ def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
     """Throughput interval by interval (the FAVE thesis read trends across twenty 10-s intervals)."""
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for s in scenarios:
-        if s["id"] in series and s["workload"] == "tcp":
-            groups[(s["link_label"], s["workload_label"])].append(s)
+        if s.id in series:
+            groups[(s.link_label, s.workload_label)].append(s)
     for (link, workload), members in sorted(groups.items()):
         fig, ax = plt.subplots(figsize=(7.5, 3.6))
-        for s in sorted(members, key=lambda s: s["idx"]):
-            runs = [r for r in series[s["id"]] if r]
+        for s in sorted(members, key=lambda s: s.idx):
+            runs = [r for r in series[s.id] if r]
             if not runs:
                 continue
             length = min(len(r) for r in runs)
             xs = [runs[0][i][0] for i in range(length)]
             means = [sum(r[i][1] for r in runs) / len(runs) for i in range(length)]
-            ax.plot(xs, means, marker=".", label=_shown(s), linestyle="--" if s["vpn"] == "none" else "-")
+            ax.plot(xs, means, marker=".", label=s.shown, linestyle="--" if s.is_baseline else "-")
         ax.set_xlabel("seconds into the transfer")
         ax.set_ylabel("Mbit/s")
         ax.grid(alpha=0.3)
@@ -296,18 +288,18 @@ def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
 
 def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
     seen = set()
-    for s in sorted(scenarios, key=lambda s: s["idx"]):
-        if s["vpn"] == "none" or (s["vpn_label"], s["link_label"]) in seen:
+    for s in sorted(scenarios, key=lambda s: s.idx):
+        if s.is_baseline or (s.vpn_label, s.link_label) in seen:
             continue
-        seen.add((s["vpn_label"], s["link_label"]))
-        sids = [x["id"] for x in scenarios if x["vpn_label"] == s["vpn_label"] and x["link_label"] == s["link_label"]]
+        seen.add((s.vpn_label, s.link_label))
+        sids = [x.id for x in scenarios if x.vpn_label == s.vpn_label and x.link_label == s.link_label]
 
         def first(metric):
             return next((stat[(i, metric)] for i in sids if (i, metric) in stat), None)
 
         gb = first("cpu_s_per_gb")
         report.tunnel_rows.append({
-            "vpn": _shown(s), "link": s["link_label"], "implementation": s["implementation"],
+            "vpn": s.shown, "link": s.link_label, "implementation": s.implementation,
             "overhead": fmt(first("overhead_bytes").mean if first("overhead_bytes") else None),
             "model": fmt(first("overhead_model_bytes").mean if first("overhead_model_bytes") else None),
             "mtu": fmt(first("tunnel_mtu").mean if first("tunnel_mtu") else None),
@@ -320,16 +312,17 @@ def _recommend(report: Report, scenarios: list, stat: dict) -> None:
     """Best configuration per link and workload, overall and among FIPS-only ones."""
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
-        if s["vpn"] != "none" and s["status"] == "done":
-            groups[(s["link_label"], s["workload_label"], s["measured_in"])].append(s)
+        if not s.is_baseline and s.status == "done":
+            groups[(s.link_label, s.workload_label, s.measured_in)].append(s)
     mixed = len({place for _, _, place in groups}) > 1
     for (link, workload, place), members in sorted(groups.items()):
-        kind = members[0]["workload"]
-        metric = PRIMARY_METRIC[kind]
-        better_high = metric == "throughput_mbps"
+        if members[0].workload not in KINDS:
+            continue
+        metric = KINDS[members[0].workload].primary
+        better_high = metrics.get(metric).higher_is_better
         for scope, pool in (("any", members),
-                            ("FIPS 140 only", [m for m in members if json.loads(m["vpn_options"])["profile"] == "fips"])):
-            ranked = [(stat[(m["id"], metric)], m) for m in pool if (m["id"], metric) in stat]
+                            ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
+            ranked = [(stat[(m.id, metric)], m) for m in pool if (m.id, metric) in stat]
             if not ranked:
                 continue
             ranked.sort(key=lambda p: p[0].mean, reverse=better_high)
@@ -337,7 +330,7 @@ def _recommend(report: Report, scenarios: list, stat: dict) -> None:
             where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
             text = (f"On {link}, for {workload}{where if mixed else ''}, the best "
                     f"{'' if scope == 'any' else 'FIPS-only '}choice is "
-                    f"{top['vpn_label']} ({metric} {fmt(best.mean)} {best.unit}"
+                    f"{top.vpn_label} ({metric} {fmt(best.mean)} {best.unit}"
                     + (f", {best.relative:.0f}% of no VPN" if best.relative_kind == "%" else
                        f", {best.relative:.2f}x no VPN" if best.relative is not None else "") + ")")
             if len(ranked) > 1:
@@ -345,9 +338,9 @@ def _recommend(report: Report, scenarios: list, stat: dict) -> None:
                 overlap = not (math.isnan(best.ci_low) or math.isnan(second.ci_low)) and (
                     best.ci_low <= second.ci_high and second.ci_low <= best.ci_high)
                 if overlap:
-                    text += f"; its 95% interval overlaps {runner_up['vpn_label']}'s, so the two are not told apart"
+                    text += f"; its 95% interval overlaps {runner_up.vpn_label}'s, so the two are not told apart"
                 else:
-                    text += f", ahead of {runner_up['vpn_label']} ({fmt(second.mean)})"
+                    text += f", ahead of {runner_up.vpn_label} ({fmt(second.mean)})"
             caution = trust(best)
             report.recommendations.append({"text": text + ".", "warn": caution})
 

@@ -23,30 +23,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__, vm
-from .analysis import PRIMARY_METRIC, describe
+from .analysis import describe
 from .capabilities import Capabilities, tool_versions
-from .cpu import METRICS as CPU_METRICS
-from .cpu import CpuMeter
-from .drivers import REGISTRY as DRIVERS
-from .drivers.base import Tunnel, TunnelEnv, wait_for
 from .errors import TunnelError, VpnlabError
+from .files import tail
+from .measure import measure
 from .plan import Plan, Scenario
-from .proof import PROBE_INNER_LEN, prove
 from .store import DB_NAME, SETUP_REPETITION, Store
 from .testbed.state import RunState, clean_stale_runs
 from .testbed.topology import Layout, Testbed
-from .workloads import REGISTRY as WORKLOADS
+from .tunnels import TunnelStage, bring_up, prove_and_measure
 from .workloads.background import BackgroundTraffic
-from .workloads.background import UNITS as BACKGROUND_UNITS
 from .workloads.base import WorkloadContext
 
-SETUP_TIMEOUT_S = 30
 IN_GUEST = os.environ.get("VPNLAB_BACKEND", "").startswith("vm")  # set by vm.Guest for the guest
 # The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
 VM_TIME_LIMIT_FACTOR = 2
 VM_SCENARIO_MARGIN_S = 60
-CPU_UNITS = {name: ("s/GB" if name == "cpu_s_per_gb" else "%") for name in CPU_METRICS}
-TUNNEL_UNITS = {"setup_s": "s", "overhead_bytes": "B", "overhead_model_bytes": "B", "tunnel_mtu": "B"}
 
 
 class Interrupted(BaseException):
@@ -178,8 +171,7 @@ class Runner:
         guest_log = work / "guest.log"
         for scenario in scenarios:
             if not self._finished(store, scenario) and store.status(scenario.id) != "failed":
-                reason = error or ("the guest stopped before this scenario finished: "
-                                   + vm.tail(guest_log.read_text(errors="replace") if guest_log.is_file() else ""))
+                reason = error or f"the guest stopped before this scenario finished:\n{tail(guest_log, 12)}"
                 store.set_status(scenario.id, "failed", reason)
             if store.status(scenario.id) == "failed":
                 self.failures.append((scenario, store.failure(scenario.id)))
@@ -190,7 +182,7 @@ class Runner:
     @staticmethod
     def _target_met(store: Store, scenario: Scenario) -> bool:
         """Is the primary metric's 95% CI half-width within the rule's target?"""
-        values = store.values(scenario.id, PRIMARY_METRIC[scenario.workload.kind])
+        values = store.values(scenario.id, scenario.kind.primary)
         if len(values) < max(scenario.repetitions.min, 2):
             return False
         n, mean, sd, low, high = describe(values)
@@ -212,63 +204,22 @@ class Runner:
 
     def _run_scenario(self, store: Store, state: RunState, run_id: int, scenario: Scenario,
                       progress: Progressor) -> None:
+        """testbed -> tunnel -> proof -> repetitions of the workload -> store, on a testbed of its own."""
         progress.describe(f"[{scenario.index + 1}/{len(self.plan.scenarios)}] {scenario.label}")
         log_dir = self.out_dir / "logs" / scenario.id / f"run{run_id}"  # fresh per attempt: readiness checks read these
         log_dir.mkdir(parents=True, exist_ok=True)
         store.set_status(scenario.id, "running")
-        layout = Layout.for_topology(scenario.topology, len(scenario.vpn.layers))
-        bed = None
-        tunnels: list[Tunnel] = []
-        ctx = None
+        bed, ctx, stage = None, None, TunnelStage()
         try:
             started = time.monotonic()
-            bed = Testbed.build(state, layout, scenario.link, tag=f"{scenario.index}")
+            bed = Testbed.build(state, Layout.for_topology(scenario.topology, len(scenario.vpn.layers)),
+                                scenario.link, tag=f"{scenario.index}")
             ctx = WorkloadContext(bed, log_dir)
-            tunnel_values: dict[str, float] = {}
-            if scenario.vpn.layers:
-                tunnel_values["setup_s"] = self._bring_up(bed, scenario, state, log_dir, tunnels)
-            tunnel_values |= self._prove(store, bed, scenario, tunnels, log_dir)
-            if tunnel_values and not store.has_sample(scenario.id, SETUP_REPETITION, "setup_s"):
-                store.record_repetition(run_id, scenario.id, SETUP_REPETITION, tunnel_values, TUNNEL_UNITS, {}, [])
+            bring_up(stage, bed, scenario, state, log_dir)
+            prove_and_measure(stage, bed, scenario, log_dir)
+            self._store_tunnel(store, run_id, scenario, stage)
             progress.advance(time.monotonic() - started)
-            kind = WORKLOADS[scenario.workload.kind]
-            units = {m.name: m.unit for m in kind.metrics} | {"link_utilisation_pct": "%"} | CPU_UNITS
-            background = None
-            if scenario.link.background:
-                background = BackgroundTraffic(ctx, scenario.link.background, seed=int(scenario.id[1:], 16))
-                units |= BACKGROUND_UNITS
-            for rep in self._repetitions(store, scenario):
-                for tunnel in tunnels:
-                    problem = tunnel.health()
-                    if problem:
-                        raise TunnelError(f"tunnel died before repetition {rep}: {problem}")
-                rep_started = time.monotonic()
-                if background:
-                    background.start()
-                try:
-                    meter = CpuMeter(*self._tunnel_ends(bed, len(tunnels)))
-                    measurement = kind.run(scenario.workload, ctx)
-                    cpu, cpu_flags = meter.finish(measurement.carried_bytes)
-                finally:
-                    extra = background.stop() if background else ({}, "", [])
-                values = dict(measurement.values) | cpu | extra[0]
-                measurement.flags += cpu_flags + extra[2]
-                raw = {measurement.tool: measurement.raw} | ({"background": extra[1]} if background else {})
-                if scenario.link.rate_mbit and "throughput_mbps" in values:
-                    values["link_utilisation_pct"] = 100 * values["throughput_mbps"] / scenario.link.rate_mbit
-                    if background:
-                        values["link_utilisation_total_pct"] = (values["link_utilisation_pct"]
-                                                                + values["background_kbps"] / 10 / scenario.link.rate_mbit)
-                store.record_repetition(run_id, scenario.id, rep, values, units, raw, measurement.flags)
-                if rep <= scenario.repetitions.min:  # the estimate counted the minimum
-                    progress.advance(time.monotonic() - rep_started)
-            if scenario.repetitions.adaptive:
-                met = self._target_met(store, scenario)
-                store.set_ci_target_met(scenario.id, met)
-                if not met:
-                    store.add_note(scenario.id, f"the 95% CI of {PRIMARY_METRIC[scenario.workload.kind]} was still "
-                                                f"wider than {scenario.repetitions.ci_target_pct:g}% of the mean "
-                                                f"after {scenario.repetitions.max} repetitions")
+            self._repeat(store, run_id, scenario, ctx, stage, progress)
             store.set_status(scenario.id, "done")
         except (VpnlabError, subprocess.SubprocessError) as exc:
             self.failures.append((scenario, str(exc)))
@@ -277,63 +228,39 @@ class Runner:
         finally:
             if ctx:
                 ctx.stop_services()
-            for tunnel in reversed(tunnels):
-                tunnel.down()
+            stage.down()
             if bed:
                 bed.destroy()
 
     @staticmethod
-    def _tunnel_ends(bed: Testbed, layers: int) -> tuple[list[str], list[str]]:
-        """Namespaces of the client-side and the gateway-side tunnel ends, over all layers."""
-        ends = [bed.layout.tunnels[layer] for layer in range(layers)]
-        return [bed.nodes[a].namespace for a, _ in ends], [bed.nodes[b].namespace for _, b in ends]
+    def _store_tunnel(store: Store, run_id: int, scenario: Scenario, stage: TunnelStage) -> None:
+        for note in stage.notes:
+            store.add_note(scenario.id, note)
+        if stage.values and not store.has_sample(scenario.id, SETUP_REPETITION, "setup_s"):
+            store.record_repetition(run_id, scenario.id, SETUP_REPETITION, stage.values, {}, [])
 
-    @staticmethod
-    def _prove(store: Store, bed: Testbed, scenario: Scenario, tunnels: list[Tunnel], log_dir: Path) -> dict:
-        """Proof of tunnel and measured overhead; raises TunnelError if the traffic bypassed the tunnel."""
-        channels = tunnels[0].channels if tunnels else None
-        underlay = bed.tunnel_sites(0)[0].underlay_ip if tunnels else None
-        encrypted = not tunnels or any(t.encrypted for t in tunnels)
-        result = prove(bed, channels, underlay, log_dir / "proof.pcap", encrypted)
-        if not result.ok:
-            raise TunnelError("proof of tunnel failed: " + "; ".join(result.problems))
-        if not tunnels:
-            return {}
-        if not encrypted:
-            store.add_note(scenario.id, "not encrypted: the probes crossed the WAN inside the tunnel, readable")
-        model = PROBE_INNER_LEN
-        for layer, impl in reversed(list(zip(scenario.vpn.layers, scenario.implementations))):
-            model += DRIVERS[layer.driver].overhead(layer.options, layer.profile, impl, model)  # innermost first
-        model -= PROBE_INNER_LEN
-        values = {"overhead_model_bytes": float(model)}
-        if result.overhead_bytes is None:
-            store.add_note(scenario.id, "overhead not measured: no probe of the expected size seen on the WAN")
-        else:
-            values["overhead_bytes"] = float(result.overhead_bytes)
-            if result.overhead_bytes != model:
-                store.add_note(scenario.id, f"overhead {result.overhead_bytes} B per {PROBE_INNER_LEN}-byte packet"
-                                            f" measured, the encapsulation model says {model} B")
-        if tunnels[-1].mtu:
-            values["tunnel_mtu"] = float(tunnels[-1].mtu)
-        return values
-
-    def _bring_up(self, bed: Testbed, scenario: Scenario, state: RunState, log_dir: Path,
-                  tunnels: list[Tunnel]) -> float:
-        """Start every tunnel layer, outermost first; seconds until the first packet gets through."""
-        started = time.monotonic()
-        for layer, (config, impl) in enumerate(zip(scenario.vpn.layers, scenario.implementations)):
-            left, right = bed.tunnel_sites(layer)
-            env = TunnelEnv(state, layer, log_dir, impl)
-            driver = DRIVERS[config.driver]
-            tunnels.append(driver.up(left, right, config.options, config.profile, env))
-
-        def first_packet() -> bool:
-            probe = bed.source.run(["ping", "-n", "-c", "1", "-W", "0.2", bed.sink_ip], check=False, timeout=5)
-            return probe.returncode == 0
-
-        wait_for(first_packet, SETUP_TIMEOUT_S, f"the first packet through {scenario.vpn.label}",
-                 tunnels[-1], interval=0)
-        return time.monotonic() - started
+    def _repeat(self, store: Store, run_id: int, scenario: Scenario, ctx: WorkloadContext, stage: TunnelStage,
+                progress: Progressor) -> None:
+        """Every repetition still to measure, each stored the moment it is measured."""
+        background = None
+        if scenario.link.background:
+            background = BackgroundTraffic(ctx, scenario.link.background, seed=int(scenario.id[1:], 16))
+        for rep in self._repetitions(store, scenario):
+            problem = stage.health()
+            if problem:
+                raise TunnelError(f"tunnel died before repetition {rep}: {problem}")
+            rep_started = time.monotonic()
+            sample = measure(scenario, ctx, len(stage.tunnels), background)
+            store.record_repetition(run_id, scenario.id, rep, sample.values, sample.raw, sample.flags)
+            if rep <= scenario.repetitions.min:  # the estimate counted the minimum
+                progress.advance(time.monotonic() - rep_started)
+        if scenario.repetitions.adaptive:
+            met = self._target_met(store, scenario)
+            store.set_ci_target_met(scenario.id, met)
+            if not met:
+                store.add_note(scenario.id, f"the 95% CI of {scenario.kind.primary} was still "
+                                            f"wider than {scenario.repetitions.ci_target_pct:g}% of the mean "
+                                            f"after {scenario.repetitions.max} repetitions")
 
 
 def default_out_dir() -> Path:

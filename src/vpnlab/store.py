@@ -11,7 +11,10 @@ import datetime as dt
 import json
 import os
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
+
+from .metrics import unit
 
 SCHEMA_VERSION = 2
 DB_NAME = "results.sqlite"
@@ -83,6 +86,71 @@ CREATE TABLE IF NOT EXISTS raw_outputs (
 """
 
 SETUP_REPETITION = 0  # scenario-level samples (tunnel set-up) use repetition 0
+
+
+@dataclass(frozen=True)
+class ScenarioRow:
+    """A stored scenario, its JSON columns parsed once for everything downstream."""
+
+    id: str
+    idx: int
+    label: str
+    topology: str
+    vpn: str                 # driver name(s), inner first: 'openvpn-in-strongswan'
+    vpn_label: str
+    vpn_options: str         # the configuration as stored (JSON), exported as is
+    implementation: str
+    link_label: str
+    link_rate_mbit: float | None
+    link_delay_ms: float
+    link_jitter_ms: float
+    link_loss_pct: float
+    workload: str            # the kind
+    workload_label: str
+    workload_params: str     # JSON, exported as is
+    repetitions: int
+    repetition_rule: str
+    ci_target_met: int | None
+    status: str
+    failure: str | None
+    notes: str
+    measured_in: str
+
+    @property
+    def config(self) -> dict:
+        return json.loads(self.vpn_options)
+
+    @property
+    def params(self) -> dict:
+        return json.loads(self.workload_params)
+
+    @property
+    def profile(self) -> str:
+        return self.config["profile"]
+
+    @property
+    def is_baseline(self) -> bool:
+        from .drivers import REGISTRY as DRIVERS
+
+        driver = DRIVERS.get(self.config["driver"])
+        return bool(driver and driver.baseline and "inner" not in self.config)
+
+    @property
+    def shown(self) -> str:
+        """The VPN's label for people, saying when it was measured in the (slower) VM."""
+        in_vm = self.measured_in == "vm" and not self.vpn_label.endswith("(in the VM)")
+        return self.vpn_label + (" (in the VM)" if in_vm else "")
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    scenario_id: str
+    repetition: int
+    metric: str
+    value: float
+    unit: str
+    measured_at: str
+    flags: str
 
 
 def now() -> str:
@@ -174,13 +242,14 @@ class Store:
             self.db.execute("UPDATE scenarios SET status=?, failure=? WHERE id=?", (status, failure, scenario_id))
 
     def record_repetition(self, run_id: int, scenario_id: str, repetition: int, values: dict[str, float],
-                          units: dict[str, str], raw: dict[str, str], flags: list[str]) -> None:
-        """Samples, raw output and the completion mark of one repetition, atomically."""
+                          raw: dict[str, str], flags: list[str]) -> None:
+        """Samples (with their units from the metric registry), raw output and the completion mark
+        of one repetition, atomically."""
         stamp = now()
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?)",
-                [(scenario_id, repetition, m, float(v), units.get(m, ""), stamp) for m, v in values.items()],
+                [(scenario_id, repetition, m, float(v), unit(m), stamp) for m, v in values.items()],
             )
             self.db.executemany(
                 "INSERT OR REPLACE INTO raw_outputs VALUES (?, ?, ?, ?)",
@@ -245,15 +314,14 @@ class Store:
     def runs(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM runs ORDER BY id").fetchall()
 
-    def scenarios(self) -> list[sqlite3.Row]:
-        return self.db.execute("SELECT * FROM scenarios ORDER BY idx").fetchall()
+    def scenarios(self) -> list[ScenarioRow]:
+        return [ScenarioRow(**dict(r)) for r in self.db.execute("SELECT * FROM scenarios ORDER BY idx")]
 
-    def samples(self) -> list[sqlite3.Row]:
-        return self.db.execute(
+    def samples(self) -> list[SampleRow]:
+        return [SampleRow(**dict(r)) for r in self.db.execute(
             "SELECT s.*, COALESCE(r.flags, '') AS flags FROM samples s LEFT JOIN repetitions r"
             " ON r.scenario_id = s.scenario_id AND r.repetition = s.repetition"
-            " ORDER BY s.scenario_id, s.repetition, s.metric"
-        ).fetchall()
+            " ORDER BY s.scenario_id, s.repetition, s.metric")]
 
     def raw_outputs(self, tool: str) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM raw_outputs WHERE tool=? AND repetition > 0 ORDER BY scenario_id,"

@@ -9,103 +9,21 @@ names the file, the field and what was expected.
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from .drivers import REGISTRY as DRIVERS
 from .errors import StudyError
+from .schema import Strict
 from .testbed.topology import MAX_LAYERS
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# --- sizes -------------------------------------------------------------------
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)[bB]?\s*$")
-
-
-def parse_size(value: Any) -> int:
-    """'64K' -> 65536 (binary multiples, as iperf3 reads them)."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size such as 65536, 64K or 1M")
-    if isinstance(value, (int, float)):
-        return int(value)
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"expected a size such as 65536, 64K or 1M, got {value!r}")
-    number, unit = match.groups()
-    return int(float(number) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit.lower()])
-
-
-Size = Annotated[int, Field(gt=0)]
-
-
-# --- background traffic ------------------------------------------------------
-
-BACKGROUND_PROTOCOLS = ("http", "ftp", "smtp", "pop3", "dns")
-# One transaction of each protocol: a web object, a file, a mail sent, a mail fetched.
-DEFAULT_OBJECT = {"http": 64 * 1024, "ftp": 256 * 1024, "smtp": 32 * 1024, "pop3": 32 * 1024}
-
-
-class BackgroundFlow(Strict):
-    """Transactions of one protocol at a mean offered rate (Poisson arrivals), source <- sink
-    except SMTP, which sends. DNS is given in queries per second, the rest in kbit/s."""
-
-    protocol: Literal["http", "ftp", "smtp", "pop3", "dns"]
-    rate_kbit: float | None = Field(None, gt=0, le=10_000_000)
-    queries_per_s: float | None = Field(None, gt=0, le=10_000)
-    size: Size | None = Field(None, le=1024**3, description="bytes per transaction (not for dns)")
-
-    @field_validator("size", mode="before")
-    @classmethod
-    def parse_object_size(cls, value):
-        return None if value is None else parse_size(value)
-
-    @model_validator(mode="after")
-    def rate_given_once(self):
-        if self.protocol == "dns":
-            if self.queries_per_s is None or self.rate_kbit is not None or self.size is not None:
-                raise ValueError("a dns flow takes queries_per_s (and no rate_kbit or size)")
-        elif self.rate_kbit is None or self.queries_per_s is not None:
-            raise ValueError(f"a {self.protocol} flow takes rate_kbit (and no queries_per_s)")
-        return self
-
-    @property
-    def object_size(self) -> int:
-        return self.size or DEFAULT_OBJECT[self.protocol]
-
-    @property
-    def per_s(self) -> float:
-        """Mean transactions per second."""
-        if self.protocol == "dns":
-            return self.queries_per_s
-        return self.rate_kbit * 1000 / 8 / self.object_size
-
-
-class Background(Strict):
-    """A mix of flows run alongside every measurement of the scenarios on this link."""
-
-    name: str = Field(min_length=1)
-    flows: list[BackgroundFlow] = Field(min_length=1)
-
-
-# The small-business study's router-generated office mix, about 0.8 Mbit/s offered.
-BACKGROUND_PRESETS = {
-    "office": Background(name="office", flows=[
-        BackgroundFlow(protocol="http", rate_kbit=400),
-        BackgroundFlow(protocol="ftp", rate_kbit=200),
-        BackgroundFlow(protocol="pop3", rate_kbit=120),
-        BackgroundFlow(protocol="smtp", rate_kbit=60),
-        BackgroundFlow(protocol="dns", queries_per_s=5),
-    ]),
-}
+from .workloads import KINDS
+from .workloads.background import PRESETS as BACKGROUND_PRESETS
+from .workloads.background import Background
 
 
 # --- links -----------------------------------------------------------------
@@ -158,97 +76,8 @@ class Link(Strict):
 
 # --- workloads ---------------------------------------------------------------
 
-
-
-class TcpWorkload(Strict):
-    """iperf3 TCP bulk transfer."""
-
-    kind: Literal["tcp"] = "tcp"
-    duration_s: float = Field(10, gt=0, le=3600)
-    omit_s: float = Field(1, ge=0, le=600, description="warm-up seconds left out of the result")
-    window: Size | None = Field(None, description="socket buffer (iperf3 -w); the namespace limits are raised to allow it")
-    streams: int = Field(1, ge=1, le=128)
-    reverse: bool = Field(False, description="server sends, client receives")
-
-    @field_validator("window", mode="before")
-    @classmethod
-    def parse_window(cls, value):
-        return None if value is None else parse_size(value)
-
-    @property
-    def label(self) -> str:
-        parts = ["tcp"]
-        if self.window:
-            parts.append(f"w{_human(self.window)}")
-        if self.streams > 1:
-            parts.append(f"P{self.streams}")
-        if self.reverse:
-            parts.append("rev")
-        return "-".join(parts)
-
-
-class UdpWorkload(Strict):
-    """iperf3 UDP at a fixed send rate."""
-
-    kind: Literal["udp"] = "udp"
-    rate_mbit: float = Field(10, gt=0, le=100_000)
-    size: Size = Field(1400, le=65507, description="datagram payload bytes")
-    duration_s: float = Field(5, gt=0, le=3600)
-    reverse: bool = False
-
-    @field_validator("size", mode="before")
-    @classmethod
-    def parse_datagram_size(cls, value):
-        return parse_size(value)
-
-    @property
-    def label(self) -> str:
-        return f"udp-{self.rate_mbit:g}M-{self.size}B" + ("-rev" if self.reverse else "")
-
-
-class PingWorkload(Strict):
-    """ICMP echo: round-trip time and loss for one payload size."""
-
-    kind: Literal["ping"] = "ping"
-    size: int = Field(56, ge=0, le=65507, description="ICMP payload bytes (ping -s)")
-    count: int = Field(20, ge=1, le=100_000)
-    interval_s: float = Field(0.2, ge=0.002, le=60)
-
-    @property
-    def label(self) -> str:
-        return f"ping-{self.size}B"
-
-
-class TransferWorkload(Strict):
-    """Download one file from the sink over a real protocol server."""
-
-    kind: Literal["transfer"] = "transfer"
-    protocol: Literal["http", "https", "ssh", "ftp"] = "http"
-    data: Literal["text", "random", "archive", "image"] = Field(
-        "random", description="text compresses; random (like video), archive and image do not")
-    size: Size = Field(10 * 1024 * 1024, le=64 * 1024**3)
-    timeout_s: float = Field(600, gt=0, le=86400)
-
-    @field_validator("size", mode="before")
-    @classmethod
-    def parse_file_size(cls, value):
-        return parse_size(value)
-
-    @property
-    def label(self) -> str:
-        return f"{self.protocol}-{self.data}-{_human(self.size)}"
-
-
-WORKLOAD_KINDS = ("tcp", "udp", "ping", "transfer")
-Workload = Annotated[Union[TcpWorkload, UdpWorkload, PingWorkload, TransferWorkload], Field(discriminator="kind")]
+Workload = Annotated[Union[tuple(k.Options for k in KINDS.values())], Field(discriminator="kind")]
 _workload_adapter = TypeAdapter(Workload)
-
-
-def _human(n: int) -> str:
-    for unit, size in (("M", 1024**2), ("K", 1024)):
-        if n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 # --- VPN configurations ------------------------------------------------------
@@ -264,9 +93,13 @@ class VpnConfig:
     inner: "VpnConfig | None" = None
 
     @property
+    def is_baseline(self) -> bool:
+        return DRIVERS[self.driver].baseline
+
+    @property
     def layers(self) -> list["VpnConfig"]:
-        """Outermost first; `none` has no layers."""
-        own = [] if self.driver == "none" else [self]
+        """Outermost first; the baseline has no layers."""
+        own = [] if self.is_baseline else [self]
         return own + (self.inner.layers if self.inner else [])
 
     def as_dict(self) -> dict:
@@ -375,16 +208,16 @@ def _errors(exc: ValidationError, prefix: str, skip_tags: bool = False) -> list[
     lines = []
     for err in exc.errors():
         loc = list(err["loc"])
-        if skip_tags and loc and loc[0] in WORKLOAD_KINDS:
+        if skip_tags and loc and loc[0] in KINDS:
             loc = loc[1:]  # the discriminator tag pydantic adds is not a field
         where = ".".join(p for p in (prefix, _format_loc(tuple(loc)) if loc else "") if p)
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown field"
         elif err["type"] == "union_tag_invalid":
-            message = f"unknown kind; expected one of: {', '.join(WORKLOAD_KINDS)}"
+            message = f"unknown kind; expected one of: {', '.join(KINDS)}"
         elif err["type"] == "union_tag_not_found":
-            message = f"missing field 'kind' (one of: {', '.join(WORKLOAD_KINDS)})"
+            message = f"missing field 'kind' (one of: {', '.join(KINDS)})"
         lines.append(f"{where}: {message}")
     return lines
 
@@ -405,16 +238,14 @@ def _sweep_label(entry: dict, variant: dict) -> str:
 
 
 def _build_vpn(entry: _VpnEntry, where: str, problems: list[str]) -> list[VpnConfig]:
-    from .drivers import REGISTRY  # the registry imports drivers, which import this module
-
-    driver = REGISTRY.get(entry.driver)
+    driver = DRIVERS.get(entry.driver)
     if driver is None:
-        problems.append(f"{where}.driver: unknown VPN driver {entry.driver!r}; known: {', '.join(sorted(REGISTRY))}")
+        problems.append(f"{where}.driver: unknown VPN driver {entry.driver!r}; known: {', '.join(sorted(DRIVERS))}")
         return []
     inner_configs: list[VpnConfig | None] = [None]
     if entry.inner is not None:
-        if entry.driver == "none":
-            problems.append(f"{where}.inner: the 'none' driver has no tunnel to nest another inside")
+        if driver.baseline:
+            problems.append(f"{where}.inner: the '{entry.driver}' driver has no tunnel to nest another inside")
             return []
         inner_configs = _build_vpn(entry.inner, where + ".inner", problems) or []
     try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import VpnlabError
+from .files import tail
 from .testbed.state import RunState
 from .unpacked import CACHE, UnpackError, unpack
 
@@ -34,14 +35,15 @@ DONE = "vpnlab-guest: done"
 # The root filesystem and modules come over virtio-9p; these load first, from the initramfs.
 # virtio-rng feeds the guest entropy from the host: IKE daemons read /dev/random at once.
 BOOT_MODULES = ("virtio_pci", "virtio_rng", "9pnet_virtio", "9p", "overlay")
-# What the guest loads before any scenario (no udev there): data-plane pieces and the
-# accelerated crypto, without which ESP and WireGuard fall back to generic C code.
-GUEST_MODULES = ("tun", "veth", "sch_netem", "sch_tbf", "wireguard", "esp4", "xfrm_user", "xfrm_interface",
-                 "af_key", "ppp_generic", "ppp_async", "ppp_synctty", "ppp_mppe", "pptp", "gre", "ip_gre",
-                 "l2tp_core", "l2tp_netlink", "l2tp_ppp", "l2tp_ip", "l2tp_eth", "aesni_intel", "ghash_clmulni_intel",
-                 "sha1_ssse3", "sha256_ssse3", "sha512_ssse3", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64",
-                 "des3_ede_x86_64", "blowfish_x86_64", "authenc", "authencesn", "gcm", "ccm", "seqiv", "echainiv",
-                 "cbc", "ecb", "arc4", "sha1_generic", "md5", "des_generic", "chacha20poly1305")
+# What the guest loads before any scenario (no udev there): the testbed's own pieces; each
+# driver declares the data-plane modules and accelerated ciphers it needs (`guest_modules`).
+TESTBED_MODULES = ("tun", "veth", "sch_netem", "sch_tbf")
+
+
+def guest_modules() -> tuple[str, ...]:
+    from .drivers import REGISTRY as DRIVERS
+
+    return tuple(dict.fromkeys([*TESTBED_MODULES, *(m for d in DRIVERS.values() for m in d.guest_modules)]))
 
 
 JOB = "job.json"  # in the work folder: what the guest is to run
@@ -227,7 +229,7 @@ class Guest:
                 script = boot / f"guest-init-{accel}.sh"
                 exports = " ".join(f"{k}={_quote(v)}" for k, v in (env | {"VPNLAB_BACKEND": f"vm-{accel}"}).items())
                 script.write_text(GUEST_INIT.format(
-                    modules_mount=f"/lib/modules/{kernel.version}", work=self.work, modules=" ".join(GUEST_MODULES),
+                    modules_mount=f"/lib/modules/{kernel.version}", work=self.work, modules=" ".join(guest_modules()),
                     ready=READY, done=DONE, cwd=Path.cwd(),
                     command=f"env {exports} " + " ".join(_quote(str(c)) for c in command)))
                 initramfs = boot / f"initramfs-{accel}.gz"
@@ -267,25 +269,21 @@ class Guest:
                     if accel == "kvm":
                         return "hung"
                     raise VmError(f"the VM did not boot within {boot_limit} s ({accel}); console log: "
-                                  f"{self.console_log}: {tail(console)}")
+                                  f"{self.console_log}:\n{tail(self.console_log, 12)}")
                 if elapsed > boot_limit + timeout_s:
                     raise VmError(f"the guest did not finish within {timeout_s:.0f} s; console log: "
-                                  f"{self.console_log}: {tail(console)}")
+                                  f"{self.console_log}:\n{tail(self.console_log, 12)}")
                 time.sleep(0.2)
             console = self.console_log.read_text(errors="replace")
             if DONE not in console:
                 err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
                 raise VmError(f"the VM stopped before the guest finished ({accel}, exit {proc.returncode}"
-                              f"{': ' + err[-300:] if err else ''}); console log {self.console_log}: {tail(console)}")
+                              f"{': ' + err[-300:] if err else ''}); console log {self.console_log}:\n{tail(self.console_log, 12)}")
             return "done"
         finally:
             self.state.stop_process(proc.pid, grace=1.0)
             if proc.stderr:
                 proc.stderr.close()
-
-
-def tail(text: str, lines: int = 12) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def _quote(text: str) -> str:

@@ -1,10 +1,11 @@
 """The contract every VPN driver keeps (one module per VPN, as Pantheon has one wrapper per scheme).
 
-A driver says what it needs from the kernel and the tools (its implementations,
-best first), which options it takes (a pydantic model), how to bring a tunnel
-up between two sites of a testbed, and how many bytes its encapsulation adds to
-a packet on the wire. `up` returns a Tunnel that knows how to check its health
-and take itself down.
+A driver declares everything about its VPN: the programs and Debian packages it needs, the
+kernel modules a VM guest must load for it, what it needs from the kernel (its
+implementations, best first), which options it takes (a pydantic model), whether it is the
+no-VPN baseline. It brings a tunnel up between two sites of a testbed and says how many bytes
+its encapsulation adds to a packet on the wire. `up` returns a Tunnel that knows how to check
+its health and take itself down.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..capabilities import FEATURES, TOOLS, Capabilities
+from ..capabilities import FEATURES, Capabilities
 from ..errors import CapabilityError, TunnelError
+from ..files import tail, write_secret
 from ..testbed.node import Node
 from ..testbed.state import RunState
 from ..testbed.topology import TunnelSite
+from ..tools import Tool
 
 
 class Options(BaseModel):
@@ -38,11 +41,11 @@ class Implementation:
 
     name: str
     features: tuple[str, ...] = ()   # kernel (or library) features, as probed by capabilities
-    tools: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()      # commands, each declared in its driver's `tools`
 
     def missing(self, caps: Capabilities) -> list[str]:
         out = [f"feature '{f}' ({FEATURES.get(f, f)})" for f in self.features if not caps.has(f)]
-        out += [f"'{t}' (Debian package {TOOLS.get(t, t)})" for t in self.tools if not caps.tool(t)]
+        out += [f"'{t}' ({caps.hint(t)})" for t in self.tools if not caps.tool(t)]
         return out
 
 
@@ -61,10 +64,7 @@ class TunnelEnv:
 
     def secret_file(self, name: str, content: str) -> Path:
         """A secret, mode 0600 from its creation."""
-        path = self.secrets / name
-        path.touch(mode=0o600)
-        path.write_text(content)
-        return path
+        return write_secret(self.secrets / name, content)
 
     def log(self, name: str) -> Path:
         return self.log_dir / f"l{self.layer}-{name}.log"
@@ -79,11 +79,8 @@ class TunnelEnv:
 class Tunnel:
     """A running tunnel: its processes, how to recognise it on the wire, how to end it."""
 
-    driver: "Driver"
     env: TunnelEnv
-    implementation: str
     outer: tuple[str, int | None]           # its packets on the WAN: ("udp"|"tcp"|"esp"|"gre", port)
-    interfaces: tuple[str, str]             # tunnel interface at the left and right site
     mtu: int | None = None
     processes: list[tuple[Node, subprocess.Popen, Path]] = field(default_factory=list)
     cleanup_files: list[Path] = field(default_factory=list)
@@ -102,6 +99,10 @@ class Tunnel:
                 return f"{log.stem} exited with {proc.returncode}\n{tail(log)}"
         return None
 
+    def logs(self) -> str:
+        """The end of each of its daemons' logs, for an error message."""
+        return "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in self.processes)
+
     def down(self) -> None:
         for node, proc, _ in reversed(self.processes):
             node.stop(proc)
@@ -115,6 +116,10 @@ class Driver:
     name: ClassVar[str]
     summary: ClassVar[str]
     Options: ClassVar[type[Options]]
+    baseline: ClassVar[bool] = False             # no VPN: what every VPN is graded against
+    tools: ClassVar[tuple[Tool, ...]] = ()       # every program it runs, with its Debian package
+    packages: ClassVar[tuple[str, ...]] = ()     # Debian packages it needs that carry no program (plugins)
+    guest_modules: ClassVar[tuple[str, ...]] = ()  # kernel modules a VM guest (no udev) must load for it
 
     # -- study time --------------------------------------------------------
     def check(self, options: Options, profile: str) -> str | None:
@@ -153,14 +158,6 @@ class Driver:
         raise NotImplementedError
 
 
-def tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("    " + line for line in text[-lines:])
-
-
 def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None, interval: float = 0.05) -> None:
     """Poll until predicate() is true; fail early, with the log, if a daemon died."""
     deadline = time.monotonic() + timeout
@@ -172,7 +169,7 @@ def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None,
             if problem:
                 raise TunnelError(f"{what}: {problem}")
         time.sleep(interval)
-    logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in (tunnel.processes if tunnel else []))
+    logs = tunnel.logs() if tunnel else ""
     raise TunnelError(f"timed out after {timeout:g} s waiting for {what}" + (f"\n{logs}" if logs else ""))
 
 

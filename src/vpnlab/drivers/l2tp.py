@@ -10,10 +10,13 @@ from __future__ import annotations
 import secrets as random_secrets
 from typing import Literal
 
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
-from .ppp import CLIENT_NAME, COMMON, MTU, SERVER_NAME, auth_options, private_etc, wait_for_link
-from .strongswan import ESP, FIPS_ESP, start_charons
 from ..testbed.node import private_run
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
+from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS
+from .ppp import CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, private_etc, wait_for_link
+from .strongswan import start_charons
+from ..files import write_secret
+from ..tools import Tool
 
 L2TP_PORT = 1701
 DEFAULT_ESP = "aes128-sha1"  # what Windows' L2TP/IPsec client proposes first
@@ -30,6 +33,9 @@ class L2tpOptions(Options):
 class L2tp(Driver):
     name = "l2tp"
     summary = "L2TP (xl2tpd + pppd, MS-CHAPv2), plain or over IPsec transport mode with a PSK (strongSwan IKEv1)"
+    tools = (Tool("xl2tpd", "xl2tpd", ("xl2tpd", "-v"), path="/usr/sbin/xl2tpd"), PPPD, *IPSEC_TOOLS)
+    packages = IPSEC_PACKAGES
+    guest_modules = (*PPP_MODULES, "l2tp_core", "l2tp_netlink", "l2tp_ppp", "l2tp_ip", "l2tp_eth", *ESP_MODULES)
     Options = L2tpOptions
 
     def check(self, options, profile):
@@ -61,7 +67,7 @@ class L2tp(Driver):
         names = (f"pl{env.unique}a", f"pl{env.unique}b")
         outer = ("esp", None) if options.ipsec else ("udp", L2TP_PORT)
         control = [("udp", 500), ("udp", 4500)] if options.ipsec else []
-        tunnel = Tunnel(self, env, env.implementation, outer, names, MTU, control=control, encrypted=options.ipsec)
+        tunnel = Tunnel(env, outer, MTU, control=control, encrypted=options.ipsec)
         if options.ipsec:
             self._ipsec(left, right, options, env, tunnel)
 
@@ -121,9 +127,7 @@ pppoptfile = {client_ppp}
             home = env.secrets / f"ipsec-{site.node.role}"
             home.mkdir(mode=0o700)
             me, them = ("client", "server") if is_client else ("server", "client")
-            conf = home / "swanctl.conf"
-            conf.touch(mode=0o600)
-            conf.write_text(f"""connections {{
+            write_secret(home / "swanctl.conf", f"""connections {{
   l2tp {{
     version = 1
     local_addrs = {site.underlay_ip}

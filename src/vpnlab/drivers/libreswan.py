@@ -14,12 +14,15 @@ from __future__ import annotations
 import secrets as random_secrets
 from pathlib import Path
 
-from ..capabilities import PLUTO, find_tool
 from ..errors import CommandError, TunnelError
+from ..files import write_secret
 from ..testbed.node import private_run
-from .base import Driver, Implementation, Tunnel, TunnelEnv, tail, wait_for
-from .pki import make_pki
-from .strongswan import IpsecOptions, configured_esp, esp_overhead, fips_problem
+from ..tools import Tool, find
+from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
+from .ipsec import ESP_MODULES, IpsecOptions, configured_esp, esp_overhead, fips_problem
+from .pki import OPENSSL, make_pki
+
+PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
 
 # vpnlab's ESP names (shared with strongSwan, so both compare like for like) -> libreswan's
 ESP_SYNTAX = {
@@ -53,6 +56,12 @@ def _at_built_in_path(libexec: Path, argv: list) -> list:
 class Libreswan(Driver):
     name = "libreswan"
     summary = "IPsec IKEv2 (libreswan pluto, kernel ESP): PSK or certificates"
+    tools = (Tool("pluto", "libreswan", ("pluto", "--version"), path=PLUTO, private=True),
+             Tool("certutil", "libnss3-tools"), Tool("pk12util", "libnss3-tools"), OPENSSL)
+    # the privately unpacked package comes without its dependencies: its libraries
+    packages = ("libnss3-tools", "libldns3", "libevent-core-2.1-7", "libevent-pthreads-2.1-7", "libcurl3-nss",
+                "libunbound8", "libcap-ng0")
+    guest_modules = ESP_MODULES
     Options = IpsecOptions
 
     def check(self, options, profile):
@@ -74,10 +83,10 @@ class Libreswan(Driver):
         return esp_overhead(self.esp_proposal(options, profile), options.udp_encap, inner_len)
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
-        pluto = Path(find_tool("pluto") or PLUTO)
+        pluto = Path(find(self.tools[0]) or PLUTO)
         libexec = pluto.parent  # whack, addconn and the updown script sit next to pluto
-        tunnel = Tunnel(self, env, env.implementation, ("udp", 4500) if options.udp_encap else ("esp", None),
-                        ("xfrm", "xfrm"), control=[("udp", 500), ("udp", 4500)])  # IKE
+        tunnel = Tunnel(env, ("udp", 4500) if options.udp_encap else ("esp", None),
+                        control=[("udp", 500), ("udp", 4500)])  # IKE
         remote_access = not left.subnets
         pki = make_pki(env.secrets, right.underlay_ip, "") if options.auth == "cert" else None
         psk = random_secrets.token_urlsafe(32)
@@ -91,9 +100,7 @@ class Libreswan(Driver):
             conf = home / "ipsec.conf"
             conf.write_text(self._conf(site, peer, is_client, remote_access, esp, profile, options.udp_encap,
                                        pki is not None))
-            secrets = home / "ipsec.secrets"
-            secrets.touch(mode=0o600)
-            secrets.write_text("" if pki else f'@client@vpnlab @server@vpnlab : PSK "{psk}"\n')
+            secrets = write_secret(home / "ipsec.secrets", "" if pki else f'@client@vpnlab @server@vpnlab : PSK "{psk}"\n')
             log = env.log(f"pluto-{site.node.role}")
             # No --config: pluto would run addconn from its built-in path to read "config setup".
             argv = [pluto, "--nofork", "--stderrlog", "--rundir", home / "run",
@@ -176,5 +183,4 @@ class Libreswan(Driver):
         try:
             site.node.run(argv, timeout=timeout)
         except CommandError as exc:
-            logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in tunnel.processes)
-            raise TunnelError(f"libreswan: {Path(argv[0]).name} failed in {site.node.role}: {exc}\n{logs}") from exc
+            raise TunnelError(f"libreswan: {Path(argv[0]).name} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc

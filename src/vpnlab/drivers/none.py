@@ -12,6 +12,7 @@ class NoneOptions(Options):
 class NoVpn(Driver):
     name = "none"
     summary = "no VPN: the baseline every VPN is graded against"
+    baseline = True
     Options = NoneOptions
 
     def check(self, options, profile):

@@ -15,9 +15,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
 from ..testbed.node import private_run
-from .pki import make_pki
+from .pki import OPENSSL, make_pki
 
 # The tls-priorities line of Debian's own /etc/ocserv/ocserv.conf: the vendor default.
 DEFAULT_PRIORITIES = "NORMAL:%SERVER_PRECEDENCE:%COMPAT:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1:-VERS-TLS1.3"
@@ -43,6 +44,8 @@ class OcservOptions(Options):
 class Ocserv(Driver):
     name = "ocserv"
     summary = "SSL VPN, AnyConnect protocol: ocserv + openconnect, over DTLS or TLS only"
+    tools = (Tool("ocserv", "ocserv", ("ocserv", "--version")), Tool("openconnect", "openconnect",
+             ("openconnect", "--version")), OPENSSL)
     Options = OcservOptions
 
     def describe(self, options, profile):
@@ -65,12 +68,8 @@ class Ocserv(Driver):
         password = random_secrets.token_urlsafe(18)
         hashed = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True,
                                 text=True, check=True).stdout.strip()
-        passwd = folder / "ocpasswd"
-        passwd.touch(mode=0o600)
-        passwd.write_text(f"vpnlab:*:{hashed}\n")
-        answer = folder / "password"
-        answer.touch(mode=0o600)
-        answer.write_text(password + "\n")
+        passwd = env.secret_file("ocpasswd", f"vpnlab:*:{hashed}\n")
+        answer = env.secret_file("password", password + "\n")
         net = ipaddress.ip_network(f"{left.tunnel_ip}/24", strict=False)
         routes = [f"route = {right.prefix}"] if right.prefix else []
         if left.subnets:  # site-to-site: the client's LANs, reached through its session
@@ -81,9 +80,7 @@ class Ocserv(Driver):
                        # replace: the chain's own route to those LANs must give way to the tunnel
                        'route-add-cmd = "ip route replace %{R} dev %{D}"',
                        'route-del-cmd = "ip route delete %{R} dev %{D}"']
-        config = folder / "ocserv.conf"
-        config.touch(mode=0o600)
-        config.write_text("\n".join([
+        config = env.secret_file("ocserv.conf", "\n".join([
             f'auth = "plain[passwd={passwd}]"',
             f"tcp-port = {PORT}",
             *([f"udp-port = {PORT}"] if dtls else []),
@@ -99,7 +96,7 @@ class Ocserv(Driver):
             *routes, "ping-leases = false", "cisco-client-compat = true", "dtls-legacy = true", "log-level = 2",
         ]) + "\n")
         dev = f"vc{env.unique}"
-        tunnel = Tunnel(self, env, env.implementation, ("udp" if dtls else "tcp", PORT), (dev, "vpns0"),
+        tunnel = Tunnel(env, ("udp" if dtls else "tcp", PORT),
                         control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
         log = env.log("ocserv")
         proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.state.directory), log,

@@ -10,8 +10,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
-from .pki import make_pki
+from .pki import OPENSSL, make_pki
 
 # cipher -> (block size in bytes, AEAD?)
 CIPHERS = {
@@ -62,6 +63,7 @@ def effective(options: OpenVpnOptions, profile: str) -> tuple[str, str | None]:
 class OpenVpn(Driver):
     name = "openvpn"
     summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
+    tools = (Tool("openvpn", "openvpn", ("openvpn", "--version")), OPENSSL)
     Options = OpenVpnOptions
 
     def check(self, options, profile):
@@ -104,7 +106,7 @@ class OpenVpn(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         cipher, auth = effective(options, profile)
         dev = f"vo{env.unique}"
-        tunnel = Tunnel(self, env, env.implementation, (options.transport, options.port), (dev, dev), mtu=1500)
+        tunnel = Tunnel(env, (options.transport, options.port), mtu=1500)
         pki = make_pki(env.secrets, right.underlay_ip, "")
         common = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
                   "--dh", "none", "--ca", pki.ca, "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CommandError
+from ..tools import Tool
+
+OPENSSL = Tool("openssl", "openssl", ("openssl", "version"))
 
 DAYS = "2"
 CURVE = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]

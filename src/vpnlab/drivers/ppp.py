@@ -11,7 +11,12 @@ from __future__ import annotations
 import secrets
 
 from ..testbed.node import Node
+from ..tools import Tool
 from .base import Tunnel, TunnelEnv, wait_for
+
+PPPD = Tool("pppd", "ppp", ("pppd", "--version"), path="/usr/sbin/pppd")
+# What PPP needs in the VM guest (no udev there).
+PPP_MODULES = ("ppp_generic", "ppp_async", "ppp_synctty")
 
 CLIENT_NAME = "vpnlab"
 SERVER_NAME = "vpnlab-gw"

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
-from .ppp import CLIENT_NAME, COMMON, MTU, SERVER_NAME, auth_options, private_etc, wait_for_link
+from .ppp import CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, private_etc, wait_for_link
 
 CONTROL_PORT = 1723
 
@@ -22,6 +23,9 @@ class PptpOptions(Options):
 class Pptp(Driver):
     name = "pptp"
     summary = "PPTP (pptpd + pptp-linux + pppd), MS-CHAPv2, MPPE-128/40 over GRE"
+    tools = (Tool("pptpd", "pptpd", ("pptpd", "--version"), path="/usr/sbin/pptpd"),
+             Tool("pptp", "pptp-linux", path="/usr/sbin/pptp"), PPPD)
+    guest_modules = (*PPP_MODULES, "ppp_mppe", "pptp", "gre", "ip_gre", "arc4", "sha1_generic")
     Options = PptpOptions
 
     def check(self, options, profile):
@@ -43,7 +47,7 @@ class Pptp(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         names = (f"pp{env.unique}a", f"pp{env.unique}b")
-        tunnel = Tunnel(self, env, env.implementation, ("gre", None), names, control=[("tcp", CONTROL_PORT)])
+        tunnel = Tunnel(env, ("gre", None), control=[("tcp", CONTROL_PORT)])
         server_log = env.log("pppd-gateway")
         server_options = env.secret_file("options.pptpd", "\n".join(
             [f"name {SERVER_NAME}", *auth_options(True, options.mppe, options.stateful), *COMMON, f"ifname {names[1]}", f"logfile {server_log}"]) + "\n")

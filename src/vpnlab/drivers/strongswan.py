@@ -14,69 +14,20 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
-
 from ..errors import CommandError, TunnelError
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, tail, wait_for
+from ..files import write_secret
 from ..testbed.node import private_run
+from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
+from .ipsec import (CHARON, ESP_MODULES, IPSEC_PACKAGES, IPSEC_TOOLS, IpsecOptions, configured_esp, esp_overhead,
+                    fips_problem)
 from .pki import make_pki
 
-CHARON = "/usr/lib/ipsec/charon"
-
-# ESP proposal -> (IV bytes, block/alignment bytes, ICV bytes)
-ESP = {
-    "3des-md5": (8, 8, 12),
-    "3des-sha1": (8, 8, 12),
-    "aes128-sha1": (16, 16, 12),
-    "aes256-sha1": (16, 16, 12),
-    "aes128-sha256": (16, 16, 16),
-    "aes256-sha256": (16, 16, 16),
-    "aes128gcm16": (8, 4, 16),
-    "aes256gcm16": (8, 4, 16),
-    "chacha20poly1305": (8, 4, 16),
-}
-FIPS_ESP = {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes128gcm16", "aes256gcm16"}
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
 DEFAULT_ESP = "aes128gcm16"
 FIPS_IKE = "aes256-sha256-ecp256"
-FIPS_DEFAULT_ESP = "aes256gcm16"
-ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",
-                    "aes128gcm16", "aes256gcm16", "chacha20poly1305"]
 
 PLUGINS = ("random nonce openssl aes sha1 sha2 md5 hmac gcm chapoly curve25519 kdf pem pkcs1 pkcs8 x509 "
            "pubkey revocation constraints socket-default vici updown kernel-netlink")
-
-
-class IpsecOptions(Options):
-    """What both IPsec drivers (strongSwan, libreswan) take, with the same names."""
-
-    esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: the implementation's own)")
-    auth: Literal["psk", "cert"] = "psk"
-    udp_encap: bool = Field(False, description="force ESP-in-UDP (NAT-T) with kernel ESP")
-
-    @field_validator("esp", mode="before")
-    @classmethod
-    def lower_case(cls, value):
-        return value.lower() if isinstance(value, str) else value
-
-
-def configured_esp(options: IpsecOptions, profile: str) -> str | None:
-    """The ESP proposal to configure: the study's, else AES-256-GCM under the fips profile, else
-    none (the implementation proposes its own)."""
-    return options.esp or (None if profile == "default" else FIPS_DEFAULT_ESP)
-
-
-def fips_problem(options: IpsecOptions, profile: str) -> str | None:
-    if profile == "fips" and options.esp and options.esp not in FIPS_ESP:
-        return f"options.esp: {options.esp} is not FIPS 140-approved (3DES, MD5 and ChaCha20 are not)"
-    return None
-
-
-def esp_overhead(esp: str, udp_encap: bool, inner_len: int) -> int:
-    """Bytes tunnel-mode ESP adds to a packet of `inner_len` bytes."""
-    iv, block, icv = ESP[esp]
-    encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
-    return 20 + (8 if udp_encap else 0) + 8 + iv + encrypted + icv - inner_len
 
 
 class StrongSwanOptions(IpsecOptions):
@@ -86,6 +37,9 @@ class StrongSwanOptions(IpsecOptions):
 class StrongSwan(Driver):
     name = "strongswan"
     summary = "IPsec IKEv2 (strongSwan): kernel ESP or userspace libipsec, PSK or certificates"
+    tools = IPSEC_TOOLS
+    packages = IPSEC_PACKAGES
+    guest_modules = ESP_MODULES
     Options = StrongSwanOptions
 
     def check(self, options, profile):
@@ -115,8 +69,7 @@ class StrongSwan(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         libipsec = env.implementation == "libipsec"
         encap = libipsec or options.udp_encap
-        tunnel = Tunnel(self, env, env.implementation, ("udp", 4500) if encap else ("esp", None),
-                        ("ipsec0", "ipsec0") if libipsec else ("xfrm", "xfrm"), mtu=1400 if libipsec else None,
+        tunnel = Tunnel(env, ("udp", 4500) if encap else ("esp", None), mtu=1400 if libipsec else None,
                         control=[("udp", 500), ("udp", 4500)])  # IKE
         remote_access = not left.subnets
         folder = env.secrets
@@ -137,9 +90,7 @@ class StrongSwan(Driver):
                 local_ts, remote_ts = (("dynamic", peer.prefix) if is_client else (site.prefix, "dynamic"))
             else:
                 local_ts, remote_ts = site.prefix, peer.prefix
-            swanctl = home / "swanctl.conf"
-            swanctl.touch(mode=0o600)
-            swanctl.write_text(self._swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts,
+            write_secret(home / "swanctl.conf", self._swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts,
                                                   esp, profile, encap, psk if not pki else None))
             homes.append((site, home))
         start_charons(homes, env, tunnel, libipsec, child="net")
@@ -208,8 +159,7 @@ class StrongSwan(Driver):
         try:
             return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": str(home)}).stdout
         except CommandError as exc:
-            logs = "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in tunnel.processes)
-            raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{logs}") from exc
+            raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
 
 
 def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, child: str) -> None:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
@@ -22,6 +23,9 @@ class WireGuardOptions(Options):
 class WireGuard(Driver):
     name = "wireguard"
     summary = "WireGuard (Noise IK, ChaCha20-Poly1305) over UDP"
+    tools = (Tool("wg", "wireguard-tools", ("wg", "--version")),
+             Tool("wireguard-go", "wireguard-go", ("wireguard-go", "--version")))
+    guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
 
     def check(self, options, profile):
@@ -45,7 +49,7 @@ class WireGuard(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         # Interface names double as wireguard-go socket names, so they must be unique machine-wide.
         names = (f"vw{env.unique}a", f"vw{env.unique}b")
-        tunnel = Tunnel(self, env, env.implementation, ("udp", options.port), names, options.mtu)
+        tunnel = Tunnel(env, ("udp", options.port), options.mtu)
         keys = {}
         for site, dev in ((left, names[0]), (right, names[1])):
             private = site.node.run(["wg", "genkey"]).stdout.strip()

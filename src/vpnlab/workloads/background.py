@@ -17,29 +17,101 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from ..study import BACKGROUND_PROTOCOLS, Background, BackgroundFlow
-from .base import Metric, WorkloadContext
+from pydantic import Field, field_validator, model_validator
+
+from ..metrics import declare
+from ..schema import Size, Strict, parse_size
+from ..tools import Tool
+from .base import WorkloadContext
 from .datasets import make as make_file
-from .transfer import data_dir, ensure_file_server, ensure_server, private_dir
+from .transfer import CURL, NGINX, VSFTPD, data_dir, ensure_file_server, ensure_server, private_dir
 
-METRICS = [
-    Metric("background_kbps", "kbit/s", "background traffic carried in the window (completed transactions)", True),
-    Metric("background_offered_kbps", "kbit/s", "mean rate the mix offers (its HTTP, FTP, POP3 and SMTP flows)", True),
-    Metric("background_failures", "count", "background transactions that failed", False),
-]
-UNITS = {m.name: m.unit for m in METRICS} | {"link_utilisation_total_pct": "%"} | {
-    f"background_{p}_kbps": "kbit/s" for p in BACKGROUND_PROTOCOLS}
+PROTOCOLS = ("http", "ftp", "smtp", "pop3", "dns")
+METRICS = (
+    declare("background_kbps", "kbit/s", "office traffic carried during the measurement, all protocols "
+            "(completed transactions)", True, level="background", producers="links with background"),
+    declare("background_offered_kbps", "kbit/s", "the mix's mean offered rate (HTTP, FTP, POP3, SMTP)", True,
+            level="background", producers="links with background"),
+    declare("background_failures", "count", "background transactions that failed (a stub resolver's two DNS "
+            "attempts both lost, a refused connection, ...)", False, level="background",
+            producers="links with background"),
+    *(declare(f"background_{p}_kbps", "kbit/s", f"{p.upper()} background traffic carried during the measurement",
+              True, level="background", producers="links with background") for p in PROTOCOLS),
+)
 DRAIN_S = 10  # how long transactions open at the window's end may take to finish
 MAX_IN_FLIGHT = 8  # per flow: beyond this the link is saturated and more clients only add CPU load
 TRANSACTION_TIMEOUT_S = 60
 POP3_USER = "office"
-TOOLS = {"http": ("nginx", "curl"), "ftp": ("vsftpd", "curl"), "smtp": ("curl",), "pop3": ("dovecot", "curl", "bash"),
-         "dns": ("dnsmasq", "dig")}
+DOVECOT = Tool("dovecot", "dovecot-pop3d", ("dovecot", "--version"), path="/usr/sbin/dovecot")
+DNSMASQ = Tool("dnsmasq", "dnsmasq-base", ("dnsmasq", "--version"), path="/usr/sbin/dnsmasq")
+DIG = Tool("dig", "bind9-dnsutils", ("dig", "-v"))
+BASH = Tool("bash", "bash", ("bash", "--version"))
+FLOW_TOOLS = {"http": (NGINX, CURL), "ftp": (VSFTPD, CURL), "smtp": (CURL,), "pop3": (DOVECOT, CURL, BASH),
+              "dns": (DNSMASQ, DIG)}
+TOOLS = tuple(dict.fromkeys(t for tools in FLOW_TOOLS.values() for t in tools))
+# One transaction of each protocol: a web object, a file, a mail sent, a mail fetched.
+DEFAULT_OBJECT = {"http": 64 * 1024, "ftp": 256 * 1024, "smtp": 32 * 1024, "pop3": 32 * 1024}
 
 
-def tools(mix: Background) -> set[str]:
-    return {tool for flow in mix.flows for tool in TOOLS[flow.protocol]}
+class BackgroundFlow(Strict):
+    """Transactions of one protocol at a mean offered rate (Poisson arrivals), source <- sink
+    except SMTP, which sends. DNS is given in queries per second, the rest in kbit/s."""
+
+    protocol: Literal["http", "ftp", "smtp", "pop3", "dns"]
+    rate_kbit: float | None = Field(None, gt=0, le=10_000_000)
+    queries_per_s: float | None = Field(None, gt=0, le=10_000)
+    size: Size | None = Field(None, le=1024**3, description="bytes per transaction (not for dns)")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def parse_object_size(cls, value):
+        return None if value is None else parse_size(value)
+
+    @model_validator(mode="after")
+    def rate_given_once(self):
+        if self.protocol == "dns":
+            if self.queries_per_s is None or self.rate_kbit is not None or self.size is not None:
+                raise ValueError("a dns flow takes queries_per_s (and no rate_kbit or size)")
+        elif self.rate_kbit is None or self.queries_per_s is not None:
+            raise ValueError(f"a {self.protocol} flow takes rate_kbit (and no queries_per_s)")
+        return self
+
+    @property
+    def object_size(self) -> int:
+        return self.size or DEFAULT_OBJECT[self.protocol]
+
+    @property
+    def per_s(self) -> float:
+        """Mean transactions per second."""
+        if self.protocol == "dns":
+            return self.queries_per_s
+        return self.rate_kbit * 1000 / 8 / self.object_size
+
+
+class Background(Strict):
+    """A mix of flows run alongside every measurement of the scenarios on this link."""
+
+    name: str = Field(min_length=1)
+    flows: list[BackgroundFlow] = Field(min_length=1)
+
+
+# The small-business study's router-generated office mix, about 0.8 Mbit/s offered.
+PRESETS = {
+    "office": Background(name="office", flows=[
+        BackgroundFlow(protocol="http", rate_kbit=400),
+        BackgroundFlow(protocol="ftp", rate_kbit=200),
+        BackgroundFlow(protocol="pop3", rate_kbit=120),
+        BackgroundFlow(protocol="smtp", rate_kbit=60),
+        BackgroundFlow(protocol="dns", queries_per_s=5),
+    ]),
+}
+
+
+def needs(mix: Background) -> set[str]:
+    """The programs this mix runs."""
+    return {tool.command for flow in mix.flows for tool in FLOW_TOOLS[flow.protocol]}
 
 
 # --- servers in the sink ----------------------------------------------------------

@@ -1,19 +1,31 @@
-"""What every workload produces: named metric values plus the tool's raw output."""
+"""The contract every workload kind keeps (one module per kind, as drivers are one per VPN).
+
+A kind owns its options (the pydantic model a study's `workloads[]` entry validates
+against), the programs it runs, its duration estimate, its metrics (declared in the metric
+registry) and which of them answers its question, how it runs on the testbed and parses its
+tool's output, and what the report shows for it. Nothing outside the kind's module names it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from ..metrics import Metric
+from ..schema import Strict
 from ..testbed.topology import Testbed
+from ..tools import Tool
 
 
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    unit: str
-    description: str
-    higher_is_better: bool
+class WorkloadOptions(Strict):
+    """Base of a kind's options; each kind narrows `kind` to its own name."""
+
+    kind: str
+
+    @property
+    def label(self) -> str:
+        raise NotImplementedError
 
 
 @dataclass
@@ -38,3 +50,30 @@ class WorkloadContext:
         for node, proc in self.services.values():
             node.stop(proc)
         self.services.clear()
+
+
+class WorkloadKind:
+    kind: ClassVar[str]
+    summary: ClassVar[str]
+    Options: ClassVar[type[WorkloadOptions]]
+    tools: ClassVar[tuple[Tool, ...]]            # every program the kind may run
+    metrics: ClassVar[tuple[Metric, ...]]
+    primary: ClassVar[str]                       # the metric that answers the kind's question
+    graded: ClassVar[tuple[tuple[str, str], ...]] = ()   # Jaha's Table VI columns: (metric, heading)
+    plotted: ClassVar[tuple[str, ...]] = ()      # metrics drawn along a swept option
+    series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series
+
+    def needs(self, options: WorkloadOptions) -> tuple[str, ...]:
+        """The programs this configuration runs (default: all the kind's)."""
+        return tuple(t.command for t in self.tools)
+
+    def estimate_s(self, options: WorkloadOptions, rate_mbit: float | None) -> float:
+        """Seconds one repetition takes over a link of this rate (None: unshaped)."""
+        raise NotImplementedError
+
+    def run(self, options: WorkloadOptions, ctx: WorkloadContext) -> Measurement:
+        raise NotImplementedError
+
+    def series(self, raw: str) -> list[tuple[float, float]]:
+        """(seconds, value) interval by interval from the stored raw output, if the tool gives one."""
+        return []

@@ -1,25 +1,15 @@
-"""iperf3 TCP and UDP: one server in the sink namespace, one client run per sample."""
+"""What the tcp and udp kinds share: one iperf3 server in the sink, one client run per sample."""
 
 from __future__ import annotations
 
 import json
 
 from ..errors import CommandError, MeasurementError, VpnlabError
-from ..study import TcpWorkload, UdpWorkload
-from .base import Measurement, Metric, WorkloadContext
+from ..tools import Tool
+from .base import WorkloadContext
 
 PORT = 5201
-
-TCP_METRICS = [
-    Metric("throughput_mbps", "Mbit/s", "goodput at the receiver", True),
-    Metric("retransmits", "segments", "TCP retransmissions at the sender", False),
-]
-UDP_METRICS = [
-    Metric("throughput_mbps", "Mbit/s", "datagrams received per second, as Mbit/s", True),
-    Metric("udp_sent_mbps", "Mbit/s", "send rate achieved by the sender", True),
-    Metric("udp_jitter_ms", "ms", "RFC 3550 interarrival jitter at the receiver", False),
-    Metric("udp_loss_pct", "%", "datagrams lost", False),
-]
+TOOLS = (Tool("iperf3", "iperf3", ("iperf3", "--version")),)
 
 
 def ensure_server(ctx: WorkloadContext) -> None:
@@ -33,7 +23,8 @@ def ensure_server(ctx: WorkloadContext) -> None:
     sink.wait_listening(PORT, proc, log)
 
 
-def _client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, str]:
+def client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, str]:
+    """Run one iperf3 client for `duration` seconds; its JSON and the raw text."""
     ensure_server(ctx)
     argv = ["iperf3", "-c", ctx.bed.sink_ip, "-p", PORT, "-J", "--connect-timeout", 5000, *args]
     try:
@@ -49,61 +40,14 @@ def _client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, st
     return data, proc.stdout
 
 
-def parse_tcp(data: dict) -> dict[str, float]:
-    end = data["end"]
-    values = {"throughput_mbps": end["sum_received"]["bits_per_second"] / 1e6}
-    if "retransmits" in end.get("sum_sent", {}):
-        values["retransmits"] = float(end["sum_sent"]["retransmits"])
-    return values
-
-
 def interval_series(data: dict) -> list[tuple[float, float]]:
-    """(end of interval in s, Mbit/s) for each reporting interval, warm-up included (marked omitted)."""
+    """(end of interval in s, Mbit/s) for each reporting interval after the warm-up."""
     return [(i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6) for i in data.get("intervals", [])
             if not i["sum"].get("omitted")]
 
 
-def parse_udp(data: dict) -> dict[str, float]:
-    end = data["end"]
-    # Since iperf3 3.x the receiver's figures are in sum_received; older ones only have sum.
-    received = end.get("sum_received") or end["sum"]
-    sent = end.get("sum_sent") or end["sum"]
-    summary = end.get("sum") or received
-    return {
-        "throughput_mbps": received["bits_per_second"] / 1e6,
-        "udp_sent_mbps": sent["bits_per_second"] / 1e6,
-        "udp_jitter_ms": float(summary.get("jitter_ms", received.get("jitter_ms", 0.0))),
-        "udp_loss_pct": float(summary.get("lost_percent", received.get("lost_percent", 0.0))),
-    }
-
-
-RETRANSMIT_FLAG_PCT = 1.0  # above this share of segments, say so: the path is lossy or a queue overflows
-
-
-def retransmit_flags(data: dict) -> list[str]:
-    sent = data["end"].get("sum_sent", {})
-    if "retransmits" not in sent or not sent.get("bytes"):
+def raw_series(raw: str) -> list[tuple[float, float]]:
+    try:
+        return interval_series(json.loads(raw))
+    except (ValueError, KeyError, TypeError):
         return []
-    segments = sent["bytes"] / 1448
-    share = 100 * sent["retransmits"] / segments
-    return [f"retransmits {share:.1f}% of segments"] if share > RETRANSMIT_FLAG_PCT else []
-
-
-def run_tcp(spec: TcpWorkload, ctx: WorkloadContext) -> Measurement:
-    args = ["-t", spec.duration_s, "-O", spec.omit_s, "-P", spec.streams]
-    if spec.window:
-        args += ["-w", spec.window]
-    if spec.reverse:
-        args.append("-R")
-    data, raw = _client(ctx, args, spec.duration_s + spec.omit_s)
-    return Measurement(parse_tcp(data), raw, "iperf3", retransmit_flags(data),
-                       carried_bytes=data["end"]["sum_received"]["bytes"])
-
-
-def run_udp(spec: UdpWorkload, ctx: WorkloadContext) -> Measurement:
-    args = ["-u", "-b", f"{spec.rate_mbit:g}M", "-l", spec.size, "-t", spec.duration_s]
-    if spec.reverse:
-        args.append("-R")
-    data, raw = _client(ctx, args, spec.duration_s)
-    received = data["end"].get("sum_received") or data["end"]["sum"]
-    return Measurement(parse_udp(data), raw, "iperf3", carried_bytes=received.get("bytes"))

@@ -1,23 +1,40 @@
-"""ping: round-trip time and loss for one payload size."""
+"""ping: round-trip time and loss for one payload size (Jaha's RTT by packet size)."""
 
 from __future__ import annotations
 
 import re
+from typing import Literal
+
+from pydantic import Field
 
 from ..errors import MeasurementError
-from ..study import PingWorkload
-from .base import Measurement, Metric, WorkloadContext
+from ..metrics import declare
+from ..tools import Tool
+from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
-METRICS = [
-    Metric("rtt_min_ms", "ms", "smallest round-trip time", False),
-    Metric("rtt_avg_ms", "ms", "mean round-trip time", False),
-    Metric("rtt_max_ms", "ms", "largest round-trip time", False),
-    Metric("rtt_mdev_ms", "ms", "standard deviation of the round-trip time (ping's mdev)", False),
-    Metric("ping_loss_pct", "%", "echo requests without a reply", False),
-]
+METRICS = (
+    declare("rtt_min_ms", "ms", "smallest round-trip time", False, judged="added", positive=True, producers="ping"),
+    declare("rtt_avg_ms", "ms", "mean round-trip time", False, judged="added", graded=True, positive=True, producers="ping"),
+    declare("rtt_max_ms", "ms", "largest round-trip time", False, positive=True, producers="ping"),
+    declare("rtt_mdev_ms", "ms", "standard deviation of the round-trip time (ping's mdev)", False, producers="ping"),
+    declare("ping_loss_pct", "%", "echo requests without a reply", False, judged="points", graded=True, producers="ping"),
+)
 
 _LOSS = re.compile(r"(\d+(?:\.\d+)?)% packet loss")
 _RTT = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
+
+
+class PingOptions(WorkloadOptions):
+    """ICMP echo: round-trip time and loss for one payload size."""
+
+    kind: Literal["ping"] = "ping"
+    size: int = Field(56, ge=0, le=65507, description="ICMP payload bytes (ping -s)")
+    count: int = Field(20, ge=1, le=100_000)
+    interval_s: float = Field(0.2, ge=0.002, le=60)
+
+    @property
+    def label(self) -> str:
+        return f"ping-{self.size}B"
 
 
 def parse(output: str) -> dict[str, float]:
@@ -33,12 +50,25 @@ def parse(output: str) -> dict[str, float]:
     return values
 
 
-def run(spec: PingWorkload, ctx: WorkloadContext) -> Measurement:
-    argv = ["ping", "-n", "-q", "-c", spec.count, "-i", spec.interval_s, "-s", spec.size, "-W", 2, ctx.bed.sink_ip]
-    timeout = spec.count * spec.interval_s + 30
-    proc = ctx.bed.source.run(argv, check=False, timeout=timeout)
-    output = proc.stdout + proc.stderr
-    measurement = Measurement(parse(output), output, "ping")
-    if "rtt_avg_ms" not in measurement.values:
-        measurement.flags.append("all echo requests lost")
-    return measurement
+class Ping(WorkloadKind):
+    kind = "ping"
+    summary = "ICMP echo: size, count, interval_s"
+    Options = PingOptions
+    tools = (Tool("ping", "iputils-ping", ("ping", "-V")),)
+    metrics = METRICS
+    primary = "rtt_avg_ms"
+    graded = (("rtt_avg_ms", "RTT"),)
+    plotted = ("rtt_avg_ms",)
+
+    def estimate_s(self, options: PingOptions, rate_mbit):
+        return options.count * options.interval_s + 0.1
+
+    def run(self, options: PingOptions, ctx: WorkloadContext) -> Measurement:
+        argv = ["ping", "-n", "-q", "-c", options.count, "-i", options.interval_s, "-s", options.size, "-W", 2,
+                ctx.bed.sink_ip]
+        proc = ctx.bed.source.run(argv, check=False, timeout=options.count * options.interval_s + 30)
+        output = proc.stdout + proc.stderr
+        measurement = Measurement(parse(output), output, "ping")
+        if "rtt_avg_ms" not in measurement.values:
+            measurement.flags.append("all echo requests lost")
+        return measurement

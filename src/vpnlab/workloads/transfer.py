@@ -5,22 +5,52 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import Callable
 from pathlib import Path
+from typing import Callable, Literal
+
+from pydantic import Field, field_validator
 
 from ..drivers.pki import make_pki
 from ..errors import MeasurementError
-from ..study import TransferWorkload
+from ..metrics import declare
+from ..schema import Size, human_size, parse_size
 from ..testbed.node import private_run
+from ..tools import Tool
 from . import datasets
-from .base import Measurement, Metric, WorkloadContext
+from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
-METRICS = [
-    Metric("transfer_s", "s", "time to download the file", False),
-    Metric("throughput_mbps", "Mbit/s", "file bytes over transfer time", True),
-]
-PORTS = {"http": 80, "https": 443, "ftp": 21, "ssh": 22}
-TOOLS = {"http": ("nginx", "curl"), "https": ("nginx", "curl"), "ftp": ("vsftpd", "curl"), "ssh": ("sshd", "scp")}
+METRICS = (
+    declare("transfer_s", "s", "time to download the file (curl's own clock; for scp, the command's)", False,
+            judged="share", positive=True, producers="transfer"),
+    declare("throughput_mbps", "Mbit/s", "goodput at the receiver (iperf3 sum_received; file bytes over "
+            "transfer time)", True, judged="share", graded=True, positive=True, producers="transfer"),
+)
+NGINX = Tool("nginx", "nginx-light", ("nginx", "-v"), path="/usr/sbin/nginx")
+CURL = Tool("curl", "curl", ("curl", "--version"))
+VSFTPD = Tool("vsftpd", "vsftpd", ("vsftpd", "-v"), path="/usr/sbin/vsftpd")
+SSHD = Tool("sshd", "openssh-server", ("sshd", "-V"), path="/usr/sbin/sshd")
+CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL), "ftp": (VSFTPD, CURL),
+           "ssh": (SSHD, Tool("scp", "openssh-client"), Tool("ssh-keygen", "openssh-client"))}
+
+
+class TransferOptions(WorkloadOptions):
+    """Download one file from the sink over a real protocol server."""
+
+    kind: Literal["transfer"] = "transfer"
+    protocol: Literal["http", "https", "ssh", "ftp"] = "http"
+    data: Literal["text", "random", "archive", "image"] = Field(
+        "random", description="text compresses; random (like video), archive and image do not")
+    size: Size = Field(10 * 1024 * 1024, le=64 * 1024**3)
+    timeout_s: float = Field(600, gt=0, le=86400)
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def parse_file_size(cls, value):
+        return parse_size(value)
+
+    @property
+    def label(self) -> str:
+        return f"{self.protocol}-{self.data}-{human_size(self.size)}"
 
 
 def data_dir(ctx: WorkloadContext) -> Path:
@@ -132,7 +162,27 @@ def ensure_file_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
     return ensure_server(ctx, start.__name__.removeprefix("_start_"), lambda: start(ctx, data))
 
 
-def run(spec: TransferWorkload, ctx: WorkloadContext) -> Measurement:
+class Transfer(WorkloadKind):
+    kind = "transfer"
+    summary = "download one file over a real server: protocol (http, https, ssh, ftp), data, size, timeout_s"
+    Options = TransferOptions
+    tools = tuple(dict.fromkeys(t for tools in CLIENTS.values() for t in tools))
+    metrics = METRICS
+    primary = "transfer_s"
+    plotted = ("transfer_s",)
+
+    def needs(self, options: TransferOptions) -> tuple[str, ...]:
+        return tuple(t.command for t in CLIENTS[options.protocol])
+
+    def estimate_s(self, options: TransferOptions, rate_mbit):
+        # the file at 90% of the link rate (unshaped: 10 MB/s, a userspace tunnel's pace), plus the connection
+        return options.size * 8 / ((rate_mbit or 80) * 0.9e6) + 1
+
+    def run(self, options: TransferOptions, ctx: WorkloadContext) -> Measurement:
+        return download(options, ctx)
+
+
+def download(spec: TransferOptions, ctx: WorkloadContext) -> Measurement:
     data = data_dir(ctx)
     path = datasets.make(data, spec.data, spec.size)
     info = ensure_file_server(ctx, spec.protocol, data)
@@ -158,4 +208,4 @@ def run(spec: TransferWorkload, ctx: WorkloadContext) -> Measurement:
             raise MeasurementError(f"{spec.protocol} transfer moved {size} bytes of {spec.size}")
         elapsed = float(seconds)  # curl's own clock: the transfer, not the process start
     return Measurement({"transfer_s": elapsed, "throughput_mbps": spec.size * 8 / elapsed / 1e6}, raw,
-                       TOOLS[spec.protocol][1], carried_bytes=spec.size)
+                       argv[0], carried_bytes=spec.size)

@@ -1,0 +1,72 @@
+"""What the IPsec drivers share (strongSwan, libreswan, L2TP/IPsec): the ESP proposals by one
+set of names, their overhead, the FIPS rule, and the programs and kernel modules ESP needs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from ..tools import Tool
+from .base import Options
+
+CHARON = "/usr/lib/ipsec/charon"
+# strongSwan's daemon and its control tool; the plugin packages carry no program of their own
+# (kernel-libipsec, the userspace ESP data plane, is in libcharon-extra-plugins).
+IPSEC_TOOLS = (Tool("charon", "strongswan-charon", path=CHARON),
+               Tool("swanctl", "strongswan-swanctl", ("swanctl", "--version")))
+IPSEC_PACKAGES = ("libcharon-extra-plugins", "libstrongswan-standard-plugins", "libstrongswan-extra-plugins")
+# What kernel ESP needs in the VM guest (no udev there): xfrm, ESP and its accelerated ciphers.
+ESP_MODULES = ("esp4", "xfrm_user", "xfrm_interface", "af_key", "authenc", "authencesn", "gcm", "ccm", "seqiv",
+               "echainiv", "cbc", "ecb", "aesni_intel", "ghash_clmulni_intel", "sha1_ssse3", "sha256_ssse3",
+               "sha512_ssse3", "des3_ede_x86_64", "des_generic", "sha1_generic", "md5", "chacha20poly1305",
+               "chacha_x86_64", "poly1305_x86_64")
+
+# ESP proposal -> (IV bytes, block/alignment bytes, ICV bytes)
+ESP = {
+    "3des-md5": (8, 8, 12),
+    "3des-sha1": (8, 8, 12),
+    "aes128-sha1": (16, 16, 12),
+    "aes256-sha1": (16, 16, 12),
+    "aes128-sha256": (16, 16, 16),
+    "aes256-sha256": (16, 16, 16),
+    "aes128gcm16": (8, 4, 16),
+    "aes256gcm16": (8, 4, 16),
+    "chacha20poly1305": (8, 4, 16),
+}
+FIPS_ESP = {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes128gcm16", "aes256gcm16"}
+FIPS_DEFAULT_ESP = "aes256gcm16"
+ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",
+                    "aes128gcm16", "aes256gcm16", "chacha20poly1305"]
+
+
+class IpsecOptions(Options):
+    """What both IPsec drivers (strongSwan, libreswan) take, with the same names."""
+
+    esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: the implementation's own)")
+    auth: Literal["psk", "cert"] = "psk"
+    udp_encap: bool = Field(False, description="force ESP-in-UDP (NAT-T) with kernel ESP")
+
+    @field_validator("esp", mode="before")
+    @classmethod
+    def lower_case(cls, value):
+        return value.lower() if isinstance(value, str) else value
+
+
+def configured_esp(options: IpsecOptions, profile: str) -> str | None:
+    """The ESP proposal to configure: the study's, else AES-256-GCM under the fips profile, else
+    none (the implementation proposes its own)."""
+    return options.esp or (None if profile == "default" else FIPS_DEFAULT_ESP)
+
+
+def fips_problem(options: IpsecOptions, profile: str) -> str | None:
+    if profile == "fips" and options.esp and options.esp not in FIPS_ESP:
+        return f"options.esp: {options.esp} is not FIPS 140-approved (3DES, MD5 and ChaCha20 are not)"
+    return None
+
+
+def esp_overhead(esp: str, udp_encap: bool, inner_len: int) -> int:
+    """Bytes tunnel-mode ESP adds to a packet of `inner_len` bytes."""
+    iv, block, icv = ESP[esp]
+    encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
+    return 20 + (8 if udp_encap else 0) + 8 + iv + encrypted + icv - inner_len

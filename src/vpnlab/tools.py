@@ -1,0 +1,134 @@
+"""Every external program vpnlab runs, and the Debian package that provides it.
+
+A program is declared where it is used: each driver lists its daemons and helpers, each
+workload kind its clients and servers, the testbed and the VM backend theirs (CORE, VM
+below), the tests theirs (tests/needs.py). This module only collects them:
+`bootstrap.sh` installs `python -m vpnlab.tools packages`, `capabilities` finds the programs,
+runs record their versions, and the test suite fails a test that runs a program nobody declared.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tool:
+    command: str
+    package: str                    # the Debian package that provides it
+    version: tuple[str, ...] = ()   # argv that prints its version; empty: the package's version
+    path: str = ""                  # where Debian installs it when that is not on PATH
+    private: bool = False           # bootstrap.sh unpacks the package privately (it conflicts)
+
+    @property
+    def hint(self) -> str:
+        if self.private:
+            return f"{self.package} (./bootstrap.sh unpacks it privately: it conflicts with other packages)"
+        return f"apt-get install {self.package}"
+
+
+# The testbed itself: namespaces, links, shaping, captures, first-packet probes, private mounts.
+CORE = (
+    Tool("ip", "iproute2", ("ip", "-V")), Tool("tc", "iproute2", ("tc", "-V")), Tool("ss", "iproute2", ("ss", "-V")),
+    Tool("tcpdump", "tcpdump", ("tcpdump", "--version")), Tool("sysctl", "procps", ("sysctl", "--version")),
+    Tool("ping", "iputils-ping", ("ping", "-V")), Tool("sh", "dash"), Tool("env", "coreutils"),
+    Tool("mount", "mount"), Tool("nsenter", "util-linux"), Tool("python3", "python3", ("python3", "--version")),
+)
+# The VM backend: the emulator, the guest's initramfs and modules, and the kernel download.
+VM = (
+    Tool("qemu-system-x86_64", "qemu-system-x86", ("qemu-system-x86_64", "--version")),
+    Tool("busybox", "busybox-static"), Tool("depmod", "kmod"), Tool("modprobe", "kmod"), Tool("cpio", "cpio"),
+    Tool("apt-get", "apt"), Tool("apt-cache", "apt"), Tool("dpkg-deb", "dpkg"), Tool("dpkg-query", "dpkg"),
+)
+# What vpnlab itself stands on without running it as a program.
+BASE_PACKAGES = ("python3-venv", "ca-certificates")
+
+
+def declared(extra: tuple[Tool, ...] = ()) -> dict[str, Tool]:
+    """Command -> declaration, over the testbed, the VM backend, every driver and workload kind."""
+    from .drivers import REGISTRY as DRIVERS
+    from .workloads import KINDS, background
+
+    tools = [*CORE, *VM, *background.TOOLS, *extra]
+    for driver in DRIVERS.values():
+        tools += driver.tools
+    for kind in KINDS.values():
+        tools += kind.tools
+    return {t.command: t for t in tools}
+
+
+def find(tool: Tool) -> str | None:
+    """The program's path here, or None. An unpacked package counts only if it runs (its
+    libraries come from other packages)."""
+    path = shutil.which(tool.command)
+    if path:
+        return path
+    if not tool.path:
+        return None
+    if os.access(tool.path, os.X_OK):
+        return tool.path
+    if tool.private:
+        from .unpacked import package_folder
+
+        unpacked = package_folder(tool.package) / tool.path.lstrip("/")
+        if os.access(unpacked, os.X_OK) and subprocess.run([str(unpacked), "--version"],
+                                                           capture_output=True).returncode == 0:
+            return str(unpacked)
+    return None
+
+
+_VERSION = re.compile(r"\d+\.\d+")
+
+
+def version(tool: Tool, path: str) -> str:
+    """The first line of the tool's own version output if it names a version, else its
+    Debian package's version (some daemons have no version flag that works offline)."""
+    if tool.version:
+        try:
+            proc = subprocess.run([path, *tool.version[1:]], capture_output=True, text=True, timeout=10)
+            for line in (proc.stdout + proc.stderr).splitlines():
+                if _VERSION.search(line):
+                    return line.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return package_version(tool.package) or "unknown"
+
+
+def package_version(package: str) -> str | None:
+    proc = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
+    return f"{package} {proc.stdout.strip()}" if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def packages(extra: tuple[Tool, ...] = ()) -> list[str]:
+    """The Debian packages to install: every declared tool's (but the privately unpacked) and
+    those the drivers need without a program of their own (plugins, libraries)."""
+    from .drivers import REGISTRY as DRIVERS
+
+    wanted = {t.package for t in declared(extra).values() if not t.private}
+    wanted |= {p for driver in DRIVERS.values() for p in driver.packages}
+    return sorted(wanted | set(BASE_PACKAGES))
+
+
+def _load_extra(path: str) -> tuple[Tool, ...]:
+    """The TOOLS declared by a file outside the package (the tests' needs)."""
+    return tuple(runpy.run_path(path)["TOOLS"])
+
+
+def main(argv: list[str]) -> int:
+    """`python -m vpnlab.tools packages [--with FILE]`: one Debian package per line."""
+    if not argv or argv[0] != "packages":
+        print("usage: python -m vpnlab.tools packages [--with FILE]", file=sys.stderr)
+        return 2
+    extra = _load_extra(argv[2]) if argv[1:2] == ["--with"] and len(argv) > 2 else ()
+    print("\n".join(packages(extra)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

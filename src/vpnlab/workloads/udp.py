@@ -1,0 +1,74 @@
+"""udp: iperf3 at a fixed send rate (Jaha's UDP throughput, jitter and loss)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from ..metrics import declare
+from ..schema import Size, parse_size
+from . import iperf
+from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
+
+THROUGHPUT = declare("throughput_mbps", "Mbit/s", "goodput at the receiver (iperf3 sum_received; file bytes over "
+                     "transfer time)", True, judged="share", graded=True, positive=True, producers="udp")
+SENT = declare("udp_sent_mbps", "Mbit/s", "send rate achieved", True, positive=True, producers="udp")
+JITTER = declare("udp_jitter_ms", "ms", "RFC 3550 interarrival jitter at the receiver", False, judged="added",
+                 graded=True, producers="udp")
+LOSS = declare("udp_loss_pct", "%", "datagrams lost", False, judged="points", graded=True, producers="udp")
+
+
+class UdpOptions(WorkloadOptions):
+    """iperf3 UDP at a fixed send rate."""
+
+    kind: Literal["udp"] = "udp"
+    rate_mbit: float = Field(10, gt=0, le=100_000)
+    size: Size = Field(1400, le=65507, description="datagram payload bytes")
+    duration_s: float = Field(5, gt=0, le=3600)
+    reverse: bool = False
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def parse_datagram_size(cls, value):
+        return parse_size(value)
+
+    @property
+    def label(self) -> str:
+        return f"udp-{self.rate_mbit:g}M-{self.size}B" + ("-rev" if self.reverse else "")
+
+
+def parse(data: dict) -> dict[str, float]:
+    end = data["end"]
+    # Since iperf3 3.x the receiver's figures are in sum_received; older ones only have sum.
+    received = end.get("sum_received") or end["sum"]
+    sent = end.get("sum_sent") or end["sum"]
+    summary = end.get("sum") or received
+    return {
+        "throughput_mbps": received["bits_per_second"] / 1e6,
+        "udp_sent_mbps": sent["bits_per_second"] / 1e6,
+        "udp_jitter_ms": float(summary.get("jitter_ms", received.get("jitter_ms", 0.0))),
+        "udp_loss_pct": float(summary.get("lost_percent", received.get("lost_percent", 0.0))),
+    }
+
+
+class Udp(WorkloadKind):
+    kind = "udp"
+    summary = "iperf3 UDP at a fixed send rate: rate_mbit, size, duration_s, reverse"
+    Options = UdpOptions
+    tools = iperf.TOOLS
+    metrics = (THROUGHPUT, SENT, JITTER, LOSS)
+    primary = "throughput_mbps"
+    graded = (("throughput_mbps", "UDP throughput"), ("udp_jitter_ms", "jitter"), ("udp_loss_pct", "loss"))
+    plotted = ("throughput_mbps", "udp_jitter_ms", "udp_loss_pct")
+
+    def estimate_s(self, options: UdpOptions, rate_mbit):
+        return options.duration_s + 0.5
+
+    def run(self, options: UdpOptions, ctx: WorkloadContext) -> Measurement:
+        args = ["-u", "-b", f"{options.rate_mbit:g}M", "-l", options.size, "-t", options.duration_s]
+        if options.reverse:
+            args.append("-R")
+        data, raw = iperf.client(ctx, args, options.duration_s)
+        received = data["end"].get("sum_received") or data["end"]["sum"]
+        return Measurement(parse(data), raw, "iperf3", carried_bytes=received.get("bytes"))
