@@ -8,19 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(
-  python3 python3-venv ca-certificates iproute2 procps iputils-ping tcpdump iperf3 nftables
-  wireguard-tools wireguard-go openvpn openssl
-  strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
-  ocserv openconnect nginx-light openssh-server openssh-client vsftpd curl
-  dovecot-pop3d dnsmasq-base bind9-dnsutils
-  pptpd pptp-linux ppp xl2tpd
-  libnss3-tools libldns3 libevent-core-2.1-7 libevent-pthreads-2.1-7 libcurl3-nss libunbound8 libcap-ng0
-  qemu-system-x86 busybox-static kmod cpio
-)
-
-# The tests also open the HTML report in a real headless browser.
-TEST_PACKAGES=(chromium)
+# What Python itself needs to read the rest: every other package comes from the programs that
+# vpnlab's drivers, workloads, testbed and VM backend declare (src/vpnlab/tools.py collects
+# them), plus, for the tests, tests/needs.py.
+BASE_PACKAGES=(python3 python3-venv ca-certificates)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bootstrap.sh: vpnlab builds network namespaces and needs root; run: sudo $0 $*" >&2
@@ -29,13 +20,13 @@ fi
 
 install_packages() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "installing Debian packages: ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >&2
+  [ -n "${APT_UPDATED:-}" ] || { apt-get update -q >&2; APT_UPDATED=1; }
   local available=()
   for p in "${missing[@]}"; do
     if apt-cache show "$p" >/dev/null 2>&1; then available+=("$p"); else
@@ -68,15 +59,19 @@ install_python() {
 
 command="${1:-run}"
 shift || true
-[ "$command" = test ] && PACKAGES+=("${TEST_PACKAGES[@]}")
-install_packages
+install_packages "${BASE_PACKAGES[@]}"
 install_python
+declared=(.venv/bin/python -m vpnlab.tools packages)
+[ "$command" = test ] && declared+=(--with tests/needs.py)
+mapfile -t PACKAGES < <("${declared[@]}")
+[ ${#PACKAGES[@]} -gt 0 ] || { echo "bootstrap.sh: could not list the packages vpnlab declares" >&2; exit 1; }
+install_packages "${PACKAGES[@]}"
 # The VM backend boots a distribution kernel: this host's own when its modules are on disk,
 # otherwise Debian's, fetched once into /var/cache/vpnlab.
 .venv/bin/python -c 'from vpnlab import vm; vm.available() is None and vm.find_kernel()' >&2 \
   || echo "note: no kernel for the VM backend; scenarios that need one will say so" >&2
 # libreswan's package conflicts with strongSwan's: unpack it privately (its libraries are above).
-.venv/bin/python -c 'from pathlib import Path; from vpnlab import capabilities as c, unpacked as u; exit(u.provide("libreswan", Path(c.PLUTO)) is None)' >&2 \
+.venv/bin/python -c 'from pathlib import Path; from vpnlab import unpacked as u; from vpnlab.drivers.libreswan import PLUTO; exit(u.provide("libreswan", Path(PLUTO)) is None)' >&2 \
   || echo "note: libreswan could not be fetched; the libreswan driver will say so" >&2
 
 case "$command" in

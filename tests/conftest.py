@@ -1,10 +1,23 @@
+import json
 import os
+import runpy
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from declared import programs
+
 DATA = Path(__file__).parent / "data"
+AUDIT = Path(__file__).parent / "audit"
+# Every Python process of the suite, this one and the vpnlab commands it starts, records the
+# programs it runs (audit/sitecustomize.py); each test fails if one of them is not declared.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AUDIT), os.environ.get("PYTHONPATH")]))
+sys.path.insert(0, str(AUDIT))
+import execlog  # noqa: E402
+
+execlog.install()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -14,6 +27,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "integration" in item.keywords:
             item.add_marker(skip)
+
+
+def _declared() -> set[str]:
+    from vpnlab.tools import declared
+
+    return set(declared(runpy.run_path(str(Path(__file__).parent / "needs.py"))["TOOLS"]))
+
+
+@pytest.fixture(autouse=True)
+def only_declared_programs(tmp_path_factory, monkeypatch):
+    """Fails a test whose code, or the vpnlab commands it started, ran a program that neither
+    vpnlab's drivers, workloads and testbed nor tests/needs.py declare: a fresh machine would
+    not have it (nftables once slipped through that way)."""
+    log = tmp_path_factory.mktemp("exec") / "exec.log"
+    monkeypatch.setenv("VPNLAB_EXEC_LOG", str(log))
+    monkeypatch.setattr(execlog, "log_path", str(log))
+    yield
+    if not log.exists():
+        return
+    ran = set()
+    for line in log.read_text().splitlines():
+        ran |= programs(json.loads(line))
+    undeclared = sorted(ran - _declared())
+    assert not undeclared, f"programs run but declared nowhere (add them where they are used, or to tests/needs.py): {undeclared}"
 
 
 def our_namespaces() -> set[str]:

@@ -51,7 +51,7 @@ def declare(name: str, unit: str, meaning: str, higher_is_better: bool | None, *
     if (known.unit, known.higher_is_better, known.level, known.judged, known.graded) != \
             (unit, higher_is_better, level, judged, graded):
         raise ValueError(f"metric {name} declared twice with different facts: {known} and {metric}")
-    merged = ", ".join(dict.fromkeys(filter(None, (*known.producers.split(", "), producers))))
+    merged = ", ".join(sorted(set(filter(None, (*known.producers.split(", "), producers)))))
     REGISTRY[name] = known = Metric(name, unit, known.meaning, higher_is_better, level, judged, graded,
                                     known.positive, merged)
     return known
@@ -75,3 +75,18 @@ def get(name: str) -> Metric:
 
 def unit(name: str) -> str:
     return get(name).unit
+
+
+def markdown_table() -> str:
+    """The README's metric table, generated from the registry (a test keeps the two equal)."""
+    lines = ["| metric | unit | direction | recorded by | meaning |", "|---|---|---|---|---|"]
+    levels = list(Level.__args__)
+    ordered = sorted(all_metrics().values(), key=lambda m: (levels.index(m.level), m.name))
+    lines += [f"| `{m.name}` | {m.unit} | {m.direction} | {m.producers} | {m.meaning} |" for m in ordered]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # the registry lives in the imported module, not in __main__
+    from vpnlab.metrics import markdown_table as table
+
+    print(table())

@@ -39,11 +39,14 @@ CORE = (
     Tool("tcpdump", "tcpdump", ("tcpdump", "--version")), Tool("sysctl", "procps", ("sysctl", "--version")),
     Tool("ping", "iputils-ping", ("ping", "-V")), Tool("sh", "dash"), Tool("env", "coreutils"),
     Tool("mount", "mount"), Tool("nsenter", "util-linux"), Tool("python3", "python3", ("python3", "--version")),
+    # in the shell wrappers that give a daemon private mounts, and the background's helpers
+    Tool("mkdir", "coreutils"), Tool("true", "coreutils"), Tool("wc", "coreutils"), Tool("chown", "coreutils"),
 )
 # The VM backend: the emulator, the guest's initramfs and modules, and the kernel download.
 VM = (
     Tool("qemu-system-x86_64", "qemu-system-x86", ("qemu-system-x86_64", "--version")),
     Tool("busybox", "busybox-static"), Tool("depmod", "kmod"), Tool("modprobe", "kmod"), Tool("cpio", "cpio"),
+    Tool("find", "findutils"), Tool("gzip", "gzip"),
     Tool("apt-get", "apt"), Tool("apt-cache", "apt"), Tool("dpkg-deb", "dpkg"), Tool("dpkg-query", "dpkg"),
 )
 # What vpnlab itself stands on without running it as a program.

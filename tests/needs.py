@@ -1,0 +1,13 @@
+"""What the tests run beyond vpnlab's own declarations: bootstrap.sh installs these for
+`./bootstrap.sh test` (`python -m vpnlab.tools packages --with tests/needs.py`), and conftest
+fails any test that runs a program declared neither here nor by vpnlab."""
+
+from vpnlab.tools import Tool
+
+TOOLS = (
+    Tool("nft", "nftables"),              # the default namespace's firewall, before and after a run
+    Tool("chromium", "chromium"),         # the HTML report, opened in a real browser
+    Tool("ps", "procps"), Tool("pgrep", "procps"), Tool("kill", "procps"),
+    Tool("sleep", "coreutils"), Tool("true", "coreutils"), Tool("touch", "coreutils"), Tool("uname", "coreutils"),
+    Tool("unshare", "util-linux"), Tool("ssh", "openssh-client"),   # the real-hosts harness
+)

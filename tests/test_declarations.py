@@ -1,0 +1,57 @@
+"""One place per fact: programs, packages, metrics and workload kinds are declared once, and
+everything that lists them (bootstrap, doctor, the README) reads the declarations."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from vpnlab import metrics, tools
+from vpnlab.drivers import REGISTRY as DRIVERS
+from vpnlab.workloads import KINDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_program_an_implementation_or_kind_needs_is_declared_by_it():
+    for driver in DRIVERS.values():
+        own = {t.command for t in driver.tools}
+        for impl in driver.implementations(driver.Options()):
+            assert set(impl.tools) <= own, (driver.name, impl.name, set(impl.tools) - own)
+    for kind in KINDS.values():
+        assert set(kind.needs(kind.Options())) <= {t.command for t in kind.tools}, kind.kind
+
+
+def test_bootstrap_installs_what_the_declarations_name():
+    listed = subprocess.run([sys.executable, "-m", "vpnlab.tools", "packages", "--with", str(ROOT / "tests/needs.py")],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert {"nftables", "chromium", "strongswan-charon", "libcharon-extra-plugins", "iperf3"} <= set(listed)
+    assert "libreswan" not in listed  # unpacked privately: it conflicts with strongSwan's packages
+    assert "vpnlab.tools packages" in (ROOT / "bootstrap.sh").read_text()
+
+
+def test_recorded_versions_are_versions():
+    versions = {name: text for name, text in __import__("vpnlab.capabilities").capabilities.tool_versions().items()}
+    for name in ("iperf3", "openvpn", "swanctl", "charon", "pppd", "pptpd", "xl2tpd", "pluto"):
+        if name in versions:  # installed by bootstrap; pluto only once unpacked
+            assert re.search(r"\d+\.\d+", versions[name]), (name, versions[name])
+            assert "failed" not in versions[name], (name, versions[name])
+
+
+def test_metric_registry_is_consistent_and_the_readme_table_is_generated_from_it():
+    registry = metrics.all_metrics()
+    for kind in KINDS.values():
+        assert kind.primary in {m.name for m in kind.metrics}, kind.kind
+        for metric, _ in kind.graded:
+            assert registry[metric].graded, metric
+        assert set(kind.plotted) <= set(registry), kind.kind
+    assert metrics.markdown_table() in (ROOT / "README.md").read_text(), \
+        "README's metric table differs from the registry: paste `python -m vpnlab.metrics` into it"
+
+
+def test_one_baseline_driver_and_no_module_names_it():
+    assert [d.name for d in DRIVERS.values() if d.baseline] == ["none"]
+    src = ROOT / "src" / "vpnlab"
+    offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
+                 if re.search(r"""[=!]= ?["']none["']|["']none["'] ?[=!]=""", p.read_text())]
+    assert offenders == [], offenders
