@@ -85,5 +85,5 @@ def interval(values, positive: bool, level: float = 0.95) -> Interval:
         return log_interval(data, level)
     result = mean_interval(data, lower_bound=0.0, level=level)
     if positive and len(data):
-        return replace(result, note=result.note or "a value of zero rules out the log scale")
+        return replace(result, note=result.note or "a value at or below zero rules out the log scale")
     return result
