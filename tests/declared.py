@@ -47,10 +47,11 @@ def _after_options(args: list[str], assignments: bool = False, skip_first: bool 
 def _script_programs(script: str, positional: list[str]) -> set[str]:
     found = set()
     for command in re.split(r"&&|\|\||[;|\n]", script):
-        words = [w for w in _words(command) if w not in SHELL_BUILTINS]
-        while words and "=" in words[0] and not words[0].startswith(("'", '"')):
-            words.pop(0)  # VAR=value before a command
-        if not words or words[0].startswith(("$", '"$')):
+        words = _words(command)
+        while words and (words[0] in ("exec", "{", "!") or re.match(r"\d*[<>]", words[0])
+                         or ("=" in words[0] and not words[0].startswith(("'", '"')))):
+            words.pop(0)  # `exec cmd`, a group, a redirection, VAR=value before a command
+        if not words or words[0] in SHELL_BUILTINS or words[0].startswith(("$", '"$')):
             continue
         found.add(_normal(words[0]))
     if '"$@"' in script:

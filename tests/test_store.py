@@ -63,8 +63,10 @@ def test_schema_version_is_checked(tmp_path):
 
 def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     Store.open_dir(tmp_path).close()
-    db = sqlite3.connect(tmp_path / "results.sqlite")  # as schema 1 left it: no measured_in
+    db = sqlite3.connect(tmp_path / "results.sqlite")  # as schema 1 left it: no measured_in, no rounds
     db.execute("ALTER TABLE scenarios DROP COLUMN measured_in")
+    for column in ("round", "position", "failure"):
+        db.execute(f"ALTER TABLE repetitions DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1'")
     db.execute("INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
                " link_label, link_delay_ms, link_jitter_ms, link_loss_pct, workload, workload_label,"
@@ -75,7 +77,8 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     store = Store.open_dir(tmp_path)
     assert [tuple(r) for r in store.db.execute("SELECT id, measured_in FROM scenarios")] == [("s1", "host")]
     store.close()
-    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "2"
+    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "3"
+    assert Store.open_dir(tmp_path).attempts("s1") == []
 
 
 def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):

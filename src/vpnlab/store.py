@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .metrics import unit
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "results.sqlite"
 
 SCHEMA = """
@@ -65,6 +65,9 @@ CREATE TABLE IF NOT EXISTS repetitions (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     completed_at TEXT NOT NULL,
     flags TEXT NOT NULL DEFAULT '',
+    round INTEGER,                    -- the round (block) it ran in, and its place in that round's order
+    position INTEGER,
+    failure TEXT,                     -- why this repetition is not a valid sample (kept, never used)
     PRIMARY KEY (scenario_id, repetition)
 );
 CREATE TABLE IF NOT EXISTS samples (
@@ -85,7 +88,14 @@ CREATE TABLE IF NOT EXISTS raw_outputs (
 );
 """
 
-SETUP_REPETITION = 0  # scenario-level samples (tunnel set-up) use repetition 0
+# schema version -> what brings a store of that version to the next one
+UPGRADES = {
+    1: ["ALTER TABLE scenarios ADD COLUMN measured_in TEXT NOT NULL DEFAULT 'host'"],  # before the VM backend
+    2: [f"ALTER TABLE repetitions ADD COLUMN {column}" for column in ("round INTEGER", "position INTEGER",
+                                                                        "failure TEXT")],  # before rounds
+}
+SETUP_REPETITION = 0  # scenario-level samples of stores before rounds (tunnel set-up) used repetition 0
+VALID = "COALESCE(r.failure, '') = '' AND sc.status != 'failed'"  # samples every statistic may use
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,8 @@ class SampleRow:
     unit: str
     measured_at: str
     flags: str
+    round: int | None = None
+    failure: str = ""
 
 
 def now() -> str:
@@ -171,9 +183,11 @@ class Store:
         if version is None:
             with self.db:
                 self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(version[0]) == 1:  # before the VM backend: everything was measured on the host
+        elif int(version[0]) in UPGRADES:
             with self.db:
-                self.db.execute("ALTER TABLE scenarios ADD COLUMN measured_in TEXT NOT NULL DEFAULT 'host'")
+                for step in range(int(version[0]), SCHEMA_VERSION):
+                    for statement in UPGRADES[step]:
+                        self.db.execute(statement)
                 self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
         elif int(version[0]) != SCHEMA_VERSION:
             raise ValueError(f"{path}: results schema {version[0]}, this vpnlab reads {SCHEMA_VERSION}")
@@ -233,8 +247,9 @@ class Store:
 
     def values(self, scenario_id: str, metric: str) -> list[float]:
         """A metric's values over the measured repetitions of a scenario."""
-        rows = self.db.execute("SELECT value FROM samples WHERE scenario_id=? AND metric=? AND repetition > 0"
-                               " ORDER BY repetition", (scenario_id, metric))
+        rows = self.db.execute("SELECT s.value FROM samples s JOIN repetitions r ON r.scenario_id = s.scenario_id"
+                               " AND r.repetition = s.repetition WHERE s.scenario_id=? AND s.metric=?"
+                               " AND COALESCE(r.failure, '') = '' ORDER BY s.repetition", (scenario_id, metric))
         return [r[0] for r in rows]
 
     def set_status(self, scenario_id: str, status: str, failure: str | None = None) -> None:
@@ -242,7 +257,8 @@ class Store:
             self.db.execute("UPDATE scenarios SET status=?, failure=? WHERE id=?", (status, failure, scenario_id))
 
     def record_repetition(self, run_id: int, scenario_id: str, repetition: int, values: dict[str, float],
-                          raw: dict[str, str], flags: list[str]) -> None:
+                          raw: dict[str, str], flags: list[str], round_: int | None = None,
+                          position: int | None = None, failure: str | None = None) -> None:
         """Samples (with their units from the metric registry), raw output and the completion mark
         of one repetition, atomically."""
         stamp = now()
@@ -257,8 +273,9 @@ class Store:
             )
             if repetition != SETUP_REPETITION:
                 self.db.execute(
-                    "INSERT OR REPLACE INTO repetitions VALUES (?, ?, ?, ?, ?)",
-                    (scenario_id, repetition, run_id, stamp, ";".join(flags)),
+                    "INSERT OR REPLACE INTO repetitions (scenario_id, repetition, run_id, completed_at, flags, round,"
+                    " position, failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (scenario_id, repetition, run_id, stamp, ";".join(flags), round_, position, failure),
                 )
 
     def merge(self, other: Path, run_id: int, note: str) -> list[str]:
@@ -281,8 +298,10 @@ class Store:
                         self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ?"
                                         " END WHERE id=? AND instr(notes, ?) = 0", (text, text, sc["id"], text))
                     for rep in src.execute("SELECT * FROM repetitions WHERE scenario_id=?", (sc["id"],)):
-                        self.db.execute("INSERT OR IGNORE INTO repetitions VALUES (?, ?, ?, ?, ?)",
-                                        (rep["scenario_id"], rep["repetition"], run_id, rep["completed_at"], rep["flags"]))
+                        self.db.execute("INSERT OR IGNORE INTO repetitions (scenario_id, repetition, run_id,"
+                                        " completed_at, flags, round, position, failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                        (rep["scenario_id"], rep["repetition"], run_id, rep["completed_at"],
+                                         rep["flags"], rep["round"], rep["position"], rep["failure"]))
                     self.db.executemany("INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?)",
                                         [tuple(r) for r in src.execute("SELECT * FROM samples WHERE scenario_id=?",
                                                                         (sc["id"],))])
@@ -295,8 +314,19 @@ class Store:
 
     # -- reading -----------------------------------------------------------
     def done_repetitions(self, scenario_id: str) -> set[int]:
-        rows = self.db.execute("SELECT repetition FROM repetitions WHERE scenario_id=?", (scenario_id,))
+        """The repetitions that gave a valid sample."""
+        rows = self.db.execute("SELECT repetition FROM repetitions WHERE scenario_id=? AND COALESCE(failure, '') = ''",
+                               (scenario_id,))
         return {r[0] for r in rows}
+
+    def attempts(self, scenario_id: str) -> list[str | None]:
+        """Every repetition tried, in order: None for a valid one, else why it failed."""
+        rows = self.db.execute("SELECT failure FROM repetitions WHERE scenario_id=? ORDER BY repetition", (scenario_id,))
+        return [r[0] or None for r in rows]
+
+    def last_round(self) -> int:
+        row = self.db.execute("SELECT COALESCE(MAX(round), 0) FROM repetitions").fetchone()
+        return row[0]
 
     def status(self, scenario_id: str) -> str | None:
         row = self.db.execute("SELECT status FROM scenarios WHERE id=?", (scenario_id,)).fetchone()
@@ -317,10 +347,14 @@ class Store:
     def scenarios(self) -> list[ScenarioRow]:
         return [ScenarioRow(**dict(r)) for r in self.db.execute("SELECT * FROM scenarios ORDER BY idx")]
 
-    def samples(self) -> list[SampleRow]:
+    def samples(self, valid_only: bool = True) -> list[SampleRow]:
+        """Samples with their repetition's flags, round and failure. Valid only (the default):
+        not of a failed repetition nor of a failed scenario, as every statistic needs."""
+        where = f"WHERE {VALID}" if valid_only else ""
         return [SampleRow(**dict(r)) for r in self.db.execute(
-            "SELECT s.*, COALESCE(r.flags, '') AS flags FROM samples s LEFT JOIN repetitions r"
-            " ON r.scenario_id = s.scenario_id AND r.repetition = s.repetition"
+            "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure"
+            " FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id LEFT JOIN repetitions r"
+            f" ON r.scenario_id = s.scenario_id AND r.repetition = s.repetition {where}"
             " ORDER BY s.scenario_id, s.repetition, s.metric")]
 
     def raw_outputs(self, tool: str) -> list[sqlite3.Row]:
