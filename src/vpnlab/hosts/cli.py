@@ -1,0 +1,133 @@
+"""`vpnlab hosts ...`: real hosts from an Ansible inventory."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import VpnlabError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Real hosts from an Ansible inventory: list, prepare, doctor, clean.")
+out = Console(width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
+
+EXIT_HOSTS_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+INVENTORY = typer.Option(..., "--inventory", "-i", help="Ansible inventory (YAML, INI, directory ...)")
+LIMIT = typer.Option(None, "--limit", "-l", help="only these hosts or groups, comma-separated")
+
+
+def user_errors(func):
+    """A VpnlabError is one clear message and exit 2, as in the main command line."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except VpnlabError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT)
+
+    return wrapper
+
+
+def _hosts(inventory: str, pattern: Optional[str]):
+    from .inventory import limit, load_inventory
+
+    return limit(load_inventory(inventory), pattern, inventory)
+
+
+@app.command("list")
+@user_errors
+def list_hosts(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
+    """The hosts as vpnlab will connect to them (read by ansible-inventory)."""
+    table = Table(title=f"hosts in {inventory}", title_justify="left")
+    for col in ("host", "address", "port", "user", "key", "groups"):
+        table.add_column(col)
+    for host in _hosts(inventory, limit):
+        table.add_row(host.name, host.address, str(host.port), host.user or "(yours)",
+                      host.key_file or "(ssh default)", ", ".join(host.groups) or "-")
+    out.print(table)
+
+
+@app.command()
+@user_errors
+def prepare(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
+            packages: List[str] = typer.Option(None, "--packages", "-p",
+                                               help="Debian packages to install (repeat, or comma-separated); "
+                                                    "default: iperf3, iproute2, tcpdump"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON")):
+    """Install the packages on each host with vpnlab's Ansible playbook and check its kernel."""
+    from .prepare import DEFAULT_PACKAGES, prepare as run_prepare
+
+    wanted = [p for item in packages or [] for p in item.split(",") if p] or list(DEFAULT_PACKAGES)
+    reports = run_prepare(inventory, limit, wanted)
+    if as_json:
+        out.print_json(json.dumps([dataclasses.asdict(r) for r in reports]))
+    else:
+        _print_prepared(reports)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(EXIT_HOSTS_FAILED)
+
+
+def _print_prepared(reports) -> None:
+    table = Table(title="prepare", title_justify="left")
+    for col in ("host", "status", "packages", "kernel", "kernel pieces"):
+        table.add_column(col)
+    for r in reports:
+        pieces = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in r.features.items())
+        pkgs = ", ".join(f"{name} {how}" for name, how in r.packages.items())
+        table.add_row(r.host, r.status + (f": {r.message}" if r.message else ""), pkgs or "-", r.kernel or "-", pieces or "-")
+    out.print(table)
+
+
+@app.command()
+@user_errors
+def doctor(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
+           as_json: bool = typer.Option(False, "--json", help="print JSON")):
+    """Per host, over SSH: kernel, CPU, kernel pieces, tools, and the NIC toward each other host."""
+    from .doctor import doctor as examine
+
+    reports = examine(_hosts(inventory, limit))
+    if as_json:
+        out.print_json(json.dumps([r.as_dict() for r in reports]))
+    for r in [] if as_json else reports:
+        if not r.reachable:
+            out.print(f"[bold]{r.host}[/]: [red]unreachable[/]: {r.error}")
+            continue
+        out.print(f"[bold]{r.host}[/]: kernel {r.kernel}, {r.cpus} x {r.cpu_model or 'unknown CPU'}")
+        out.print("  kernel pieces: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in r.features.items()))
+        for path in r.paths:
+            out.print(f"  toward {path['to']} ({path['address']}): {path['interface']}, "
+                      f"driver {path['driver']}, {path['speed_mbit']} Mbit/s")
+        for name, version in r.tools.items():
+            out.print(f"  {name}: {version}")
+    if not all(r.reachable for r in reports):
+        raise typer.Exit(EXIT_HOSTS_FAILED)
+
+
+@app.command()
+@user_errors
+def clean(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
+    """Remove what crashed runs left on the hosts (as recorded there), and nothing else."""
+    from .ssh import clean_host
+
+    failed = False
+    for host in _hosts(inventory, limit):
+        try:
+            lines = clean_host(host) or [f"{host.name}: nothing to clean"]
+        except VpnlabError as exc:
+            lines, failed = [f"{host.name}: [red]{exc}[/]"], True
+        for line in lines:
+            out.print(line, highlight=False)
+    if failed:
+        raise typer.Exit(EXIT_HOSTS_FAILED)

@@ -1,0 +1,86 @@
+"""`vpnlab hosts doctor`: what each real host offers, asked over SSH.
+
+Per host: kernel, CPU model, the kernel pieces (the same probe `prepare` runs),
+tool versions, and for each other host of the selection the interface that
+leads to it, with its driver and speed: the NIC a measurement will cross.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+
+from ..errors import VpnlabError
+from .inventory import Host
+from .prepare import KERNEL_PROBE
+from .ssh import SshHost
+
+# The tools whose versions shape results: name and the command that prints the version.
+VERSION_COMMANDS = {
+    "iperf3": "iperf3 --version", "iproute2": "ip -V", "tcpdump": "tcpdump --version",
+    "wg": "wg --version", "wireguard-go": "wireguard-go --version", "openvpn": "openvpn --version",
+    "strongswan": "dpkg-query -W -f='strongSwan ${Version}' strongswan-charon", "ocserv": "ocserv --version", "openconnect": "openconnect --version",
+    "openssl": "openssl version",
+}
+
+# For an address: the interface the host routes it through, its driver (the device's, else
+# the link kind: veth, bridge ...) and speed in Mbit/s (-1 when the driver does not say).
+PATH_PROBE = r"""
+to=$(getent ahostsv4 "$1" | sed -n '1s/ .*//p'); to=${to:-$1}
+dev=$(ip -o route get "$to" | sed -n 's/.* dev \([^ ]*\).*/\1/p')
+drv=$(basename "$(readlink "/sys/class/net/$dev/device/driver" 2>/dev/null)" 2>/dev/null)
+[ -n "$drv" ] || drv=$(ip -d -j link show dev "$dev" 2>/dev/null | sed -n 's/.*"info_kind":"\([^"]*\)".*/\1/p')
+speed=$(cat "/sys/class/net/$dev/speed" 2>/dev/null || echo -1)
+printf '%s\t%s\t%s\t%s\n' "$to" "$dev" "${drv:-unknown}" "${speed:--1}"
+"""
+
+
+@dataclass
+class HostReport:
+    host: str
+    reachable: bool
+    error: str = ""
+    kernel: str = ""
+    cpu_model: str = ""
+    cpus: int = 0
+    features: dict[str, bool] = field(default_factory=dict)
+    tools: dict[str, str] = field(default_factory=dict)
+    paths: list[dict] = field(default_factory=list)  # toward each other host
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def doctor(hosts: list[Host]) -> list[HostReport]:
+    """Ask every host at once; an unreachable one is reported, not fatal."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
+        return list(pool.map(lambda host: _examine(host, [h for h in hosts if h is not host]), hosts))
+
+
+def _examine(host: Host, others: list[Host]) -> HostReport:
+    try:
+        ssh = SshHost(host, run_id="").attach()
+    except VpnlabError as exc:
+        return HostReport(host.name, False, str(exc))
+    try:
+        probe = json.loads(ssh.script(KERNEL_PROBE).stdout)
+        report = HostReport(host.name, True, kernel=probe["kernel"], cpu_model=probe["cpu_model"],
+                            cpus=probe["cpus"], features=probe["features"], tools=_versions(ssh))
+        for other in others:
+            to, dev, driver, speed = ssh.run(["sh", "-c", PATH_PROBE, "sh", other.address]).stdout.split("\t")
+            report.paths.append({"to": other.name, "address": to, "interface": dev,
+                                 "driver": driver, "speed_mbit": int(speed)})
+        return report
+    except (VpnlabError, ValueError, KeyError) as exc:
+        return HostReport(host.name, False, f"host {host.name}: {exc}")
+    finally:
+        ssh.disconnect()
+
+
+def _versions(ssh: SshHost) -> dict[str, str]:
+    lines = [f"command -v {shlex.split(cmd)[0]} >/dev/null && "
+             f"printf '%s\\t%s\\n' {name} \"$({cmd} 2>&1 | head -n 1)\"" for name, cmd in VERSION_COMMANDS.items()]
+    shown = ssh.script("\n".join(lines) + "\ntrue").stdout
+    return dict(line.split("\t", 1) for line in shown.splitlines() if "\t" in line)

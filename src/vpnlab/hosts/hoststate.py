@@ -1,0 +1,194 @@
+"""What a run owns on a remote host, and the rules that keep the host reachable.
+
+The record lives on the host itself, in /run/vpnlab/<run-id>/state.json, and is
+written *before* each thing it lists is created, so that whatever ends the run
+(the controller crashing, the SSH connection dropping) a later `clean` over a
+fresh connection removes exactly that. Teardown is one shell script built from
+the record, so it is a single round trip and needs nothing but POSIX sh,
+iproute2, procps and coreutils on the host.
+
+Commands that run in the host's own network namespace (a role mapped onto the
+host itself) could cut the branch vpnlab sits on, so `ip` lines there pass
+`guard_ip_line` first: routes and addresses only inside the benchmarking
+ranges, no policy rules, and the interface that carries the SSH session is
+never taken down, moved, deleted or stripped of its addresses.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+
+from ..errors import VpnlabError
+
+REMOTE_ROOT = "/run/vpnlab"  # tmpfs on every systemd host: a reboot clears record and resources alike
+
+# RFC 2544 benchmarking ranges: the only networks vpnlab adds to a host's own namespace.
+BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:2::/48"))
+
+# Shell functions every remote teardown and stop uses. A process is ours only while its PID
+# still has the start time we recorded (field 22 of /proc/PID/stat, counted after the
+# command name, which may hold spaces); a zombie counts as gone.
+SHELL_FUNCTIONS = r"""
+alive() { want=$2; s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$s" ] || return 1; set -- $s; [ "$1" != Z ] && [ "${20}" = "$want" ]; }
+stop() { alive "$1" "$2" || return 0; kill -TERM "$1" 2>/dev/null; n=0
+  while alive "$1" "$2" && [ "$n" -lt "$3" ]; do sleep 0.02; n=$((n + 1)); done
+  alive "$1" "$2" && kill -KILL "$1" 2>/dev/null; n=0
+  while alive "$1" "$2" && [ "$n" -lt 100 ]; do sleep 0.01; n=$((n + 1)); done; true; }
+"""
+
+# `ip` objects in the order ip(8) matches abbreviations ("r" is route, "ru" is rule).
+IP_OBJECTS = ("address", "addrlabel", "maddress", "route", "rule", "neighbour", "ntable", "link")
+READ_ONLY_VERBS = ("show", "list", "lst", "get", "save")
+ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachable", "prohibit",
+               "blackhole", "nat", "anycast", "to"}
+
+
+@dataclass
+class HostState:
+    """The record of one run's resources on one host, as JSON on that host."""
+
+    run_id: str
+    controller: str                    # "hostname pid" of the vpnlab that made it
+    owner: dict                        # the sshd process of that controller's connection: {pid, start}
+    created: float
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[dict] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)         # made in the host's own namespace
+    addresses: list[str] = field(default_factory=list)     # "ADDR dev DEV" in the host's own namespace
+    routes: list[str] = field(default_factory=list)        # route specs, deleted with `ip route del`
+    sysctls: dict[str, str] = field(default_factory=dict)  # key: value before the run
+    qdiscs: list[str] = field(default_factory=list)        # devices whose root/ingress qdisc was set
+
+    @property
+    def directory(self) -> str:
+        return f"{REMOTE_ROOT}/{self.run_id}"
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/state.json"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "HostState":
+        data = json.loads(text)
+        if "controller" not in data:  # a local `vpnlab run` on that host: its own `vpnlab clean` owns it
+            raise ValueError("not a remote run's record")
+        return cls(**data)
+
+    def teardown_script(self, grace: float = 3.0) -> str:
+        """Remove everything recorded, newest processes first, then the record itself."""
+        q = shlex.quote
+        steps = [SHELL_FUNCTIONS]
+        ticks = max(1, int(grace / 0.02))
+        steps += [f"stop {p['pid']} {p['start']} {ticks}" for p in reversed(self.processes)]
+        steps += [f"ip netns pids {q(ns)} 2>/dev/null | xargs -r kill -KILL 2>/dev/null; "
+                  f"ip netns del {q(ns)} 2>/dev/null" for ns in self.namespaces]
+        steps += [f"ip route del {route} 2>/dev/null" for route in self.routes]
+        steps += [f"ip addr del {address} 2>/dev/null" for address in self.addresses]
+        steps += [f"ip link del {q(link)} 2>/dev/null" for link in self.links]
+        steps += [f"sysctl -q -w {q(f'{key}={value}')}" for key, value in self.sysctls.items()]
+        steps += [f"tc qdisc del dev {q(dev)} root 2>/dev/null; tc qdisc del dev {q(dev)} ingress 2>/dev/null"
+                  for dev in self.qdiscs]
+        steps += [f"rm -f -- {q(path)}" for path in self.files]
+        steps += [f"rm -rf -- {q(path)}" for path in self.dirs]
+        steps.append(f"rm -rf -- {q(self.directory)}")
+        return "\n".join(steps) + "\ntrue\n"
+
+
+@dataclass(frozen=True)
+class ManagementPath:
+    """How the controller reaches the host: never to be cut."""
+
+    controller_ip: str
+    host_ip: str
+    device: str
+
+
+def _expand(word: str, choices: tuple[str, ...]) -> str:
+    """ip(8)'s abbreviations: the first choice the word is a prefix of."""
+    return next((choice for choice in choices if choice.startswith(word)), word)
+
+
+def _benchmark(value: str) -> bool:
+    try:
+        net = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return False
+    return any(net.version == b.version and net.subnet_of(b) for b in BENCHMARK_NETWORKS)
+
+
+def _device(words: list[str]) -> str | None:
+    """The device a `link` or `address` command names (after `dev`, or the first bare word)."""
+    for i, word in enumerate(words):
+        if word == "dev" and i + 1 < len(words):
+            return words[i + 1]
+    return words[0] if words and words[0] not in ("link", "name", "up", "down") else None
+
+
+def guard_ip_line(line: str, path: ManagementPath) -> tuple[str, str] | None:
+    """Refuse an `ip` line that could cut the host's management access.
+
+    Returns what the line will create and must be recorded first, as (kind, value)
+    with kind one of links, addresses, routes; None if it creates nothing.
+    """
+    words = shlex.split(line)
+    if len(words) < 2:
+        return None
+    obj, verb, rest = _expand(words[0], IP_OBJECTS), words[1], words[2:]
+    if any(read.startswith(verb) for read in READ_ONLY_VERBS):
+        return None
+
+    def refuse(why: str):
+        raise VpnlabError(f"refusing `ip {line}` in the host's own namespace: {why}")
+
+    if obj == "route":
+        dest = next((w for w in rest if w not in ROUTE_TYPES), "")
+        if verb.startswith("f") or not _benchmark(dest):
+            refuse("routes there are limited to 198.18.0.0/15 and 2001:2::/48, so the default "
+                   f"route and the SSH path to {path.controller_ip} stay as they are")
+        return ("routes", " ".join(rest)) if verb[0] in "arc" else None
+    if obj == "rule":
+        refuse("policy rules could send the SSH session into a tunnel")
+    if obj == "address":
+        if verb.startswith("a") and not _benchmark(rest[0] if rest else ""):
+            refuse("addresses added there must be inside 198.18.0.0/15 or 2001:2::/48")
+        if _device(rest) == path.device and not verb.startswith("a"):
+            refuse(f"{path.device} carries the SSH session")
+        return ("addresses", " ".join(rest)) if verb.startswith("a") else None
+    if obj == "link":
+        if verb.startswith("a"):
+            return "links", _link_name(rest)
+        if _device(rest) == path.device:
+            refuse(f"{path.device} carries the SSH session")
+    return None
+
+
+def _link_name(words: list[str]) -> str:
+    """The NAME of `ip link add [link DEV] [name] NAME ...`."""
+    i = 0
+    while i < len(words):
+        if words[i] == "link":
+            i += 2
+        elif words[i] in ("name", "dev"):
+            return words[i + 1]
+        else:
+            return words[i]
+    raise VpnlabError(f"`ip link add {' '.join(words)}` names no link")
+
+
+def root_qdisc_device(line: str) -> str | None:
+    """The device of a `tc qdisc add|replace ... dev D root|ingress|clsact` line, to undo later."""
+    words = shlex.split(line)
+    if len(words) < 2 or not "qdisc".startswith(words[0]) or words[1][0] not in "arc":
+        return None
+    if not {"root", "ingress", "clsact"} & set(words) or "dev" not in words[:-1]:
+        return None
+    return words[words.index("dev") + 1]

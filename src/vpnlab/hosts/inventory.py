@@ -1,0 +1,142 @@
+"""Hosts from an Ansible inventory, read by Ansible itself.
+
+`ansible-inventory -i FILE --list` is run as a program: Ansible's Python API is
+internal (and GPLv3, while vpnlab is MIT), and a program's JSON is what users
+see too. Whatever the inventory format (YAML, INI, a directory, a plugin),
+Ansible resolves groups and group variables; we only read the result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import StudyError
+
+# Hidden groups that every inventory has.
+IMPLICIT_GROUPS = {"all", "ungrouped"}
+
+
+@dataclass(frozen=True)
+class Host:
+    """One inventory host, as vpnlab connects to it."""
+
+    name: str                       # the inventory name
+    address: str                    # ansible_host, else the name
+    port: int = 22
+    user: str | None = None         # None: the controller's user name, as ssh does
+    key_file: str | None = None     # ansible_ssh_private_key_file
+    become: bool = False            # ansible_become: commands go through `sudo -n`
+    groups: tuple[str, ...] = ()
+    vars: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user + '@' if self.user else ''}{self.address}:{self.port})"
+
+
+def ansible_program(name: str) -> str:
+    """An Ansible program: beside this Python (installed with vpnlab), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if not found:
+        raise StudyError(f"{name} not found: install vpnlab with its dependencies (ansible-core)")
+    return found
+
+
+def load_inventory(path: str | Path) -> dict[str, Host]:
+    """Every host of the inventory at `path`, by inventory name."""
+    path = Path(path)
+    if not path.exists():
+        raise StudyError(f"inventory {path}: no such file or directory")
+    # An inventory Ansible cannot parse is otherwise only a warning and an empty host list.
+    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
+           "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true"}
+    argv = [ansible_program("ansible-inventory"), "-i", str(path), "--list"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    if proc.returncode != 0:
+        raise StudyError(f"inventory {path}: Ansible cannot read it:\n  " + _reason(proc.stderr))
+    try:
+        listing = json.loads(proc.stdout)
+    except ValueError as exc:
+        raise StudyError(f"inventory {path}: ansible-inventory printed no JSON ({exc})") from exc
+    hostvars = listing.get("_meta", {}).get("hostvars", {})
+    if not hostvars:
+        raise StudyError(f"inventory {path}: it lists no hosts")
+    groups = _groups_of(listing)
+    return {name: _host(path, name, variables, groups.get(name, ()))
+            for name, variables in sorted(hostvars.items())}
+
+
+def _reason(stderr: str) -> str:
+    """Ansible's own words, without its repeated per-plugin warnings."""
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("[ERROR]")]
+    causes = [line for line in lines if "Failed to parse" in line or "Origin:" in line]
+    return "\n  ".join((causes[:2] + errors) or lines[-5:])
+
+
+def _groups_of(listing: dict) -> dict[str, tuple[str, ...]]:
+    """host -> the groups it is in, directly or through child groups."""
+    def members(group: str, seen: frozenset = frozenset()) -> set[str]:
+        entry = listing.get(group, {})
+        found = set(entry.get("hosts", []))
+        for child in entry.get("children", []):
+            if child not in seen:
+                found |= members(child, seen | {group})
+        return found
+
+    out: dict[str, list[str]] = {}
+    for group in sorted(k for k in listing if k != "_meta" and k not in IMPLICIT_GROUPS):
+        for host in members(group):
+            out.setdefault(host, []).append(group)
+    return {host: tuple(groups) for host, groups in out.items()}
+
+
+def _host(path: Path, name: str, variables: dict, groups: tuple[str, ...]) -> Host:
+    used = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file", "ansible_become")
+    for key in used:
+        if "{{" in str(variables.get(key, "")):
+            raise StudyError(f"inventory {path}: host {name}: {key} is a template "
+                             f"({variables[key]}); vpnlab needs a literal value")
+    try:
+        port = int(variables.get("ansible_port", 22))
+    except ValueError:
+        raise StudyError(f"inventory {path}: host {name}: ansible_port is not a number: "
+                         f"{variables['ansible_port']!r}") from None
+    key_file = variables.get("ansible_ssh_private_key_file") or variables.get("ansible_private_key_file")
+    become = str(variables.get("ansible_become", False)).lower() in ("true", "yes", "1")
+    return Host(name=name, address=str(variables.get("ansible_host", name)), port=port,
+                user=variables.get("ansible_user"), key_file=str(Path(key_file).expanduser()) if key_file else None,
+                become=become, groups=groups, vars=variables)
+
+
+def select(hosts: dict[str, Host], names, inventory: str | Path) -> list[Host]:
+    """The named hosts, or a clear error naming the first unknown one and what the inventory has."""
+    chosen = []
+    for name in names:
+        if name not in hosts:
+            raise StudyError(f"inventory {inventory}: no host named {name!r} "
+                             f"(it has: {', '.join(sorted(hosts))})")
+        chosen.append(hosts[name])
+    return chosen
+
+
+def limit(hosts: dict[str, Host], pattern: str | None, inventory: str | Path) -> list[Host]:
+    """Hosts matching an Ansible-style --limit: comma-separated host or group names."""
+    if not pattern:
+        return list(hosts.values())
+    wanted = [p.strip() for p in pattern.split(",") if p.strip()]
+    known_groups = {g for host in hosts.values() for g in host.groups}
+    for word in wanted:
+        if word not in hosts and word not in known_groups and word != "all":
+            raise StudyError(f"inventory {inventory}: --limit {word!r} is neither a host nor a group "
+                             f"(hosts: {', '.join(sorted(hosts))})")
+    return [host for host in hosts.values()
+            if "all" in wanted or host.name in wanted or set(host.groups) & set(wanted)]

@@ -1,0 +1,129 @@
+"""A node on a real host: the same interface as the namespace testbed's Node.
+
+A role mapped onto a host is a RemoteNode without a namespace: its commands run
+in the host's own network namespace, so its `ip` lines pass the management
+guard and what they, `tc` and `sysctl` change is recorded on the host first and
+undone at teardown. A role that is not mapped is a namespace on its neighbour's
+host: a RemoteNode with a namespace, whose commands run under `ip netns exec`
+there and whose changes vanish with the namespace.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import VpnlabError
+from .hoststate import guard_ip_line, root_qdisc_device
+from .ssh import RemoteProcess, SshHost
+
+IP_OPTIONS_WITH_VALUE = {"-f", "-family", "-rc", "-rcvbuf", "-l", "-loops"}
+
+
+@dataclass
+class RemoteNode:
+    role: str
+    host: SshHost
+    namespace: str | None = None  # None: the host's own network namespace
+
+    @property
+    def own_namespace(self) -> bool:
+        """Does this node run in the host's own network namespace (the one SSH comes through)?"""
+        return self.namespace is None
+
+    def run(self, argv: list, *, check: bool = True, timeout: float | None = 120,
+            input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+        """Run a command on the host (in this node's namespace) and wait for it."""
+        if self.own_namespace and argv and Path(str(argv[0])).name == "ip":
+            self._guard_ip_argv([str(a) for a in argv[1:]])
+        return self.host.run(argv, namespace=self.namespace, check=check, timeout=timeout,
+                             input=input, env=env)
+
+    def _guard_ip_argv(self, words: list[str]) -> None:
+        """`ip` run directly in the host's own namespace passes the same guard as node.ip."""
+        while words and words[0].startswith("-"):
+            option = words.pop(0)
+            if option in ("-n", "-netns"):
+                return  # it targets another namespace
+            if option in ("-b", "-batch", "-force"):
+                raise VpnlabError(f"on host {self.host.host.name}, give `ip` batches to node.ip()")
+            if option in IP_OPTIONS_WITH_VALUE and words:
+                words.pop(0)
+        self._record_ip_lines([" ".join(words)])
+
+    def ip(self, *lines: str) -> None:
+        """Apply `ip` commands on this node in one batch."""
+        if lines:
+            if self.own_namespace:
+                self._record_ip_lines(lines)
+            self._batch("ip", lines)
+
+    def tc(self, *lines: str) -> None:
+        """Apply `tc` commands on this node in one batch; a root qdisc set on the host's own
+        interfaces is recorded first and deleted at teardown (the kernel default returns)."""
+        if lines:
+            if self.own_namespace:
+                for device in filter(None, map(root_qdisc_device, lines)):
+                    self.host.record("qdiscs", device)
+            self._batch("tc", lines)
+
+    def _record_ip_lines(self, lines) -> None:
+        for line in lines:
+            created = guard_ip_line(line, self.host.management)
+            if created:
+                self.host.record(*created)
+
+    def _batch(self, tool: str, lines) -> None:
+        where = ["-n", self.namespace] if self.namespace else []
+        self.host.run([tool, *where, "-batch", "-"], input="\n".join(lines) + "\n")
+
+    def sysctl(self, **settings) -> None:
+        """Set sysctls (-e: a key this kernel lacks is left alone). In the host's own namespace
+        the values before are recorded on the host first and put back at teardown."""
+        if self.own_namespace:
+            keys = [key.replace("/", ".") for key in settings]
+            shown = self.host.run(["sysctl", "-e", *keys]).stdout
+            before = dict(line.split(" = ", 1) for line in shown.splitlines() if " = " in line)
+            self.host.record("sysctls", {k: v for k, v in before.items() if k not in self.host.state.sysctls})
+        self.run(["sysctl", "-q", "-e", "-w", *(f"{k}={v}" for k, v in settings.items())])
+
+    def listening(self, port: int) -> bool:
+        """Does a TCP socket listen on this port on this node?"""
+        return self.run(["ss", "-Htln", f"sport = :{port}"], check=False).stdout.strip() != ""
+
+    def wait_listening(self, port: int, proc: RemoteProcess, log: Path, timeout: float = 10) -> None:
+        """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if self.listening(port):
+                return
+            time.sleep(0.05)
+        raise VpnlabError(f"{log.stem} did not start listening on port {port} in {self.role} "
+                          f"on host {self.host.host.name}: {log.read_text(errors='replace')[-500:].strip()}")
+
+    def spawn(self, argv: list, log_path: Path, *, env: dict | None = None, what: str = "",
+              stdin: Path | None = None) -> RemoteProcess:
+        """Start a long-running process on this node, recorded on the host before it runs.
+        Its output streams back into the local `log_path` while it runs."""
+        return self.host.spawn(argv, log_path, namespace=self.namespace, env=env, what=what, stdin=stdin)
+
+    def stop(self, proc: RemoteProcess, grace: float = 3.0) -> None:
+        self.host.stop(proc, grace)
+
+    # -- beyond the namespace Node: files live on the host, not on the controller -------------
+    def put_secret(self, name: str, content: str | bytes) -> str:
+        return self.host.put_secret(name, content)
+
+    def put_file(self, path: str, content: str | bytes, mode: int = 0o644) -> str:
+        return self.host.put_file(path, content, mode)
+
+    def read_file(self, path: str) -> bytes:
+        return self.host.read_file(path)
+
+
+def namespace_node(host: SshHost, role: str, name: str) -> RemoteNode:
+    """A role that is not mapped to a host: a namespace on its neighbour's host, recorded first."""
+    host.add_namespace(name)
+    return RemoteNode(role, host, name)

@@ -1,0 +1,122 @@
+"""`vpnlab hosts prepare`: install what a study needs on real hosts, through Ansible.
+
+The shipped playbook (prepare.yml) is run by ansible-playbook as a program. It
+installs the packages it is given and runs KERNEL_PROBE, the same check that
+`hosts doctor` runs over SSH, and leaves one JSON report per host for us here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import VpnlabError
+from .inventory import ansible_program, limit, load_inventory
+
+PLAYBOOK = Path(__file__).with_name("prepare.yml")
+
+# Until the study's drivers and workloads declare theirs: what every study needs.
+DEFAULT_PACKAGES = ("iperf3", "iproute2", "tcpdump")
+
+# Features a host cannot be used without: roles that are not mapped live in namespaces
+# there, joined by veth pairs, and the userspace VPNs need TUN.
+REQUIRED_FEATURES = ("netns", "veth", "tun")
+
+# The kernel pieces, tried inside a namespace of its own (removed on any exit), so the
+# host's own network is never touched. Prints one JSON object. POSIX sh + iproute2.
+KERNEL_PROBE = r"""#!/bin/sh
+ns="vlprobe$$"; out=""
+add() { out="$out${out:+, }\"$1\": $2"; }
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then add "$name" true; else add "$name" false; fi; }
+trap 'ip netns del "$ns" 2>/dev/null' EXIT
+if ip netns add "$ns" 2>/dev/null; then
+  add netns true
+  try veth ip -n "$ns" link add vlpa type veth peer name vlpb
+  try tun sh -c "[ -c /dev/net/tun ] && ip -n $ns tuntap add mode tun name vlpt"
+  try wireguard ip -n "$ns" link add vlpw type wireguard
+  try esp ip -n "$ns" xfrm state add src 198.18.0.1 dst 198.18.0.2 proto esp spi 0x100 mode tunnel \
+    aead 'rfc4106(gcm(aes))' 0x1111111111111111111111111111111111111111 128
+  try tbf tc -n "$ns" qdisc add dev lo root tbf rate 1mbit burst 4000 limit 10000
+  try netem tc -n "$ns" qdisc add dev vlpa root netem delay 1ms
+else
+  add netns false
+fi
+esc() { sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\n'; }
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1 | esc)
+printf '{"kernel": "%s", "cpu_model": "%s", "cpus": %s, "features": {%s}}\n' \
+  "$(uname -r | esc)" "$cpu" "$(nproc 2>/dev/null || echo 0)" "$out"
+"""
+
+
+@dataclass
+class PrepareReport:
+    """What `prepare` found and did on one host."""
+
+    host: str
+    status: str                                   # ok, failed, unreachable
+    message: str = ""
+    packages: dict[str, str] = field(default_factory=dict)   # name: present | installed
+    kernel: str = ""
+    cpu_model: str = ""
+    features: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def prepare(inventory: str | Path, pattern: str | None = None,
+            packages: tuple[str, ...] | list[str] = DEFAULT_PACKAGES) -> list[PrepareReport]:
+    """Run the shipped playbook on the inventory's hosts (or those `pattern` selects)."""
+    if not packages or any(not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p) for p in packages):
+        raise VpnlabError(f"not a list of Debian package names: {' '.join(packages) or '(none)'}")
+    hosts = limit(load_inventory(inventory), pattern, inventory)
+    with tempfile.TemporaryDirectory(prefix="vpnlab-prepare-") as tmp:
+        probe = Path(tmp, "probe.sh")
+        probe.write_text(KERNEL_PROBE)
+        reports = Path(tmp, "reports")
+        reports.mkdir()
+        extra = Path(tmp, "vars.json")
+        extra.write_text(json.dumps({"vpnlab_packages": list(packages), "vpnlab_probe": str(probe),
+                                     "vpnlab_report_dir": str(reports),
+                                     "vpnlab_remote_report": f"/run/vpnlab-prepare-{secrets.token_hex(8)}.json"}))
+        argv = [ansible_program("ansible-playbook"), "-i", str(inventory), str(PLAYBOOK),
+                "-e", f"@{extra}", "--limit", ",".join(h.name for h in hosts)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600,
+                              env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+        found = {path.stem: json.loads(path.read_text()) for path in reports.glob("*.json")}
+    return [_report(host.name, found.get(host.name), proc.stdout + proc.stderr, packages) for host in hosts]
+
+
+def _report(name: str, raw: dict | None, output: str, packages) -> PrepareReport:
+    if raw is None:
+        match = re.search(rf"fatal: \[{re.escape(name)}\]: UNREACHABLE! => (.*)", output)
+        if match:
+            return PrepareReport(name, "unreachable", _message(match.group(1)))
+        tail = "\n".join(output.strip().splitlines()[-5:])
+        return PrepareReport(name, "failed", f"the playbook left no report:\n{tail}")
+    missing = set(raw.get("missing_before", []))
+    if raw["status"] != "ok":
+        return PrepareReport(name, "failed", f"{raw.get('task')}: {raw.get('message')}".strip(),
+                             {p: "missing" for p in missing})
+    probe = raw["probe"]
+    report = PrepareReport(name, "ok", packages={p: "installed" if p in missing else "present" for p in packages},
+                           kernel=probe["kernel"], cpu_model=probe["cpu_model"], features=probe["features"])
+    lacking = [f for f in REQUIRED_FEATURES if not report.features.get(f)]
+    if lacking:
+        report.status, report.message = "failed", f"the kernel lacks {', '.join(lacking)}"
+    return report
+
+
+def _message(text: str) -> str:
+    """The `msg` of Ansible's JSON after `=>`, else the text itself."""
+    try:
+        return json.loads(text).get("msg", text).strip()
+    except ValueError:
+        return text.strip()

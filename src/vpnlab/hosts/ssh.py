@@ -1,0 +1,381 @@
+"""A real host driven over one SSH connection, recording on the host what it creates.
+
+asyncssh is async and the node interface is not, so every host shares one event
+loop running in a background thread, and each call here waits for its coroutine.
+One connection per host carries every command as its own channel. When the
+connection is lost, everything on that host fails with HostUnreachable from then
+on (it is not silently reopened: what was running there is in an unknown state),
+while other hosts carry on; `close` then tears down over a fresh connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import asyncssh
+
+from ..errors import CommandError, VpnlabError
+from .hoststate import REMOTE_ROOT, SHELL_FUNCTIONS, HostState, ManagementPath
+from .inventory import Host
+
+CONNECT_TIMEOUT = 15
+TIMEOUT_MARGIN = 15  # the remote `timeout` ends a command; this catches a host that stopped answering
+
+# Run first on every connection: the sshd process serving it (the first sshd ancestor), whose
+# life is the connection's, so `clean` can tell a crashed controller's run from a live one.
+SESSION_PROBE = r"""
+p=$$; while [ "$p" -gt 1 ]; do case $(cat /proc/$p/comm) in sshd|sshd-session) break;; esac
+  p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done
+echo "$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
+set -- $SSH_CONNECTION; echo "$1 $3"; ip -o route get "$1" | sed -n 's/.* dev \([^ ]*\).*/\1/p'
+"""
+
+# A spawned command prints its PID and start time, then waits for "go" until vpnlab has
+# written them into the host's record, so the record exists before the program runs.
+SPAWN_WRAPPER = ('echo "$$ $(sed \'s/.*) //\' /proc/$$/stat | cut -d\' \' -f20)"; '
+                 'read -r go; [ "$go" = go ] || exit 125; exec "$@"')
+
+
+class HostUnreachable(VpnlabError):
+    """The SSH connection to a host could not be made or was lost."""
+
+
+class _EventLoop:
+    """One asyncio loop in a daemon thread, shared by all hosts."""
+
+    _instance: "_EventLoop | None" = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="vpnlab-ssh", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> "_EventLoop":
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, coro, timeout: float | None = None):
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+
+class RemoteProcess:
+    """A process spawned on a host, shaped like subprocess.Popen for code that polls, waits, stops."""
+
+    def __init__(self, host: "SshHost", pid: int, start: int, what: str, done: concurrent.futures.Future):
+        self.host, self.pid, self.start, self.what = host, pid, start, what
+        self._done = done  # resolves to the exit status once its output is all in the local log
+
+    @property
+    def returncode(self) -> int | None:
+        return self._done.result() if self._done.done() else None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        try:
+            return self._done.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise subprocess.TimeoutExpired(f"{self.what} on {self.host.host.name}", timeout) from None
+
+
+class SshHost:
+    """One inventory host over one SSH connection, for one run."""
+
+    def __init__(self, host: Host, run_id: str):
+        self.host = host
+        self.run_id = run_id
+        self.state: HostState | None = None
+        self.management: ManagementPath | None = None
+        self._loop = _EventLoop.get()
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock = threading.Lock()  # the record is read-modify-write; runner threads may share a host
+
+    # -- connection ----------------------------------------------------------
+    def attach(self) -> "SshHost":
+        """Open the connection only: for looking at the host, not for a run."""
+        self._conn = self._loop.call(self._open(), CONNECT_TIMEOUT + 5)
+        return self
+
+    def connect(self) -> "SshHost":
+        """Open the connection and create this run's directory and record on the host."""
+        self.attach()
+        owner, ssh_path, device = self.script(SESSION_PROBE).stdout.splitlines()[:3]
+        pid, start = owner.split()
+        controller_ip, host_ip = ssh_path.split()
+        self.management = ManagementPath(controller_ip, host_ip, device)
+        self.state = HostState(self.run_id, f"{socket.gethostname()} {os.getpid()}",
+                               {"pid": int(pid), "start": int(start)}, time.time())
+        self.script(f"umask 077 && mkdir -p {REMOTE_ROOT} && mkdir {self.state.directory} "
+                    f"&& mkdir {self.secrets_dir}", check=True)
+        self._save()
+        return self
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
+        host = self.host
+        try:
+            return await asyncssh.connect(
+                host.address, host.port, username=host.user or (),
+                client_keys=[host.key_file] if host.key_file else (),
+                connect_timeout=CONNECT_TIMEOUT, keepalive_interval=10, keepalive_count_max=3)
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            raise HostUnreachable(f"cannot connect to host {host}: {exc or type(exc).__name__}") from exc
+
+    @property
+    def lost(self) -> bool:
+        return self._conn is None or self._conn.is_closed()
+
+    @property
+    def secrets_dir(self) -> str:
+        return f"{self.state.directory}/secrets"
+
+    def close(self) -> None:
+        """Tear down everything recorded on the host (over a fresh connection if the first was
+        lost), then disconnect. Raises HostUnreachable, naming what is left, if it cannot."""
+        if self.state is None:
+            return
+        if self.lost:
+            self._reconnect_for_teardown()
+        try:
+            self.script(self.state.teardown_script(), timeout=60)
+        finally:
+            self.disconnect()
+        self.state = None
+
+    def _reconnect_for_teardown(self) -> None:
+        try:
+            self.attach()
+            text = self.script(f"cat {self.state.path}", check=False).stdout
+            self.state = HostState.from_json(text) if text.strip() else self.state
+        except (HostUnreachable, ValueError) as exc:
+            raise HostUnreachable(f"{exc}; run {self.run_id} is left on host {self.host.name}: "
+                                  "remove it with `vpnlab hosts clean --inventory FILE`") from exc
+
+    def disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._loop.call(self._conn.wait_closed(), 10)
+            self._conn = None
+
+    # -- commands ------------------------------------------------------------
+    def command(self, argv: list, *, namespace: str | None = None, env: dict | None = None,
+                timeout: float | None = None, become: bool = True) -> list[str]:
+        """The argv as the host runs it: in a namespace, with env, under `timeout`, via sudo."""
+        argv = [str(a) for a in argv]
+        if env:
+            argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
+        if namespace:
+            argv = ["ip", "netns", "exec", namespace, *argv]
+        if timeout is not None:
+            argv = ["timeout", "-k", "2", f"{timeout:g}", *argv]
+        return ["sudo", "-n", "--", *argv] if become and self.host.become else argv
+
+    def run(self, argv: list, *, namespace: str | None = None, check: bool = True,
+            timeout: float | None = 120, input: str | bytes | None = None, env: dict | None = None,
+            binary: bool = False) -> subprocess.CompletedProcess:
+        """Run a command on the host and wait for it (CommandError on failure or timeout)."""
+        full = self.command(argv, namespace=namespace, env=env, timeout=timeout)
+        wait = None if timeout is None else timeout + TIMEOUT_MARGIN
+        proc = self._exec(shlex.join(full), input, wait, binary)
+        shown = [f"{self.host.name}:", *full]
+        if timeout is not None and proc.returncode == 124:
+            raise CommandError(shown, -1, "", f"timed out after {timeout} s")
+        if check and proc.returncode != 0:
+            raise CommandError(shown, proc.returncode, proc.stdout, proc.stderr)
+        return subprocess.CompletedProcess(list(map(str, argv)), proc.returncode, proc.stdout, proc.stderr)
+
+    def script(self, text: str, *, check: bool = True, timeout: float | None = 120,
+               input: str | None = None) -> subprocess.CompletedProcess:
+        """Run a POSIX sh script on the host (as root)."""
+        return self.run(["sh", "-c", text], check=check, timeout=timeout, input=input)
+
+    def _exec(self, command: str, input, wait: float | None, binary: bool) -> subprocess.CompletedProcess:
+        if self.lost:
+            raise self._unreachable()
+        try:
+            text = {"encoding": "utf-8", "errors": "replace"} if not binary else {"encoding": None}
+            result = self._loop.call(self._conn.run(command, input=input, **text), wait)
+        except concurrent.futures.TimeoutError:
+            raise HostUnreachable(f"host {self.host.name} did not answer within {wait} s: {command}") from None
+        except (OSError, asyncssh.Error) as exc:
+            raise self._unreachable(exc) from exc
+        if result.returncode is None:  # the channel closed without an exit status
+            raise self._unreachable()
+        return subprocess.CompletedProcess(command, result.returncode, result.stdout, result.stderr)
+
+    def _unreachable(self, exc: Exception | None = None) -> HostUnreachable:
+        why = f" ({exc})" if exc and str(exc) else ""
+        return HostUnreachable(f"host {self.host}: the SSH connection was lost{why}; "
+                               "its scenarios cannot go on")
+
+    # -- the record ----------------------------------------------------------
+    def record(self, kind: str, value) -> None:
+        """Write `value` into the host's record under `kind`, before creating it."""
+        with self._lock:
+            entries = getattr(self.state, kind)
+            if isinstance(entries, dict):
+                entries.update(value)
+            elif value not in entries:
+                entries.append(value)
+            self._save()
+
+    def forget(self, kind: str, value) -> None:
+        with self._lock:
+            entries = getattr(self.state, kind)
+            if value in entries:
+                entries.remove(value)
+                self._save()
+
+    def _save(self) -> None:
+        path = shlex.quote(self.state.path)
+        self.script(f"umask 077 && cat > {path}.tmp && mv {path}.tmp {path}", input=self.state.to_json())
+
+    # -- namespaces, files -----------------------------------------------------
+    def add_namespace(self, name: str) -> None:
+        self.record("namespaces", name)
+        self.run(["ip", "netns", "add", name])
+        self.run(["ip", "-n", name, "link", "set", "lo", "up"])
+
+    def remove_namespace(self, name: str) -> None:
+        q = shlex.quote(name)
+        self.script(f"ip netns pids {q} 2>/dev/null | xargs -r kill -KILL; ip netns del {q}")
+        self.forget("namespaces", name)
+
+    def put_file(self, path: str, content: str | bytes, mode: int = 0o644) -> str:
+        """Write a file on the host, recorded first; created with `mode`, never wider."""
+        self.record("files", path)
+        q = shlex.quote(path)
+        self.script(f"umask {0o777 & ~mode:03o} && cat > {q} && chmod {mode:o} {q}", input=content)
+        return path
+
+    def put_secret(self, name: str, content: str | bytes) -> str:
+        """A key or password: mode 0600 from its creation, in the run's 0700 directory on tmpfs,
+        removed with the run. Returns its path on the host."""
+        return self.put_file(f"{self.secrets_dir}/{name}", content, 0o600)
+
+    def read_file(self, path: str) -> bytes:
+        return self.run(["cat", "--", path], binary=True).stdout
+
+    def remove_file(self, path: str) -> None:
+        self.run(["rm", "-f", "--", path])
+        self.forget("files", path)
+
+    # -- processes -----------------------------------------------------------
+    def spawn(self, argv: list, log_path: Path, *, namespace: str | None = None, env: dict | None = None,
+              what: str = "", stdin: Path | None = None) -> RemoteProcess:
+        """Start a long-running process on the host; its output streams into the local `log_path`."""
+        if self.lost:
+            raise self._unreachable()
+        Path(log_path).write_bytes(b"")  # a fresh log: readiness checks read it
+        command = shlex.join(self.command(["sh", "-c", SPAWN_WRAPPER, "sh",
+                                           *self.command(argv, namespace=namespace, env=env, become=False)]))
+        channel, pid, start = self._loop.call(self._start(command), CONNECT_TIMEOUT)
+        what = what or str(argv[0])
+        try:
+            self.record("processes", {"pid": pid, "start": start, "what": what})
+        except VpnlabError:
+            channel.close()
+            raise
+        feed = Path(stdin).read_bytes() if stdin else b""
+        self._loop.call(self._release(channel, feed), CONNECT_TIMEOUT)
+        done = self._loop.submit(self._copy_output(channel, Path(log_path)))
+        return RemoteProcess(self, pid, start, what, done)
+
+    async def _start(self, command: str):
+        try:
+            channel = await self._conn.create_process(command, stderr=asyncssh.STDOUT, encoding=None)
+            pid, start = (await channel.stdout.readline()).split()
+        except (OSError, asyncssh.Error, ValueError) as exc:
+            raise self._unreachable(exc) from exc
+        return channel, int(pid), int(start)
+
+    @staticmethod
+    async def _release(channel, feed: bytes) -> None:
+        """Let the program start and give it its stdin."""
+        try:
+            channel.stdin.write(b"go\n" + feed)
+            channel.stdin.write_eof()
+            await channel.stdin.drain()
+        except (OSError, asyncssh.Error):
+            pass  # the connection is gone: the copy of its output ends at once and says so
+
+    async def _copy_output(self, channel, log_path: Path) -> int:
+        """Copy the process's output into the local log until it ends; its exit status."""
+        with open(log_path, "ab") as log:
+            try:
+                while chunk := await channel.stdout.read(65536):
+                    log.write(chunk)
+                    log.flush()
+                await channel.wait_closed()
+            except (OSError, asyncssh.Error):
+                pass  # the connection is gone: said below
+            if channel.returncode is None:
+                log.write(f"\nvpnlab: the SSH connection to {self.host.name} was lost\n".encode())
+                return 255  # as ssh(1) reports a connection error
+        return channel.returncode
+
+    def stop(self, proc: RemoteProcess, grace: float = 3.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds; only if it is still ours. On a lost host
+        this does nothing: the process stays recorded there and `close` removes it."""
+        if self.lost:
+            return
+        ticks = max(1, int(grace / 0.02))
+        self.script(SHELL_FUNCTIONS + f"stop {proc.pid} {proc.start} {ticks}", timeout=grace + 10)
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        self.forget("processes", {"pid": proc.pid, "start": proc.start, "what": proc.what})
+
+
+def stale_runs(ssh: SshHost) -> tuple[list[HostState], list[str]]:
+    """Runs recorded on the host whose controller's connection is gone, and those still live."""
+    listing = ssh.script(f"for f in {REMOTE_ROOT}/*/state.json; do [ -f \"$f\" ] && "
+                         "{ echo '<<<'; cat \"$f\"; echo; }; done; true").stdout
+    states = []
+    for text in listing.split("<<<")[1:]:
+        try:
+            states.append(HostState.from_json(text))
+        except (ValueError, TypeError):
+            continue  # not a remote run's record (a local run on that host has its own clean)
+    checks = "".join(f"alive {s.owner['pid']} {s.owner['start']} && echo {s.run_id}\n" for s in states)
+    live = set(ssh.script(SHELL_FUNCTIONS + checks + "true").stdout.split())
+    return [s for s in states if s.run_id not in live], sorted(live)
+
+
+def clean_host(host: Host) -> list[str]:
+    """Remove what crashed runs left on a host; one line per run removed or kept."""
+    ssh = SshHost(host, run_id="").attach()
+    try:
+        stale, live = stale_runs(ssh)
+        lines = []
+        for state in stale:
+            ssh.script(state.teardown_script(), timeout=60)
+            lines.append(f"{host.name}: removed run {state.run_id} of {state.controller}: "
+                         f"{len(state.namespaces)} namespaces, {len(state.processes)} processes, "
+                         f"{len(state.files) + len(state.dirs)} files, "
+                         f"{len(state.links) + len(state.addresses) + len(state.routes)} links/addresses/routes")
+        lines += [f"{host.name}: run {run_id} is still connected; left alone" for run_id in live]
+        return lines
+    finally:
+        ssh.disconnect()
+

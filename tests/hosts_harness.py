@@ -1,0 +1,395 @@
+"""A lab of "real hosts" for the hosts tests: network namespaces that behave like machines.
+
+Each host is a network namespace of ours with its own mount namespace (private
+/run, /tmp and /root: a "remote" command that in fact ran on the controller would
+leave its traces in the wrong place), its own PID namespace, and its own OpenSSH
+server with per-test host and client keys and its own log. The controller runs
+in a namespace of its own too, with a private home (known_hosts, Ansible's
+config and temporary files), and reaches the hosts over a bridge in a switch
+namespace. Addresses come only from 198.18.0.0/24 and exist only inside these
+namespaces: nothing is added to the default namespace.
+
+Run as a program (`python hosts_harness.py SCENARIO INVENTORY WORKDIR`) this file
+is the controller side of the tests: see the `scenario_*` functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from vpnlab.tools import Tool
+
+# What the lab runs beyond vpnlab's own programs (for the suite's check of declared programs).
+TOOLS = (
+    Tool("sshd", "openssh-server", ("sshd", "-V"), path="/usr/sbin/sshd"), Tool("ssh-keygen", "openssh-client"),
+    Tool("unshare", "util-linux"), Tool("mount", "mount"),
+)
+
+PREFIX = f"vlh{os.getpid()}"            # every namespace, file and interface of this test run
+SUBNET = "198.18.0"                    # /24 on the lab's bridge: controller .1, hosts .2, .3 ...
+CONTROLLER_ADDRESS = f"{SUBNET}.1"
+PYTHON = sys.executable
+HARNESS = Path(__file__).resolve()
+
+SSHD_CONFIG = """\
+ListenAddress {address}
+HostKey {host_key}
+AuthorizedKeysFile {authorized_keys}
+PidFile none
+UsePAM no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+# the key files sit under /var/tmp, which is world-writable
+StrictModes no
+LogLevel VERBOSE
+Subsystem sftp internal-sftp
+"""
+
+# Started with `unshare --pid --fork --mount-proc`: sshd is PID 1 of the host, so ending the
+# `unshare` we started (--kill-child) ends every process of the host with it.
+HOST_INIT = ("mount -t tmpfs -o mode=755 lab-run /run && mkdir -m 755 /run/sshd "
+             "&& mount -t tmpfs -o mode=1777 lab-tmp /tmp && mount -t tmpfs -o mode=700 lab-root /root "
+             '&& exec /usr/sbin/sshd -D -f "$0" -E "$1"')
+
+# Ansible's ControlPersist master would outlive each command: the lab counts its processes.
+ANSIBLE_CFG = ("[defaults]\ninterpreter_python = auto_silent\n"
+               "[ssh_connection]\nssh_args = -o ControlMaster=no\npipelining = True\n")
+
+
+def sh(*argv, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, input=input)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, argv))}: {proc.stderr.strip()}")
+    return proc
+
+
+def netns_pids(namespace: str) -> list[int]:
+    return [int(p) for p in sh("ip", "netns", "pids", namespace, check=False).stdout.split()]
+
+
+@dataclass
+class LabHost:
+    name: str
+    namespace: str
+    address: str
+    log: Path
+    wrapper: subprocess.Popen | None = None  # the `unshare` we started
+    init_pid: int = 0                         # its child: sshd, PID 1 of the host
+
+    def path(self, inside: str) -> Path:
+        """A path as this host sees it (its private /run, /tmp, /root)."""
+        return Path(f"/proc/{self.init_pid}/root") / inside.lstrip("/")
+
+    def listdir(self, inside: str) -> list[str]:
+        folder = self.path(inside)
+        return sorted(os.listdir(folder)) if folder.is_dir() else []
+
+    def pids(self) -> list[int]:
+        """Outer PIDs of every process in this host (its PID namespace), the sshd listener aside."""
+        own = os.readlink(f"/proc/{self.init_pid}/ns/pid")
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                if entry.isdigit() and int(entry) != self.init_pid and os.readlink(f"/proc/{entry}/ns/pid") == own:
+                    found.append(int(entry))
+            except OSError:
+                continue  # gone meanwhile
+        return found
+
+    def processes(self) -> dict[int, str]:
+        """Outer PID -> command line of every process in this host, the sshd listener aside."""
+        found = {}
+        for pid in self.pids():
+            try:
+                found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                continue
+        return found
+
+    def outer_pid(self, inner: int) -> int | None:
+        """The PID we see for a process the host knows as `inner` (it has its own PID namespace)."""
+        for pid in self.pids():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            nspids = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+            if int(nspids[-1]) == inner:
+                return pid
+        return None
+
+    def sysctl(self, key: str) -> str:
+        return sh("ip", "netns", "exec", self.namespace, "sysctl", "-n", key).stdout.strip()
+
+    def links(self) -> str:
+        return sh("ip", "-n", self.namespace, "-o", "link").stdout
+
+
+class Lab:
+    """The switch, the controller and the hosts; `teardown` removes all of it, always."""
+
+    def __init__(self, names=("gw-a", "gw-b")):
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-", dir="/var/tmp"))
+        self.switch, self.controller = f"{PREFIX}-sw", f"{PREFIX}-ctl"
+        self.namespaces: list[str] = []
+        self.hosts = {name: LabHost(name, f"{PREFIX}-{name}", f"{SUBNET}.{i + 2}", self.dir / f"sshd-{name}.log")
+                      for i, name in enumerate(names)}
+        self.home = self.dir / "controller-home"
+        self.inventory = self.dir / "inventory.yml"
+        self.client_key = self.dir / "client_key"
+
+    # -- building ----------------------------------------------------------
+    def build(self) -> "Lab":
+        self._add_namespace(self.switch)
+        sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+        self._attach(self.controller, CONTROLLER_ADDRESS, "ctl")
+        for i, host in enumerate(self.hosts.values()):
+            self._attach(host.namespace, host.address, f"h{i}")
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{PREFIX}-controller", "-f", self.client_key)
+        (self.dir / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
+        for host in self.hosts.values():
+            self._start_sshd(host)
+        self._write_controller_home()
+        self._write_inventory()
+        for host in self.hosts.values():
+            self._wait_listening(host)
+        return self
+
+    def _add_namespace(self, name: str) -> None:
+        self.namespaces.append(name)  # recorded first: teardown removes it whatever happens next
+        sh("ip", "netns", "add", name)
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+
+    def _attach(self, namespace: str, address: str, port: str) -> None:
+        """A namespace with one interface, eth0, on the switch's bridge."""
+        self._add_namespace(namespace)
+        sh("ip", "-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+        sh("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
+        sh("ip", "-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
+        sh("ip", "-n", namespace, "link", "set", "eth0", "up")
+
+    def _start_sshd(self, host: LabHost) -> None:
+        host_key = self.dir / f"host_key_{host.name}"
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", host_key)
+        config = self.dir / f"sshd_config_{host.name}"
+        config.write_text(SSHD_CONFIG.format(address=host.address, host_key=host_key,
+                                             authorized_keys=self.dir / "authorized_keys"))
+        host.wrapper = subprocess.Popen(
+            ["ip", "netns", "exec", host.namespace, "unshare", "--pid", "--fork", "--kill-child=SIGKILL",
+             "--mount-proc", "sh", "-c", HOST_INIT, str(config), str(host.log)],
+            stdout=subprocess.DEVNULL, stderr=open(self.dir / f"init-{host.name}.log", "wb"))
+        host.init_pid = self._child_of(host.wrapper.pid, "sshd")
+
+    @staticmethod
+    def _child_of(pid: int, comm: str) -> int:
+        """The child `unshare` forked, once it has become `comm`."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if Path(f"/proc/{pid}").exists() else []
+            for child in map(int, children):
+                try:
+                    if Path(f"/proc/{child}/comm").read_text().strip() == comm:
+                        return child
+                except OSError:
+                    continue
+            time.sleep(0.02)
+        raise RuntimeError(f"process {pid} never started {comm}")
+
+    def _wait_listening(self, host: LabHost) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if sh("ip", "netns", "exec", host.namespace, "ss", "-Htln", "sport = :22").stdout.strip():
+                return
+            if host.wrapper.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"sshd of {host.name} is not listening: {host.log.read_text(errors='replace')}")
+
+    def _write_controller_home(self) -> None:
+        ssh_dir = self.home / ".ssh"
+        ssh_dir.mkdir(parents=True, mode=0o700)
+        known = [" ".join([h.address, *(self.dir / f"host_key_{h.name}.pub").read_text().split()[:2]])
+                 for h in self.hosts.values()]
+        (ssh_dir / "known_hosts").write_text("\n".join(known) + "\n")
+        (self.home / ".ansible.cfg").write_text(ANSIBLE_CFG)
+
+    def _write_inventory(self) -> None:
+        """YAML with groups and group variables, as users write them, and one host whose port
+        nobody listens on."""
+        hosts = "\n".join(f"        {h.name}: {{ansible_host: {h.address}}}" for h in self.hosts.values())
+        self.inventory.write_text(
+            f"all:\n  vars:\n    ansible_user: root\n    ansible_ssh_private_key_file: {self.client_key}\n"
+            f"  children:\n    lab:\n      vars:\n        ansible_port: 22\n      hosts:\n{hosts}\n"
+            f"    down:\n      hosts:\n        gw-down: {{ansible_host: {CONTROLLER_ADDRESS}, ansible_port: 2222}}\n")
+
+    # -- the controller ------------------------------------------------------
+    def controller_argv(self, *argv) -> list[str]:
+        """Run a program as the controller: in its namespace, with its private home as /root."""
+        return ["ip", "netns", "exec", self.controller, "sh", "-c", 'mount --bind "$0" /root && exec "$@"',
+                str(self.home), "env", "HOME=/root", *map(str, argv)]
+
+    def vpnlab(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(self.controller_argv(PYTHON, "-m", "vpnlab", *args),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def scenario(self, name: str) -> subprocess.Popen:
+        """Start a controller scenario of this file; it talks JSON lines on stdout."""
+        workdir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.dir))
+        return subprocess.Popen(self.controller_argv(PYTHON, HARNESS, name, self.inventory, workdir),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # -- teardown -----------------------------------------------------------
+    def teardown(self) -> None:
+        """End what we started, by PID, then our namespaces and files."""
+        for host in self.hosts.values():
+            if host.wrapper and host.wrapper.poll() is None:
+                host.wrapper.kill()  # --kill-child takes the host's PID 1, and so all of the host
+                host.wrapper.wait(10)
+        for name in reversed(self.namespaces):
+            for pid in netns_pids(name):  # anything still in a namespace of ours was started by us
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            sh("ip", "netns", "del", name, check=False)
+        self.namespaces.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def leftovers() -> list[str]:
+    """Namespaces of this test run, and processes in them, still present."""
+    names = [line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines() if line.startswith(PREFIX)]
+    return [f"namespace {n} (processes {netns_pids(n)})" for n in names]
+
+
+# -- the controller side (run inside the controller namespace) ---------------------------------
+
+def emit(kind: str, data: dict) -> None:
+    print(json.dumps({"kind": kind, **data}), flush=True)
+
+
+def connect_both(inventory: str):
+    from vpnlab.hosts.inventory import load_inventory, select
+    from vpnlab.hosts.ssh import SshHost
+
+    run_id = secrets.token_hex(3)
+    hosts = select(load_inventory(inventory), ["gw-a", "gw-b"], inventory)
+    return run_id, [SshHost(h, run_id).connect() for h in hosts]
+
+
+def scenario_live(inventory: str, workdir: Path) -> None:
+    """Measure between two hosts, use a namespace on one, wait for the test to cut host a's
+    SSH connection, then check a fails cleanly while b works, and close both."""
+    from vpnlab.errors import VpnlabError
+    from vpnlab.hosts.node import RemoteNode
+
+    run_id, (a, b) = connect_both(inventory)
+    left, right = RemoteNode("left", a), RemoteNode("right", b)
+    out = {"run_id": run_id}
+    try:
+        out.update(_measure(left, right, workdir, run_id))
+        out.update(_namespace_on_host(a, left, run_id))
+        try:
+            left.ip("route add default via 198.18.0.1")
+        except VpnlabError as exc:
+            out["refused"] = str(exc)
+        out["secret"] = left.put_secret("psk", "not for the controller\n")
+        out["secret_mode"] = left.run(["stat", "-c", "%a", out["secret"]]).stdout.strip()
+        left.sysctl(**{"net.ipv4.ip_forward": 1})
+        sleeper_a = left.spawn(["sleep", "600"], workdir / "sleep-a.log", what="sleep")
+        sleeper_b = right.spawn(["sleep", "600"], workdir / "sleep-b.log", what="sleep")
+        out["sleepers"] = {"gw-a": sleeper_a.pid, "gw-b": sleeper_b.pid}
+        emit("ready", out)
+        sys.stdin.readline()  # the test cuts host a's SSH connection now
+        out["after"] = _after_cut(left, right, sleeper_a, sleeper_b, workdir)
+    finally:
+        out["close"] = {}
+        for host in (a, b):
+            try:
+                host.close()
+                out["close"][host.host.name] = "ok"
+            except VpnlabError as exc:
+                out["close"][host.host.name] = str(exc)
+        emit("done", out)
+
+
+def _measure(left, right, workdir: Path, run_id: str) -> dict:
+    server_address = right.host.host.address
+    log = workdir / "iperf3-server.log"
+    server = right.spawn(["iperf3", "-s", "-B", server_address, "-p", "5201"], log, what="iperf3 -s")
+    right.wait_listening(5201, server, log)
+    client = json.loads(left.run(["iperf3", "-c", server_address, "-p", "5201", "-t", "1", "-J"], timeout=30).stdout)
+    right.stop(server)
+    marker = f"/tmp/vpnlab-test-{run_id}-marker"
+    left.run(["touch", marker])
+    return {"iperf3": {"received_bps": client["end"]["sum_received"]["bits_per_second"],
+                       "remote_host": client["start"]["connected"][0]["remote_host"]},
+            "server_log": log.read_text(), "server_exit": server.returncode, "marker": marker}
+
+
+def _namespace_on_host(a, left, run_id: str) -> dict:
+    """A role not mapped to a host: a namespace on host a, joined to it by a veth pair."""
+    from vpnlab.hosts.node import namespace_node
+
+    inner = namespace_node(a, "host-a", f"vl{run_id}-host-a")
+    veth = f"vl{run_id}a"
+    left.ip(f"link add {veth} type veth peer name eth0 netns {inner.namespace}",
+            f"addr add 198.18.1.1/30 dev {veth}", f"link set {veth} up")
+    inner.ip("addr add 198.18.1.2/30 dev eth0", "link set eth0 up")
+    inner.run(["ping", "-c", "1", "-W", "2", "198.18.1.1"])
+    inner_marker = f"/tmp/vpnlab-test-{run_id}-inner"
+    inner.run(["touch", inner_marker])
+    return {"namespace": inner.namespace, "veth": veth, "inner_marker": inner_marker,
+            "inner_addresses": inner.run(["ip", "-o", "-4", "addr", "show", "dev", "eth0"]).stdout}
+
+
+def _after_cut(left, right, sleeper_a, sleeper_b, workdir: Path) -> dict:
+    from vpnlab.errors import VpnlabError
+
+    after = {}
+    for name, attempt in (("run", lambda: left.run(["true"])),
+                          ("spawn", lambda: left.spawn(["sleep", "1"], workdir / "late.log"))):
+        try:
+            attempt()
+            after[f"a_{name}"] = "worked"
+        except VpnlabError as exc:
+            after[f"a_{name}"] = f"{type(exc).__name__}: {exc}"
+    after["a_sleeper_exit"] = sleeper_a.wait(timeout=10)
+    after["a_sleeper_log"] = (workdir / "sleep-a.log").read_text()
+    after["b_uname"] = right.run(["uname", "-r"]).stdout.strip()
+    right.stop(sleeper_b)
+    after["b_sleeper_exit"] = sleeper_b.returncode
+    return after
+
+
+def scenario_crash(inventory: str, workdir: Path) -> None:
+    """Create things on both hosts, then die without tearing anything down."""
+    from vpnlab.hosts.node import RemoteNode, namespace_node
+
+    run_id, (a, b) = connect_both(inventory)
+    left, right = RemoteNode("left", a), RemoteNode("right", b)
+    inner = namespace_node(a, "host-a", f"vl{run_id}-host-a")
+    left.ip(f"link add vl{run_id}c type veth peer name eth0 netns {inner.namespace}",
+            f"addr add 198.18.2.1/30 dev vl{run_id}c")
+    sleepers = {"gw-a": left.spawn(["sleep", "600"], workdir / "a.log").pid,
+                "gw-b": right.spawn(["sleep", "600"], workdir / "b.log").pid,
+                "inner": inner.spawn(["sleep", "600"], workdir / "inner.log").pid}
+    emit("ready", {"run_id": run_id, "sleepers": sleepers, "link": f"vl{run_id}c"})
+    os._exit(3)  # as a crash would: no teardown, no goodbye to the hosts
+
+
+if __name__ == "__main__":
+    scenario, inventory_path, work = sys.argv[1:4]
+    {"live": scenario_live, "crash": scenario_crash}[scenario](inventory_path, Path(work))

@@ -1,0 +1,290 @@
+"""Real hosts through Ansible and SSH: the inventory, the guard, and a lab of SSH "hosts"."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import conftest
+import hosts_harness
+from conftest import default_namespace_snapshot
+from hosts_harness import CONTROLLER_ADDRESS, Lab, leftovers
+from vpnlab import hosts
+from vpnlab.cli import app
+from vpnlab.errors import StudyError, VpnlabError
+from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line, root_qdisc_device
+from vpnlab.hosts.inventory import limit, load_inventory, select
+
+YAML_INVENTORY = """\
+all:
+  vars: {ansible_user: root}
+  children:
+    gateways:
+      vars: {ansible_port: 2222, ansible_ssh_private_key_file: ~/.ssh/lab}
+      hosts:
+        hq-gw: {ansible_host: 198.18.0.2}
+        branch-gw: {ansible_host: 198.18.0.3, ansible_port: 22}
+      children:
+        edge: {hosts: {edge-1: {}}}
+    laptops: {hosts: {laptop: {ansible_become: true, ansible_user: me}}}
+"""
+
+INI_INVENTORY = """\
+laptop ansible_host=198.18.0.9
+
+[gateways]
+gw-a ansible_host=198.18.0.2
+gw-b ansible_host=198.18.0.3 ansible_port=2200
+
+[gateways:vars]
+ansible_user=admin
+ansible_ssh_private_key_file=/keys/lab
+"""
+
+PATH = ManagementPath(controller_ip="203.0.113.5", host_ip="203.0.113.7", device="eth0")
+
+
+# Importing asyncssh looks for the optional liboqs with ctypes.util.find_library, which runs
+# ldconfig, then gcc and ld where they are installed: probes, not programs vpnlab needs (on a
+# machine without gcc and ld they are not run at all).
+LIBRARY_PROBES = {"ldconfig", "gcc", "ld"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hosts_programs_declared():
+    """Bridge until vpnlab.tools.declared() collects vpnlab.hosts.TOOLS and tests/needs.py the
+    harness's TOOLS: the suite's check of declared programs counts them (module scope, so it
+    outlives the per-test check)."""
+    patch = pytest.MonkeyPatch()
+    declared = conftest._declared
+    ours = {t.command for t in hosts.TOOLS + hosts_harness.TOOLS} | LIBRARY_PROBES
+    patch.setattr(conftest, "_declared", lambda: declared() | ours)
+    yield
+    patch.undo()
+
+
+def inventory(tmp_path, text, name="inventory.yml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# -- the inventory, read by ansible-inventory ---------------------------------------------------
+
+def test_yaml_inventory_groups_and_variables(tmp_path):
+    hosts = load_inventory(inventory(tmp_path, YAML_INVENTORY))
+    assert sorted(hosts) == ["branch-gw", "edge-1", "hq-gw", "laptop"]
+    hq, branch, edge, laptop = hosts["hq-gw"], hosts["branch-gw"], hosts["edge-1"], hosts["laptop"]
+    assert (hq.address, hq.port, hq.user) == ("198.18.0.2", 2222, "root")
+    assert hq.key_file == str(Path("~/.ssh/lab").expanduser())
+    assert branch.port == 22  # a host variable beats its group's
+    assert edge.address == "edge-1" and edge.port == 2222 and set(edge.groups) == {"edge", "gateways"}
+    assert (laptop.user, laptop.become, laptop.key_file, laptop.groups) == ("me", True, None, ("laptops",))
+
+
+def test_ini_inventory(tmp_path):
+    hosts = load_inventory(inventory(tmp_path, INI_INVENTORY, "hosts.ini"))
+    assert (hosts["gw-b"].address, hosts["gw-b"].port, hosts["gw-b"].user) == ("198.18.0.3", 2200, "admin")
+    assert hosts["gw-a"].key_file == "/keys/lab" and hosts["laptop"].user is None
+    assert [h.name for h in limit(hosts, "gateways", "hosts.ini")] == ["gw-a", "gw-b"]
+    assert [h.name for h in limit(hosts, "laptop,gw-b", "hosts.ini")] == ["gw-b", "laptop"]
+
+
+def test_inventory_errors_name_the_file_and_the_host(tmp_path):
+    with pytest.raises(StudyError, match=r"inventory .*nope\.yml: no such file"):
+        load_inventory(tmp_path / "nope.yml")
+    with pytest.raises(StudyError, match=r"inventory .*bad\.yml: Ansible cannot read it"):
+        load_inventory(inventory(tmp_path, "all: [unclosed\n", "bad.yml"))
+    path = inventory(tmp_path, YAML_INVENTORY)
+    hosts = load_inventory(path)
+    with pytest.raises(StudyError, match=r"no host named 'hq-gateway' \(it has: branch-gw, edge-1, hq-gw, laptop\)"):
+        select(hosts, ["hq-gw", "hq-gateway"], path)
+    with pytest.raises(StudyError, match="--limit 'servers' is neither a host nor a group"):
+        limit(hosts, "servers", path)
+    templated = inventory(tmp_path, "all:\n  hosts:\n    x: {ansible_host: '{{ lookup(\"env\", \"X\") }}'}\n", "t.yml")
+    with pytest.raises(StudyError, match="ansible_host is a template"):
+        load_inventory(templated)
+
+
+def test_cli_bad_inventory_exits_2(tmp_path):
+    result = CliRunner().invoke(app, ["hosts", "list", "--inventory", str(tmp_path / "missing.yml")])
+    assert result.exit_code == 2
+    assert "missing.yml: no such file" in result.output
+
+
+# -- never cut the branch vpnlab sits on -------------------------------------------------------
+
+@pytest.mark.parametrize("line", [
+    "route add default via 203.0.113.1",
+    "r a default via 203.0.113.1",
+    "route replace 0.0.0.0/0 dev wg0",
+    "route add 203.0.113.0/24 dev tun0",   # would take the SSH path
+    "route flush table main",
+    "rule add from all lookup 100",
+    "address add 203.0.113.9/24 dev eth0",
+    "address flush dev eth0",
+    "link set eth0 down",
+    "link set dev eth0 netns elsewhere",
+    "link del eth0",
+])
+def test_guard_refuses_what_could_cut_the_ssh_path(line):
+    with pytest.raises(VpnlabError, match="refusing"):
+        guard_ip_line(line, PATH)
+
+
+def test_guard_records_what_a_line_creates():
+    assert guard_ip_line("link add vw1a type wireguard", PATH) == ("links", "vw1a")
+    assert guard_ip_line("link add link eth0 name vlan7 type vlan id 7", PATH) == ("links", "vlan7")
+    assert guard_ip_line("addr add 198.18.1.1/30 dev vw1a", PATH) == ("addresses", "198.18.1.1/30 dev vw1a")
+    assert guard_ip_line("route replace 198.18.128.0/24 dev vw1a", PATH) == ("routes", "198.18.128.0/24 dev vw1a")
+    assert guard_ip_line("link set vw1a mtu 1420 up", PATH) is None
+    assert guard_ip_line("route show", PATH) is None
+    assert root_qdisc_device("qdisc replace dev eth0 root handle 1: tbf rate 8mbit burst 4k limit 20k") == "eth0"
+    assert root_qdisc_device("qdisc add dev eth0 parent 1:1 handle 10: netem delay 20ms") is None
+
+
+def test_teardown_script_removes_newest_first_and_only_ours():
+    state = HostState("ab12cd", "ctl 1", {"pid": 5, "start": 9}, 0.0, namespaces=["vlab12cd-host-a"],
+                      processes=[{"pid": 10, "start": 100, "what": "a"}, {"pid": 11, "start": 101, "what": "b"}],
+                      links=["vlab12cda"], sysctls={"net.ipv4.ip_forward": "0"}, qdiscs=["eth1"])
+    script = state.teardown_script(grace=1.0)
+    assert script.index("stop 11 101 50") < script.index("stop 10 100 50") < script.index("ip netns del")
+    assert "ip link del vlab12cda" in script and "sysctl -q -w net.ipv4.ip_forward=0" in script
+    assert "tc qdisc del dev eth1 root" in script and script.rstrip().endswith("true")
+    assert "rm -rf -- /run/vpnlab/ab12cd" in script
+    with pytest.raises(ValueError):  # a local run's record on that host is its own `vpnlab clean`'s
+        HostState.from_json(json.dumps({"run_id": "x", "owner_pid": 1}))
+
+
+# -- a lab of SSH hosts -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lab():
+    """Two SSH hosts and a controller in namespaces; everything removed afterwards, on failure too."""
+    before = default_namespace_snapshot()
+    built = Lab()
+    try:
+        yield built.build()
+    finally:
+        built.teardown()
+    assert leftovers() == [], "namespaces or processes of the lab left behind"
+    assert default_namespace_snapshot() == before, "the default namespace changed"
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.05)
+    return predicate()
+
+
+def host_is_clean(host, run_id: str) -> bool:
+    return (host.processes() == {} and host.listdir("/run/vpnlab") == []
+            and not [n for n in host.listdir("/run/netns") if run_id in n] and f"vl{run_id}" not in host.links())
+
+
+@pytest.mark.integration
+def test_prepare_runs_the_playbook_on_every_host(lab):
+    result = lab.vpnlab("hosts", "prepare", "--inventory", lab.inventory, "--packages", "iperf3,iproute2",
+                        "--packages", "openssh-server", "--json")
+    assert result.returncode == 1, result.stdout + result.stderr  # gw-down is unreachable
+    reports = {r["host"]: r for r in json.loads(result.stdout)}
+    for name in ("gw-a", "gw-b"):
+        report = reports[name]
+        assert report["status"] == "ok", report
+        assert report["packages"] == {"iperf3": "present", "iproute2": "present", "openssh-server": "present"}
+        assert report["features"]["netns"] and report["features"]["veth"] and report["kernel"] == os.uname().release
+    assert reports["gw-down"]["status"] == "unreachable" and "Connection refused" in reports["gw-down"]["message"]
+    assert all(host.processes() == {} for host in lab.hosts.values())  # the probe's namespace is gone too
+    assert all(host.listdir("/run/netns") == [] for host in lab.hosts.values())
+
+
+@pytest.mark.integration
+def test_doctor_reports_each_host_over_ssh(lab):
+    result = lab.vpnlab("hosts", "doctor", "--inventory", lab.inventory, "--json")
+    assert result.returncode == 1, result.stderr  # gw-down
+    reports = {r["host"]: r for r in json.loads(result.stdout)}
+    a = reports["gw-a"]
+    assert a["reachable"] and a["kernel"] == os.uname().release and a["cpus"] >= 1
+    assert a["features"]["netns"] and a["features"]["veth"]
+    assert a["tools"]["iperf3"].startswith("iperf 3")
+    toward_b = next(p for p in a["paths"] if p["to"] == "gw-b")
+    assert toward_b == {"to": "gw-b", "address": "198.18.0.3", "interface": "eth0", "driver": "veth",
+                        "speed_mbit": toward_b["speed_mbit"]}
+    assert not reports["gw-down"]["reachable"] and "gw-down" in reports["gw-down"]["error"]
+
+
+@pytest.mark.integration
+def test_remote_nodes_measure_record_and_survive_losing_a_host(lab):
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    controller = lab.scenario("live")
+    try:
+        ready = json.loads(controller.stdout.readline() or controller.stderr.read())
+        run_id = ready["run_id"]
+        # iperf3 server on b, client on a, over their link; the server's output came back here
+        assert ready["iperf3"]["remote_host"] == b.address and ready["iperf3"]["received_bps"] > 1e8
+        assert "Accepted connection from 198.18.0.2" in ready["server_log"]
+        # commands ran on the host, not on the controller: traces only in a's private /tmp
+        for marker in (ready["marker"], ready["inner_marker"]):
+            assert a.path(marker).exists() and not b.path(marker).exists() and not Path(marker).exists()
+        assert "198.18.1.2/30" in ready["inner_addresses"]
+        assert "refusing `ip route add default" in ready["refused"]
+        # recorded on the host before it was created; the secret is 0600 there and only there
+        state = json.loads(a.path(f"/run/vpnlab/{run_id}/state.json").read_text())
+        assert [p["pid"] for p in state["processes"]] == [ready["sleepers"]["gw-a"]]
+        assert state["namespaces"] == [ready["namespace"]] and state["links"] == [ready["veth"]]
+        assert state["sysctls"] == {"net.ipv4.ip_forward": "0"} and a.sysctl("net.ipv4.ip_forward") == "1"
+        assert ready["secret_mode"] == "600" and a.path(ready["secret"]).stat().st_mode & 0o777 == 0o600
+        assert not Path(ready["secret"]).exists()
+        # a clean now leaves the live run alone
+        cleaning = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
+        assert f"gw-a: run {run_id} is still connected; left alone" in cleaning.stdout
+        # cut host a's SSH connection: its sshd session process
+        os.kill(a.outer_pid(state["owner"]["pid"]), signal.SIGKILL)
+        controller.stdin.write("go\n")
+        controller.stdin.flush()
+        done = json.loads(controller.communicate(timeout=60)[0].splitlines()[-1])
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+    after = done["after"]
+    for attempt in ("a_run", "a_spawn"):
+        assert after[attempt].startswith("HostUnreachable: host gw-a (root@198.18.0.2:22): the SSH connection was lost")
+    assert after["a_sleeper_exit"] == 255 and "SSH connection to gw-a was lost" in after["a_sleeper_log"]
+    assert after["b_uname"] == os.uname().release and after["b_sleeper_exit"] == -signal.SIGTERM
+    assert done["close"] == {"gw-a": "ok", "gw-b": "ok"}  # a's teardown went over a fresh connection
+    for host in (a, b):
+        assert wait_until(lambda: host_is_clean(host, run_id)), (host.name, host.processes())
+    assert a.sysctl("net.ipv4.ip_forward") == "0"
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{lab.client_key}.pub"], capture_output=True,
+                                 text=True).stdout.split()[1]
+    for host, connections in ((a, 2), (b, 1)):
+        log = host.log.read_text()
+        accepted = f"Accepted publickey for root from {CONTROLLER_ADDRESS} port"
+        assert log.count(accepted) >= connections and fingerprint in log and "Starting session: command" in log
+
+
+@pytest.mark.integration
+def test_clean_removes_what_a_crashed_controller_left(lab):
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    controller = lab.scenario("crash")
+    out, err = controller.communicate(timeout=60)
+    assert controller.returncode == 3, err
+    crashed = json.loads(out.splitlines()[0])
+    run_id = crashed["run_id"]
+    assert a.listdir("/run/vpnlab") == [run_id] and b.listdir("/run/vpnlab") == [run_id]
+    assert wait_until(lambda: len(a.processes()) == 2 and len(b.processes()) == 1)  # the sleeps, orphaned
+    assert crashed["link"] in a.links()
+    result = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"gw-a: removed run {run_id}" in result.stdout and "1 namespaces, 2 processes" in result.stdout
+    assert f"gw-b: removed run {run_id}" in result.stdout
+    for host in (a, b):
+        assert wait_until(lambda: host_is_clean(host, run_id)), (host.name, host.processes())
+    again = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
+    assert "gw-a: nothing to clean" in again.stdout and "gw-b: nothing to clean" in again.stdout
