@@ -27,13 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpnlab.tools import Tool
-
-# What the lab runs beyond vpnlab's own programs (for the suite's check of declared programs).
-TOOLS = (
-    Tool("sshd", "openssh-server", ("sshd", "-V"), path="/usr/sbin/sshd"), Tool("ssh-keygen", "openssh-client"),
-    Tool("unshare", "util-linux"), Tool("mount", "mount"),
-)
+import pytest
 
 PREFIX = f"vlh{os.getpid()}"            # every namespace, file and interface of this test run
 SUBNET = "198.18.0"                    # /24 on the lab's bridge: controller .1, hosts .2, .3 ...
@@ -134,6 +128,11 @@ class LabHost:
 
     def links(self) -> str:
         return sh("ip", "-n", self.namespace, "-o", "link").stdout
+
+    def addresses(self) -> list[str]:
+        """Global addresses in the host's own network namespace."""
+        shown = sh("ip", "-n", self.namespace, "-o", "addr", "show", "scope", "global").stdout
+        return sorted(line.split()[3] for line in shown.splitlines())
 
 
 class Lab:
@@ -268,6 +267,22 @@ class Lab:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def lab():
+    """Two SSH hosts and a controller in namespaces; everything removed afterwards, on failure too,
+    and then nothing of the lab may remain and the default namespace must be as it was."""
+    from conftest import default_namespace_snapshot
+
+    before = default_namespace_snapshot()
+    built = Lab()
+    try:
+        yield built.build()
+    finally:
+        built.teardown()
+    assert leftovers() == [], "namespaces or processes of the lab left behind"
+    assert default_namespace_snapshot() == before, "the default namespace changed"
+
+
 def leftovers() -> list[str]:
     """Namespaces of this test run, and processes in them, still present."""
     names = [line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines() if line.startswith(PREFIX)]
@@ -301,10 +316,12 @@ def scenario_live(inventory: str, workdir: Path) -> None:
     try:
         out.update(_measure(left, right, workdir, run_id))
         out.update(_namespace_on_host(a, left, run_id))
-        try:
-            left.ip("route add default via 198.18.0.1")
-        except VpnlabError as exc:
-            out["refused"] = str(exc)
+        for name, argv, timeout in (("refused", ["ip", "route", "add", "default", "via", CONTROLLER_ADDRESS], 10),
+                                    ("failed", ["false"], 10), ("timed_out", ["sleep", "5"], 1)):
+            try:
+                left.run(argv, timeout=timeout)
+            except VpnlabError as exc:
+                out[name] = f"{type(exc).__name__}: {exc}"
         out["secret"] = left.put_secret("psk", "not for the controller\n")
         out["secret_mode"] = left.run(["stat", "-c", "%a", out["secret"]]).stdout.strip()
         left.sysctl(**{"net.ipv4.ip_forward": 1})

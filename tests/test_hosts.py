@@ -11,9 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import conftest
-import hosts_harness
-from conftest import default_namespace_snapshot
-from hosts_harness import CONTROLLER_ADDRESS, Lab, leftovers
+from hosts_harness import CONTROLLER_ADDRESS, lab  # noqa: F401  (lab is the fixture)
 from vpnlab import hosts
 from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
@@ -57,12 +55,12 @@ LIBRARY_PROBES = {"ldconfig", "gcc", "ld"}
 
 @pytest.fixture(scope="module", autouse=True)
 def hosts_programs_declared():
-    """Bridge until vpnlab.tools.declared() collects vpnlab.hosts.TOOLS and tests/needs.py the
-    harness's TOOLS: the suite's check of declared programs counts them (module scope, so it
-    outlives the per-test check)."""
+    """Bridge until vpnlab.tools.declared() collects vpnlab.hosts.TOOLS: the suite's check of
+    declared programs counts them (module scope, so it outlives the per-test check). The lab's
+    own programs (sshd, ssh-keygen, unshare, mount) are declared already."""
     patch = pytest.MonkeyPatch()
     declared = conftest._declared
-    ours = {t.command for t in hosts.TOOLS + hosts_harness.TOOLS} | LIBRARY_PROBES
+    ours = {t.command for t in hosts.TOOLS} | LIBRARY_PROBES
     patch.setattr(conftest, "_declared", lambda: declared() | ours)
     yield
     patch.undo()
@@ -163,19 +161,6 @@ def test_teardown_script_removes_newest_first_and_only_ours():
 
 # -- a lab of SSH hosts -----------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def lab():
-    """Two SSH hosts and a controller in namespaces; everything removed afterwards, on failure too."""
-    before = default_namespace_snapshot()
-    built = Lab()
-    try:
-        yield built.build()
-    finally:
-        built.teardown()
-    assert leftovers() == [], "namespaces or processes of the lab left behind"
-    assert default_namespace_snapshot() == before, "the default namespace changed"
-
-
 def wait_until(predicate, timeout=5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not predicate():
@@ -184,8 +169,10 @@ def wait_until(predicate, timeout=5.0):
 
 
 def host_is_clean(host, run_id: str) -> bool:
+    """No process but sshd, no record, namespace, link or address of the run left on the host."""
     return (host.processes() == {} and host.listdir("/run/vpnlab") == []
-            and not [n for n in host.listdir("/run/netns") if run_id in n] and f"vl{run_id}" not in host.links())
+            and not [n for n in host.listdir("/run/netns") if run_id in n] and f"vl{run_id}" not in host.links()
+            and host.addresses() == [f"{host.address}/24"])
 
 
 @pytest.mark.integration
@@ -224,7 +211,9 @@ def test_remote_nodes_measure_record_and_survive_losing_a_host(lab):
     a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
     controller = lab.scenario("live")
     try:
-        ready = json.loads(controller.stdout.readline() or controller.stderr.read())
+        line = controller.stdout.readline()
+        assert line, controller.stderr.read()
+        ready = json.loads(line)
         run_id = ready["run_id"]
         # iperf3 server on b, client on a, over their link; the server's output came back here
         assert ready["iperf3"]["remote_host"] == b.address and ready["iperf3"]["received_bps"] > 1e8
@@ -234,6 +223,8 @@ def test_remote_nodes_measure_record_and_survive_losing_a_host(lab):
             assert a.path(marker).exists() and not b.path(marker).exists() and not Path(marker).exists()
         assert "198.18.1.2/30" in ready["inner_addresses"]
         assert "refusing `ip route add default" in ready["refused"]
+        assert ready["failed"].startswith("CommandError: command failed (exit 1): gw-a: timeout -k 2 10 false")
+        assert ready["timed_out"].endswith("timed out after 1 s")
         # recorded on the host before it was created; the secret is 0600 there and only there
         state = json.loads(a.path(f"/run/vpnlab/{run_id}/state.json").read_text())
         assert [p["pid"] for p in state["processes"]] == [ready["sleepers"]["gw-a"]]

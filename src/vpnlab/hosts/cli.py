@@ -100,7 +100,14 @@ def doctor(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
     reports = examine(_hosts(inventory, limit))
     if as_json:
         out.print_json(json.dumps([r.as_dict() for r in reports]))
-    for r in [] if as_json else reports:
+    else:
+        _print_examined(reports)
+    if not all(r.reachable for r in reports):
+        raise typer.Exit(EXIT_HOSTS_FAILED)
+
+
+def _print_examined(reports) -> None:
+    for r in reports:
         if not r.reachable:
             out.print(f"[bold]{r.host}[/]: [red]unreachable[/]: {r.error}")
             continue
@@ -110,9 +117,7 @@ def doctor(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
             out.print(f"  toward {path['to']} ({path['address']}): {path['interface']}, "
                       f"driver {path['driver']}, {path['speed_mbit']} Mbit/s")
         for name, version in r.tools.items():
-            out.print(f"  {name}: {version}")
-    if not all(r.reachable for r in reports):
-        raise typer.Exit(EXIT_HOSTS_FAILED)
+            out.print(f"  {name}: {version}", highlight=False)
 
 
 @app.command()

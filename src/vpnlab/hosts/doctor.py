@@ -1,7 +1,7 @@
 """`vpnlab hosts doctor`: what each real host offers, asked over SSH.
 
 Per host: kernel, CPU model, the kernel pieces (the same probe `prepare` runs),
-tool versions, and for each other host of the selection the interface that
+the versions of the programs vpnlab declares (vpnlab.tools), and for each other host of the selection the interface that
 leads to it, with its driver and speed: the NIC a measurement will cross.
 """
 
@@ -13,17 +13,10 @@ import shlex
 from dataclasses import asdict, dataclass, field
 
 from ..errors import VpnlabError
+from ..tools import declared
 from .inventory import Host
 from .prepare import KERNEL_PROBE
 from .ssh import SshHost
-
-# The tools whose versions shape results: name and the command that prints the version.
-VERSION_COMMANDS = {
-    "iperf3": "iperf3 --version", "iproute2": "ip -V", "tcpdump": "tcpdump --version",
-    "wg": "wg --version", "wireguard-go": "wireguard-go --version", "openvpn": "openvpn --version",
-    "strongswan": "dpkg-query -W -f='strongSwan ${Version}' strongswan-charon", "ocserv": "ocserv --version", "openconnect": "openconnect --version",
-    "openssl": "openssl version",
-}
 
 # For an address: the interface the host routes it through, its driver (the device's, else
 # the link kind: veth, bridge ...) and speed in Mbit/s (-1 when the driver does not say).
@@ -80,7 +73,25 @@ def _examine(host: Host, others: list[Host]) -> HostReport:
 
 
 def _versions(ssh: SshHost) -> dict[str, str]:
-    lines = [f"command -v {shlex.split(cmd)[0]} >/dev/null && "
-             f"printf '%s\\t%s\\n' {name} \"$({cmd} 2>&1 | head -n 1)\"" for name, cmd in VERSION_COMMANDS.items()]
-    shown = ssh.script("\n".join(lines) + "\ntrue").stdout
+    shown = ssh.script(version_script(), timeout=300).stdout
     return dict(line.split("\t", 1) for line in shown.splitlines() if "\t" in line)
+
+
+def version_script() -> str:
+    """For every program vpnlab declares that the host has: its name, a tab and its version,
+    found as vpnlab.tools.version finds it here (its own first line naming a version, else its
+    Debian package's version)."""
+    q = shlex.quote
+    lines = []
+    for tool in declared().values():
+        if tool.private:  # unpacked privately by bootstrap.sh on a controller, not installed on hosts
+            continue
+        find = f"p=$(command -v {q(tool.command)})"
+        if tool.path:
+            find = f"p=$(command -v {q(tool.command)} || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }})"
+        own = (f'v=$(timeout 10 "$p" {shlex.join(tool.version[1:])} 2>&1 | grep -m 1 -E "[0-9]+[.][0-9]+")'
+               if tool.version else "v=")
+        package = f"dpkg-query -W -f='{tool.package} ${{Version}}' {q(tool.package)} 2>/dev/null"
+        lines.append(f'{find} && {{ {own}; [ -n "$v" ] || v=$({package}); '
+                     f'printf "%s\\t%s\\n" {q(tool.command)} "${{v:-unknown}}"; }}')
+    return "\n".join(lines) + "\ntrue\n"

@@ -119,14 +119,18 @@ class SshHost:
     def connect(self) -> "SshHost":
         """Open the connection and create this run's directory and record on the host."""
         self.attach()
-        owner, ssh_path, device = self.script(SESSION_PROBE).stdout.splitlines()[:3]
-        pid, start = owner.split()
-        controller_ip, host_ip = ssh_path.split()
+        try:
+            owner, ssh_path, device = (self.script(SESSION_PROBE).stdout.splitlines() + ["", "", ""])[:3]
+            pid, start = owner.split()
+            controller_ip, host_ip = ssh_path.split()
+        except (VpnlabError, ValueError) as exc:
+            self.disconnect()
+            raise HostUnreachable(f"host {self.host}: not a usable SSH session ({exc})") from exc
         self.management = ManagementPath(controller_ip, host_ip, device)
         self.state = HostState(self.run_id, f"{socket.gethostname()} {os.getpid()}",
                                {"pid": int(pid), "start": int(start)}, time.time())
         self.script(f"umask 077 && mkdir -p {REMOTE_ROOT} && mkdir {self.state.directory} "
-                    f"&& mkdir {self.secrets_dir}", check=True)
+                    f"&& mkdir {self.secrets_dir}")
         self._save()
         return self
 
@@ -152,23 +156,27 @@ class SshHost:
         """Tear down everything recorded on the host (over a fresh connection if the first was
         lost), then disconnect. Raises HostUnreachable, naming what is left, if it cannot."""
         if self.state is None:
+            self.disconnect()
             return
-        if self.lost:
-            self._reconnect_for_teardown()
         try:
+            if self.lost:
+                self._reconnect_for_teardown()
             self.script(self.state.teardown_script(), timeout=60)
+        except HostUnreachable as exc:
+            raise HostUnreachable(f"{exc}\n  run {self.run_id} is left on host {self.host.name}: "
+                                  "remove it with `vpnlab hosts clean --inventory FILE`") from exc
         finally:
             self.disconnect()
         self.state = None
 
     def _reconnect_for_teardown(self) -> None:
+        """The record on the host is the truth: a lost connection may have missed its last update."""
+        self.attach()
+        text = self.script(f"cat {self.state.path}", check=False).stdout
         try:
-            self.attach()
-            text = self.script(f"cat {self.state.path}", check=False).stdout
             self.state = HostState.from_json(text) if text.strip() else self.state
-        except (HostUnreachable, ValueError) as exc:
-            raise HostUnreachable(f"{exc}; run {self.run_id} is left on host {self.host.name}: "
-                                  "remove it with `vpnlab hosts clean --inventory FILE`") from exc
+        except (ValueError, TypeError) as exc:
+            raise HostUnreachable(f"host {self.host.name}: its record {self.state.path} is unreadable ({exc})") from exc
 
     def disconnect(self) -> None:
         if self._conn is not None:
@@ -264,7 +272,8 @@ class SshHost:
         """Write a file on the host, recorded first; created with `mode`, never wider."""
         self.record("files", path)
         q = shlex.quote(path)
-        self.script(f"umask {0o777 & ~mode:03o} && cat > {q} && chmod {mode:o} {q}", input=content)
+        self.run(["sh", "-c", f"umask {0o777 & ~mode:03o} && cat > {q} && chmod {mode:o} {q}"],
+                 input=content, binary=isinstance(content, bytes))
         return path
 
     def put_secret(self, name: str, content: str | bytes) -> str:
