@@ -243,6 +243,12 @@ def test_remote_nodes_measure_record_and_survive_losing_a_host(lab):
     finally:
         if controller.poll() is None:
             controller.kill()
+    check_after_cut(lab, done, run_id)
+
+
+def check_after_cut(lab, done: dict, run_id: str) -> None:
+    """Host a failed cleanly, b went on, both were torn down, and the sshd logs show it."""
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
     after = done["after"]
     for attempt in ("a_run", "a_spawn"):
         assert after[attempt].startswith("HostUnreachable: host gw-a (root@198.18.0.2:22): the SSH connection was lost")
