@@ -1,7 +1,7 @@
 """Planning: the cartesian product, stable ids, order, and what this machine lacks."""
 
 from vpnlab.capabilities import Capabilities
-from vpnlab.plan import check_plan, make_plan
+from vpnlab.plan import check_plan, make_plan, round_order
 from vpnlab.study import parse_study
 
 STUDY = """
@@ -20,13 +20,16 @@ def test_plan_is_the_cartesian_product():
     assert len({s.id for s in plan.scenarios}) == 8
 
 
-def test_ids_are_stable_and_independent_of_order():
-    listed = make_plan(parse_study(STUDY))
+def test_ids_are_stable_and_each_round_has_its_own_seeded_order():
+    listed = make_plan(parse_study(STUDY + "order: listed\n"))
     shuffled = make_plan(parse_study(STUDY + "order: shuffled\nseed: 7\n"))
+    assert [s.id for s in listed.scenarios] == [s.id for s in shuffled.scenarios]
+    rounds = [[s.id for s in round_order(shuffled.study, shuffled.scenarios, r)] for r in range(1, 6)]
+    assert all(sorted(r) == sorted(rounds[0]) for r in rounds)  # every scenario once per round
+    assert len({tuple(r) for r in rounds}) > 1                    # a new order each round
     again = make_plan(parse_study(STUDY + "order: shuffled\nseed: 7\n"))
-    assert {s.id for s in listed.scenarios} == {s.id for s in shuffled.scenarios}
-    assert [s.id for s in shuffled.scenarios] == [s.id for s in again.scenarios]
-    assert [s.id for s in shuffled.scenarios] != [s.id for s in listed.scenarios]
+    assert [s.id for s in round_order(again.study, again.scenarios, 3)] == rounds[2]
+    assert [s.id for s in round_order(listed.study, listed.scenarios, 3)] == [s.id for s in listed.scenarios]
 
 
 def test_estimate_counts_repetitions():

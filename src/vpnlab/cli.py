@@ -14,9 +14,10 @@ from rich.console import Console
 from rich import box
 from rich.table import Table
 
-from . import __version__
+from . import __version__, signals
 from .analysis import fmt
 from .errors import StudyError, VpnlabError
+from .signals import Interrupted
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure what a VPN costs, on real VPN software.")
 # Piped or logged output keeps whole tables rather than squeezing them to 80 columns.
@@ -38,6 +39,9 @@ def user_errors(func):
         except VpnlabError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT)
+        except Interrupted as exc:
+            err.print(f"[yellow]interrupted[/] ({exc}): everything it created is removed")
+            raise typer.Exit(exc.exit_code)
 
     return wrapper
 
@@ -92,7 +96,7 @@ def run(
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
     from .plan import BACKENDS, make_plan, place
-    from .runner import Interrupted, Runner, default_out_dir
+    from .runner import Runner, default_out_dir
 
     if resume is not None:
         loaded, text = _stored_study(resume)
@@ -127,16 +131,33 @@ def run(
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm)
     try:
         runner.run()
-    except (KeyboardInterrupt, Interrupted):
+    except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"[yellow]interrupted[/]: everything it created is removed; "
                   f"finish later with: vpnlab run --resume {out_dir}")
-        raise typer.Exit(EXIT_INTERRUPTED)
-    _show(out_dir)
-    from .report import write as write_report
-
-    out.print(f"results: {out_dir}\nreport:  {write_report(out_dir)}")
+        raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
+    _finish(out_dir)
     if runner.failures:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
+
+
+def _finish(out_dir: Path) -> None:
+    """Summary and report; a signal meanwhile leaves the run marked interrupted, with the way to
+    write the report later, never a 'completed' run without its report."""
+    from .report import write as write_report
+    from .store import Store
+
+    try:
+        _show(out_dir)
+        out.print(f"results: {out_dir}\nreport:  {write_report(out_dir)}")
+    except Interrupted as exc:
+        store = Store.open_dir(out_dir)
+        try:
+            store.finish_run(store.runs()[-1]["id"], "interrupted")
+        finally:
+            store.close()
+        err.print(f"[yellow]interrupted[/] while writing the report: every sample is stored; "
+                  f"write the report with: vpnlab report {out_dir}")
+        raise typer.Exit(exc.exit_code)
 
 
 def _duration(seconds: float) -> str:
@@ -482,6 +503,7 @@ def clean():
 
 @app.callback(invoke_without_command=True)
 def main(version: bool = typer.Option(False, "--version", help="print the version and exit")):
+    signals.install()  # before anything is created, until the program exits
     if version:
         out.print(f"vpnlab {__version__}")
         raise typer.Exit()

@@ -19,12 +19,13 @@ from .errors import CapabilityError
 from .study import Link, RepetitionRule, Study, VpnConfig
 from .workloads import KINDS, background
 
-# Measured here: namespaces + veth + shaping ~0.3 s, a userspace tunnel ~1 s, teardown ~0.5 s.
-SCENARIO_OVERHEAD_S = 2.5
+# Per repetition (each brings its own testbed and tunnel up), measured here: namespaces + veth +
+# shaping ~0.3 s, a userspace tunnel ~1 s, proof ~0.5 s, warm-up 0.2 s, teardown ~0.5 s.
+REPETITION_OVERHEAD_S = 2.5
 # In the emulated VM (bench vm): a tunnel carries 14-93 Mbit/s, and a scenario's set-up, proof
 # and tear-down cost ~10 s more than here. A transfer there runs at that pace, not the link's.
 VM_PACE_MBIT = 20
-VM_SCENARIO_OVERHEAD_S = 15
+VM_REPETITION_OVERHEAD_S = 15
 
 
 @dataclass
@@ -85,8 +86,8 @@ class Scenario:
         """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after
         `min` repetitions) unless `most`."""
         repetitions = self.repetitions.max if most else self.repetitions.min
-        overhead = VM_SCENARIO_OVERHEAD_S if in_vm else SCENARIO_OVERHEAD_S
-        return overhead + self.repetition_s(in_vm) * repetitions
+        overhead = VM_REPETITION_OVERHEAD_S if in_vm else REPETITION_OVERHEAD_S
+        return (overhead + self.repetition_s(in_vm)) * repetitions
 
 
 @dataclass
@@ -106,17 +107,24 @@ class Plan:
 
 
 def make_plan(study: Study) -> Plan:
-    """The cartesian product vpns x links x workloads, in the study's order."""
+    """The cartesian product vpns x links x workloads, as listed (the runner orders each round)."""
     scenarios = []
     for vpn in study.vpns:
         for link in study.links:
             for workload in study.workloads:
                 scenarios.append(Scenario(0, study.topology, vpn, link, workload, study.repetitions))
-    if study.order == "shuffled":
-        random.Random(study.seed).shuffle(scenarios)
     for i, scenario in enumerate(scenarios):
         scenario.index = i
     return Plan(study, scenarios)
+
+
+def round_order(study: Study, scenarios: list[Scenario], round_no: int) -> list[Scenario]:
+    """The order of one round: as listed, or shuffled by a generator seeded with the study's seed
+    and the round's number, so a rerun or a resumed run repeats it."""
+    order = sorted(scenarios, key=lambda s: s.index)
+    if study.order == "shuffled":
+        random.Random(f"{study.seed}:{round_no}").shuffle(order)
+    return order
 
 
 def check_scenario(scenario: Scenario, caps: Capabilities) -> list[str]:

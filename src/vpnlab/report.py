@@ -362,5 +362,7 @@ def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:
 
 def write(directory: Path, out: Path | None = None) -> Path:
     out = out or Path(directory) / "report.html"
-    out.write_text(render(Path(directory)))
+    partial = out.with_name(f".{out.name}.partial")
+    partial.write_text(render(Path(directory)))
+    partial.replace(out)  # whole or not at all: a reader never sees half a report
     return out

@@ -1,19 +1,17 @@
-"""Runs a plan: for each scenario, testbed -> tunnel -> workload -> samples -> store.
+"""Runs a plan in rounds: in each round every scenario that still needs a repetition runs once,
+in an order randomised per round (seeded, recorded with each repetition) unless the study asks
+for its listed order. Rounds are the blocks the analysis pairs configurations by, so drift over
+time hits every configuration alike instead of the one that happens to run last.
 
-Each scenario gets a fresh testbed, so one scenario's failure or leftover
-state cannot leak into the next. Whatever ends the run (the last scenario, an
-exception, Ctrl-C, SIGTERM), the finally-blocks take down tunnels, servers and
-namespaces; after a SIGKILL the next run (or `vpnlab clean`) does it from the
-state record.
+Each repetition gets a fresh testbed and tunnel (repetition.py). Whatever ends the run (the
+last round, an exception, a signal), the finally-blocks take down tunnels, servers and
+namespaces; after a SIGKILL the next run (or `vpnlab clean`) does it from the state record.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,25 +23,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__, vm
 from .analysis import describe
 from .capabilities import Capabilities, tool_versions
-from .errors import TunnelError, VpnlabError
 from .files import tail
-from .measure import measure
-from .plan import Plan, Scenario
-from .store import DB_NAME, SETUP_REPETITION, Store
+from .plan import Plan, Scenario, round_order
+from .repetition import run_repetition
+from .signals import Interrupted
+from .store import DB_NAME, Store
 from .testbed.state import RunState, clean_stale_runs
-from .testbed.topology import Layout, Testbed
-from .tunnels import TunnelStage, bring_up, prove_and_measure
-from .workloads.background import BackgroundTraffic
-from .workloads.base import WorkloadContext
 
 IN_GUEST = os.environ.get("VPNLAB_BACKEND", "").startswith("vm")  # set by vm.Guest for the guest
 # The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
 VM_TIME_LIMIT_FACTOR = 2
 VM_SCENARIO_MARGIN_S = 60
-
-
-class Interrupted(BaseException):
-    """SIGTERM or SIGHUP: unwind like Ctrl-C so every finally-block runs."""
+FAILURES_IN_A_ROW = 2   # a scenario whose repetitions fail this often in a row has failed
 
 
 @dataclass
@@ -82,20 +73,6 @@ class Progressor:
         self.console.print(text)
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def signals_unwind():
-    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 class Runner:
     def __init__(self, plan: Plan, out_dir: Path, caps: Capabilities, console: Console | None = None,
                  progress: bool = True, in_vm: set[str] = frozenset()):
@@ -122,19 +99,17 @@ class Runner:
         )
         status = "failed"
         try:
-            with signals_unwind():
-                for scenario in self.plan.scenarios:
-                    store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
-                todo = [s for s in self.plan.scenarios if not self._finished(store, s)]
-                here = [s for s in todo if s.id not in self.in_vm]
-                in_vm = [s for s in todo if s.id in self.in_vm]
-                total = sum(s.estimate_s() for s in here) + sum(s.estimate_s(in_vm=True) for s in in_vm)
-                with Progressor(self.console, total, self.show_progress) as progress:
-                    for scenario in here:
-                        self._run_scenario(store, state, run_id, scenario, progress)
-                    if in_vm:
-                        self._run_in_vm(store, state, run_id, in_vm, progress)
-                status = "completed" if not self.failures else "completed-with-failures"
+            for scenario in self.plan.scenarios:
+                store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
+            todo = [s for s in self.plan.scenarios if self._needs_more(store, s)]
+            here = [s for s in todo if s.id not in self.in_vm]
+            in_vm = [s for s in todo if s.id in self.in_vm]
+            total = sum(s.estimate_s() for s in here) + sum(s.estimate_s(in_vm=True) for s in in_vm)
+            with Progressor(self.console, total, self.show_progress) as progress:
+                self._rounds(store, state, run_id, here, progress)
+                if in_vm:
+                    self._run_in_vm(store, state, run_id, in_vm, progress)
+            status = "completed" if not self.failures else "completed-with-failures"
         except (KeyboardInterrupt, Interrupted):
             status = "interrupted"
             raise
@@ -170,7 +145,7 @@ class Runner:
                 store.merge(guest_store, run_id, note)
         guest_log = work / "guest.log"
         for scenario in scenarios:
-            if not self._finished(store, scenario) and store.status(scenario.id) != "failed":
+            if self._needs_more(store, scenario):
                 reason = error or f"the guest stopped before this scenario finished:\n{tail(guest_log, 12)}"
                 store.set_status(scenario.id, "failed", reason)
             if store.status(scenario.id) == "failed":
@@ -188,72 +163,55 @@ class Runner:
         n, mean, sd, low, high = describe(values)
         return mean != 0 and 100 * (high - low) / 2 / abs(mean) <= scenario.repetitions.ci_target_pct
 
-    def _finished(self, store: Store, scenario: Scenario) -> bool:
-        done = store.done_repetitions(scenario.id)
-        rule = scenario.repetitions
-        return len(done) >= rule.max or (rule.adaptive and self._target_met(store, scenario))
+    def _needs_more(self, store: Store, scenario: Scenario) -> bool:
+        """Does this scenario still need a repetition (not failed, short of its rule)?"""
+        if store.status(scenario.id) == "failed":
+            return False
+        rule, done = scenario.repetitions, len(store.done_repetitions(scenario.id))
+        if done >= rule.max:
+            return False
+        return not (rule.adaptive and done >= rule.min and self._target_met(store, scenario))
 
-    def _repetitions(self, store: Store, scenario: Scenario):
-        """Repetition numbers still to measure; an adaptive rule stops once its interval is tight."""
-        rule = scenario.repetitions
-        for rep in range(1, rule.max + 1):
-            if rule.adaptive and self._target_met(store, scenario):
-                return
-            if rep not in store.done_repetitions(scenario.id):
-                yield rep
+    def _rounds(self, store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
+                progress: Progressor) -> None:
+        round_no = store.last_round()
+        while pending := [s for s in scenarios if self._needs_more(store, s)]:
+            round_no += 1
+            for position, scenario in enumerate(round_order(self.plan.study, pending, round_no)):
+                self._repetition(store, state, run_id, scenario, round_no, position, progress)
 
-    def _run_scenario(self, store: Store, state: RunState, run_id: int, scenario: Scenario,
-                      progress: Progressor) -> None:
-        """testbed -> tunnel -> proof -> repetitions of the workload -> store, on a testbed of its own."""
-        progress.describe(f"[{scenario.index + 1}/{len(self.plan.scenarios)}] {scenario.label}")
-        log_dir = self.out_dir / "logs" / scenario.id / f"run{run_id}"  # fresh per attempt: readiness checks read these
+    def _repetition(self, store: Store, state: RunState, run_id: int, scenario: Scenario, round_no: int,
+                    position: int, progress: Progressor) -> None:
+        """One repetition, stored the moment it is measured (as failed, with the reason, if it is
+        not a valid sample); the scenario fails after FAILURES_IN_A_ROW failed repetitions."""
+        rep = len(store.attempts(scenario.id)) + 1
+        progress.describe(f"round {round_no}: {scenario.label}")
+        log_dir = self.out_dir / "logs" / scenario.id / f"rep{rep}"  # fresh per attempt: readiness checks read these
         log_dir.mkdir(parents=True, exist_ok=True)
         store.set_status(scenario.id, "running")
-        bed, ctx, stage = None, None, TunnelStage()
-        try:
-            started = time.monotonic()
-            bed = Testbed.build(state, Layout.for_topology(scenario.topology, len(scenario.vpn.layers)),
-                                scenario.link, tag=f"{scenario.index}")
-            ctx = WorkloadContext(bed, log_dir)
-            bring_up(stage, bed, scenario, state, log_dir)
-            prove_and_measure(stage, bed, scenario, log_dir)
-            self._store_tunnel(store, run_id, scenario, stage)
-            progress.advance(time.monotonic() - started)
-            self._repeat(store, run_id, scenario, ctx, stage, progress)
-            store.set_status(scenario.id, "done")
-        except (VpnlabError, subprocess.SubprocessError) as exc:
-            self.failures.append((scenario, str(exc)))
-            store.set_status(scenario.id, "failed", str(exc))
-            progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed:[/] {exc}")
-        finally:
-            if ctx:
-                ctx.stop_services()
-            stage.down()
-            if bed:
-                bed.destroy()
-
-    @staticmethod
-    def _store_tunnel(store: Store, run_id: int, scenario: Scenario, stage: TunnelStage) -> None:
-        for note in stage.notes:
+        started = time.monotonic()
+        attempt = run_repetition(scenario, state, log_dir)
+        for note in attempt.notes:
             store.add_note(scenario.id, note)
-        if stage.values and not store.has_sample(scenario.id, SETUP_REPETITION, "setup_s"):
-            store.record_repetition(run_id, scenario.id, SETUP_REPETITION, stage.values, {}, [])
+        store.record_repetition(run_id, scenario.id, rep, attempt.sample.values, attempt.sample.raw,
+                                attempt.sample.flags, round_no, position, attempt.failure)
+        progress.advance(min(time.monotonic() - started, scenario.estimate_s() / scenario.repetitions.min))
+        if attempt.failure:
+            progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({scenario.label}) is not a "
+                         f"valid sample:[/] {attempt.failure}")
+        self._settle(store, scenario)
 
-    def _repeat(self, store: Store, run_id: int, scenario: Scenario, ctx: WorkloadContext, stage: TunnelStage,
-                progress: Progressor) -> None:
-        """Every repetition still to measure, each stored the moment it is measured."""
-        background = None
-        if scenario.link.background:
-            background = BackgroundTraffic(ctx, scenario.link.background, seed=int(scenario.id[1:], 16))
-        for rep in self._repetitions(store, scenario):
-            problem = stage.health()
-            if problem:
-                raise TunnelError(f"tunnel died before repetition {rep}: {problem}")
-            rep_started = time.monotonic()
-            sample = measure(scenario, ctx, len(stage.tunnels), background)
-            store.record_repetition(run_id, scenario.id, rep, sample.values, sample.raw, sample.flags)
-            if rep <= scenario.repetitions.min:  # the estimate counted the minimum
-                progress.advance(time.monotonic() - rep_started)
+    def _settle(self, store: Store, scenario: Scenario) -> None:
+        """Mark a scenario failed, done or still running after a repetition."""
+        attempts = store.attempts(scenario.id)
+        if len(attempts) >= FAILURES_IN_A_ROW and all(attempts[-FAILURES_IN_A_ROW:]):
+            reason = f"{FAILURES_IN_A_ROW} repetitions in a row failed; the last: {attempts[-1]}"
+            store.set_status(scenario.id, "failed", reason)
+            self.failures.append((scenario, reason))
+            return
+        if self._needs_more(store, scenario):
+            return
+        store.set_status(scenario.id, "done")
         if scenario.repetitions.adaptive:
             met = self._target_met(store, scenario)
             store.set_ci_target_met(scenario.id, met)

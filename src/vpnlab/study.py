@@ -9,6 +9,8 @@ names the file, the field and what was expected.
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,11 +21,36 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_valid
 
 from .drivers import REGISTRY as DRIVERS
 from .errors import StudyError
-from .schema import Strict
+from .schema import Strict, socket_buffer_limit
 from .testbed.topology import MAX_LAYERS
 from .workloads import KINDS
 from .workloads.background import PRESETS as BACKGROUND_PRESETS
 from .workloads.background import Background
+
+MAX_FILE_BYTES = 1024 * 1024  # a study is a few KB: sweeps are lists, not copies
+MAX_SCENARIOS = 10_000        # counted from the sweeps' sizes before any is expanded
+MAX_DEPTH = 32                # YAML nesting; a study needs fewer than 10 levels
+
+
+class _TooDeep(yaml.composer.ComposerError):
+    pass
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.safe_load's loader with a nesting limit: PyYAML composes nodes recursively, and a
+    few thousand nested brackets would end in a RecursionError rather than a message."""
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise _TooDeep(None, None, f"nested more than {MAX_DEPTH} levels deep (a study needs fewer than 10)",
+                               self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 # --- links -----------------------------------------------------------------
@@ -158,7 +185,7 @@ class _StudyFile(Strict):
     topology: Literal["remote-access", "site-to-site"] = "remote-access"
     repetitions: RepetitionRule = Field(default_factory=lambda: RepetitionRule.fixed(3),
                                         description="a count, or {min, max, ci_target_pct}")
-    order: Literal["listed", "shuffled"] = "listed"
+    order: Literal["listed", "shuffled"] = "shuffled"   # within each round
     seed: int = 0
     vpns: list[dict[str, Any]] = Field(min_length=1)
 

@@ -23,12 +23,15 @@ def ensure_server(ctx: WorkloadContext) -> None:
     sink.wait_listening(PORT, proc, log)
 
 
+HUNG_AFTER_S = 5  # past its planned end (duration + omit), an iperf3 client is hung: end it
+
+
 def client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, str]:
     """Run one iperf3 client for `duration` seconds; its JSON and the raw text."""
     ensure_server(ctx)
-    argv = ["iperf3", "-c", ctx.bed.sink_ip, "-p", PORT, "-J", "--connect-timeout", 5000, *args]
+    argv = ["iperf3", "-c", ctx.bed.sink_ip, "-p", PORT, "-J", "--connect-timeout", 3000, *args]
     try:
-        proc = ctx.bed.source.run(argv, check=False, timeout=duration + 60)
+        proc = ctx.bed.source.run(argv, check=False, timeout=duration + HUNG_AFTER_S)
     except CommandError as exc:
         raise VpnlabError(f"iperf3 client hung: {exc}") from exc
     try:

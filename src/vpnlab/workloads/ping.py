@@ -66,7 +66,7 @@ class Ping(WorkloadKind):
     def run(self, options: PingOptions, ctx: WorkloadContext) -> Measurement:
         argv = ["ping", "-n", "-q", "-c", options.count, "-i", options.interval_s, "-s", options.size, "-W", 2,
                 ctx.bed.sink_ip]
-        proc = ctx.bed.source.run(argv, check=False, timeout=options.count * options.interval_s + 30)
+        proc = ctx.bed.source.run(argv, check=False, timeout=options.count * options.interval_s + 5)
         output = proc.stdout + proc.stderr
         measurement = Measurement(parse(output), output, "ping")
         if "rtt_avg_ms" not in measurement.values:

@@ -1,0 +1,121 @@
+"""One repetition of a scenario, start to end: testbed -> tunnel -> proof -> warm-up -> workload
+(watched) -> check -> teardown. Every repetition brings its own tunnel up, so tunnel set-up
+varies across repetitions as it does for users, and a tunnel that died cannot spoil the next.
+
+A repetition whose tunnel died, or stopped carrying packets, during the measurement is not a
+valid sample: it comes back with the reason and the daemons' log tails, and is stored as failed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import VpnlabError
+from .measure import Sample, measure
+from .testbed.state import RunState
+from .testbed.topology import Layout, Testbed
+from .tunnels import TunnelStage, bring_up, first_packet, prove_and_measure
+from .workloads.background import BackgroundTraffic
+from .workloads.base import WorkloadContext
+
+WATCH_INTERVAL_S = 0.3
+WARM_UP_PINGS = 10          # through the fresh tunnel before measuring: caches, keys, daemons awake
+CHECK_ATTEMPTS = 3          # after the measurement: does the tunnel still carry a packet?
+
+
+@dataclass
+class Attempt:
+    sample: Sample = field(default_factory=Sample)
+    failure: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def run_repetition(scenario, state: RunState, log_dir: Path) -> Attempt:
+    """Measure one repetition on a testbed of its own; everything it made is gone on return."""
+    attempt, bed, ctx, stage = Attempt(), None, None, TunnelStage()
+    try:
+        bed = Testbed.build(state, Layout.for_topology(scenario.topology, len(scenario.vpn.layers)),
+                            scenario.link, tag=f"{scenario.index}")
+        ctx = WorkloadContext(bed, log_dir)
+        bring_up(stage, bed, scenario, state, log_dir)
+        prove_and_measure(stage, bed, scenario, log_dir)
+        attempt.notes = stage.notes
+        warm_up(bed)
+        background = BackgroundTraffic(ctx, scenario.link.background, seed=int(scenario.id[1:], 16)) \
+            if scenario.link.background else None
+        with TunnelWatch(stage, bed, scenario.kind.needs(scenario.workload)) as watch:
+            try:
+                attempt.sample = measure(scenario, ctx, len(stage.tunnels), background)
+            except (VpnlabError, subprocess.SubprocessError) as exc:
+                attempt.failure = str(exc)
+        attempt.failure = watch.death or still_carrying(stage, bed) or attempt.failure
+        attempt.sample.values |= stage.values
+    except (VpnlabError, subprocess.SubprocessError) as exc:
+        attempt.failure = str(exc)
+    finally:
+        if ctx:
+            ctx.stop_services()
+        stage.down()
+        if bed:
+            bed.destroy()
+    return attempt
+
+
+def warm_up(bed: Testbed) -> None:
+    """A few packets through the fresh path, not stored: the first ones pay for caches and wake-ups."""
+    bed.source.run(["ping", "-n", "-q", "-c", WARM_UP_PINGS, "-i", "0.02", "-W", 1, bed.sink_ip], check=False,
+                   timeout=10)
+
+
+def still_carrying(stage: TunnelStage, bed: Testbed) -> str | None:
+    """None if every daemon runs and a packet still crosses end to end, else what is wrong."""
+    problem = stage.health()
+    if problem:
+        return f"the tunnel died during the measurement: {problem}"
+    if any(first_packet(bed, wait_s=1) for _ in range(CHECK_ATTEMPTS)):
+        return None
+    logs = "\n".join(t.logs() for t in stage.tunnels)
+    return "after the measurement no packet crossed end to end any more" + (f"\n{logs}" if logs else "")
+
+
+class TunnelWatch:
+    """While the workload runs, watch the tunnel's daemons; if one dies, end the workload's
+    client (our own process, in our source namespace) at once instead of letting it hang or
+    measure a dead tunnel, and say why."""
+
+    def __init__(self, stage: TunnelStage, bed: Testbed, clients: tuple[str, ...]):
+        self.stage, self.bed, self.clients = stage, bed, set(clients)
+        self.death: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        if self.stage.tunnels:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            problem = self.stage.health()
+            if problem:
+                self.death = f"the tunnel died during the measurement: {problem}"
+                self._end_clients()
+                return
+
+    def _end_clients(self) -> None:
+        out = subprocess.run(["ip", "netns", "pids", self.bed.source.namespace], capture_output=True, text=True)
+        for pid in map(int, out.stdout.split()):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() in self.clients:
+                    os.kill(pid, 15)
+            except (OSError, ValueError):
+                continue  # gone already

@@ -1,0 +1,97 @@
+"""Faults injected for real: a VPN daemon killed in the middle of a measurement."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+VPNLAB = [sys.executable, "-m", "vpnlab"]
+DAEMONS = {"wireguard-go", "openvpn", "charon", "openconnect"}   # each userspace data plane's daemon
+CLIENTS = {"iperf3": "-c", "ping": "40"}                        # the measuring clients (not the warm-up's ping)
+
+STUDY = """
+name: dying-daemons
+order: listed
+repetitions: 2
+vpns:
+  - {driver: wireguard, options: {implementation: wireguard-go}}
+  - {driver: openvpn}
+  - {driver: strongswan, options: {implementation: libipsec}}
+  - {driver: ocserv}
+links: [{rate_mbit: 100}]
+workloads:
+  - {kind: tcp, duration_s: 2, omit_s: 0}
+  - {kind: ping, count: 40, interval_s: 0.04}
+"""
+
+
+def _processes() -> list[tuple[int, str, list[str]]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                found.append((int(entry.name), (entry / "comm").read_text().strip(), argv))
+            except OSError:
+                continue
+    return found
+
+
+class Killer(threading.Thread):
+    """Kills each daemon once per kind of measurement, a second into it."""
+
+    def __init__(self, run: subprocess.Popen):
+        super().__init__(daemon=True)
+        self.run_proc, self.killed, self.done = run, set(), threading.Event()
+
+    def run(self):
+        while not self.done.is_set() and self.run_proc.poll() is None:
+            procs = _processes()
+            measuring = [c for _, name, argv in procs for c, mark in CLIENTS.items() if name == c and mark in argv]
+            daemons = [(pid, name) for pid, name, _ in procs if name in DAEMONS]
+            for client in measuring:
+                for pid, name in daemons:
+                    if (name, client) not in self.killed:
+                        time.sleep(1.0)
+                        os.kill(pid, signal.SIGKILL)   # a daemon of the run this test started
+                        self.killed.add((name, client))
+                        break
+            time.sleep(0.1)
+
+
+@pytest.mark.integration
+def test_a_daemon_killed_mid_measurement_fails_that_repetition_only(tmp_path, no_leftovers):
+    study = tmp_path / "s.yaml"
+    study.write_text(STUDY)
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = subprocess.Popen([*VPNLAB, "run", study, "--out", out, "--no-progress", "--backend", "netns"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killer = Killer(proc)
+    killer.start()
+    stdout, stderr = proc.communicate(timeout=900)
+    killer.done.set()
+    assert proc.returncode == 0, stderr
+    assert {name for name, _ in killer.killed} == DAEMONS, killer.killed
+    db = sqlite3.connect(out / "results.sqlite")
+    rows = db.execute("SELECT sc.vpn, sc.workload, sc.status, r.repetition, r.failure FROM repetitions r"
+                      " JOIN scenarios sc ON sc.id = r.scenario_id ORDER BY sc.idx, r.repetition").fetchall()
+    db.close()
+    failed = [(vpn, kind, failure) for vpn, kind, _, _, failure in rows if failure]
+    assert len(failed) == len(killer.killed), failed
+    for _, _, failure in failed:
+        assert "died during the measurement" in failure or "no packet crossed" in failure, failure
+    valid = {}
+    for vpn, kind, status, _, failure in rows:
+        assert status == "done", rows
+        valid[(vpn, kind)] = valid.get((vpn, kind), 0) + (not failure)
+    assert set(valid.values()) == {2}, valid          # the next repetitions, on a fresh tunnel, count
+    # no iperf3 or ping was left to hang: every repetition ended within seconds of its plan
+    assert time.monotonic() - started < 8 * 3 * 25
+    assert "not a valid sample" in stderr
