@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import conftest
 from hosts_harness import CONTROLLER_ADDRESS, lab  # noqa: F401  (lab is the fixture)
 from vpnlab import hosts
 from vpnlab.cli import app
@@ -45,25 +44,6 @@ ansible_ssh_private_key_file=/keys/lab
 """
 
 PATH = ManagementPath(controller_ip="203.0.113.5", host_ip="203.0.113.7", device="eth0")
-
-
-# Importing asyncssh looks for the optional liboqs with ctypes.util.find_library, which runs
-# ldconfig, then gcc and ld where they are installed: probes, not programs vpnlab needs (on a
-# machine without gcc and ld they are not run at all).
-LIBRARY_PROBES = {"ldconfig", "gcc", "ld"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def hosts_programs_declared():
-    """Bridge until vpnlab.tools.declared() collects vpnlab.hosts.TOOLS: the suite's check of
-    declared programs counts them (module scope, so it outlives the per-test check). The lab's
-    own programs (sshd, ssh-keygen, unshare, mount) are declared already."""
-    patch = pytest.MonkeyPatch()
-    declared = conftest._declared
-    ours = {t.command for t in hosts.TOOLS} | LIBRARY_PROBES
-    patch.setattr(conftest, "_declared", lambda: declared() | ours)
-    yield
-    patch.undo()
 
 
 def inventory(tmp_path, text, name="inventory.yml"):

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,12 @@ class Tool:
     version: tuple[str, ...] = ()   # argv that prints its version; empty: the package's version
     path: str = ""                  # where Debian installs it when that is not on PATH
     private: bool = False           # bootstrap.sh unpacks the package privately (it conflicts)
+    python: bool = False            # comes with vpnlab's Python dependencies (`package` names it there)
 
     @property
     def hint(self) -> str:
+        if self.python:
+            return f"pip install {self.package} (./bootstrap.sh installs it with vpnlab)"
         if self.private:
             return f"{self.package} (./bootstrap.sh unpacks it privately: it conflicts with other packages)"
         return f"apt-get install {self.package}"
@@ -55,10 +59,11 @@ BASE_PACKAGES = ("python3-venv", "ca-certificates")
 
 def declared(extra: tuple[Tool, ...] = ()) -> dict[str, Tool]:
     """Command -> declaration, over the testbed, the VM backend, every driver and workload kind."""
+    from . import hosts
     from .drivers import REGISTRY as DRIVERS
     from .workloads import KINDS, background
 
-    tools = [*CORE, *VM, *background.TOOLS, *extra]
+    tools = [*CORE, *VM, *background.TOOLS, *hosts.TOOLS, *extra]
     for driver in DRIVERS.values():
         tools += driver.tools
     for kind in KINDS.values():
@@ -72,6 +77,9 @@ def find(tool: Tool) -> str | None:
     path = shutil.which(tool.command)
     if path:
         return path
+    beside = Path(sys.executable).parent / tool.command  # installed with vpnlab, venv not activated
+    if tool.python and os.access(beside, os.X_OK):
+        return str(beside)
     if not tool.path:
         return None
     if os.access(tool.path, os.X_OK):
@@ -113,7 +121,7 @@ def packages(extra: tuple[Tool, ...] = ()) -> list[str]:
     those the drivers need without a program of their own (plugins, libraries)."""
     from .drivers import REGISTRY as DRIVERS
 
-    wanted = {t.package for t in declared(extra).values() if not t.private}
+    wanted = {t.package for t in declared(extra).values() if not (t.private or t.python)}
     wanted |= {p for driver in DRIVERS.values() for p in driver.packages}
     return sorted(wanted | set(BASE_PACKAGES))
 

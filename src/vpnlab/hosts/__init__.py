@@ -15,7 +15,7 @@ from ..tools import Tool
 # drivers' and workloads' own, installed there by `hosts prepare`. The Ansible programs come
 # with vpnlab's Python dependencies (ansible-core); Debian's package of that name has them too.
 TOOLS = (
-    Tool("ansible-inventory", "ansible-core", ("ansible-inventory", "--version")),
-    Tool("ansible-playbook", "ansible-core", ("ansible-playbook", "--version")),
+    Tool("ansible-inventory", "ansible-core", ("ansible-inventory", "--version"), python=True),
+    Tool("ansible-playbook", "ansible-core", ("ansible-playbook", "--version"), python=True),
     Tool("ssh", "openssh-client", ("ssh", "-V")), Tool("sftp", "openssh-client"),  # Ansible's connection
 )
