@@ -130,12 +130,18 @@ def test_run_show_export(tmp_path, no_leftovers):
     assert vpnlab("compare", out, tmp_path, check=False).returncode == 2
 
 
+def default_dispositions():
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start_run(study_text, tmp_path):
     study = tmp_path / "s.yaml"
     study.write_text(study_text)
     out = tmp_path / "out"
     proc = subprocess.Popen([*VPNLAB, "run", str(study), "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_dispositions)  # however the suite itself was started
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:

@@ -95,3 +95,84 @@ def test_a_daemon_killed_mid_measurement_fails_that_repetition_only(tmp_path, no
     # no iperf3 or ping was left to hang: every repetition ended within seconds of its plan
     assert time.monotonic() - started < 8 * 3 * 25
     assert "not a valid sample" in stderr
+
+
+def _default_dispositions():
+    """The child starts as from an interactive shell, however the suite itself was started."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+LONG = """
+name: long
+repetitions: 3
+vpns: [{driver: none}, {driver: wireguard}]
+links: [{rate_mbit: 50}]
+workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]
+"""
+
+
+def _start(tmp_path, preexec, prefix=()):
+    study = tmp_path / "s.yaml"
+    study.write_text(LONG)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*prefix, *VPNLAB, "run", study, "--out", out, "--no-progress", "--backend", "netns"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    return proc, out
+
+
+def _samples(out: Path) -> int:
+    try:
+        db = sqlite3.connect(out / "results.sqlite")
+        try:
+            return db.execute("SELECT count(*) FROM repetitions").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.OperationalError:
+        return 0
+
+
+@pytest.mark.integration
+def test_sighup_right_after_the_first_sample_ends_the_run_cleanly(tmp_path, no_leftovers):
+    proc, out = _start(tmp_path, _default_dispositions)
+    deadline = time.monotonic() + 120
+    while _samples(out) < 1 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 129, stderr
+    assert "--resume" in stderr
+    db = sqlite3.connect(out / "results.sqlite")
+    assert [r[0] for r in db.execute("SELECT status FROM runs")] == ["interrupted"]
+    db.close()
+
+
+@pytest.mark.integration
+def test_an_inherited_ignore_is_respected(tmp_path, no_leftovers):
+    def nohup():
+        _default_dispositions()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)   # what nohup does
+
+    proc, out = _start(tmp_path, nohup)
+    deadline = time.monotonic() + 120
+    while _samples(out) < 1 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(2)
+    assert proc.poll() is None, "SIGHUP ended a run started with SIGHUP ignored"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+
+
+@pytest.mark.integration
+def test_a_signal_during_the_capability_probe_leaves_nothing(tmp_path, no_leftovers):
+    for delay in (0.6, 0.9, 1.2):   # somewhere between start-up and the first testbed
+        proc, _ = _start(tmp_path, _default_dispositions)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode in (143, 0, 1), stderr
+        assert "Traceback" not in stderr
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert f"vlprobe{proc.pid}" not in names

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .testbed.state import NAMESPACE_PREFIX
+from .testbed.state import PROBE_PREFIX
 from .tools import declared, find, version
 
 FEATURES = {
@@ -57,7 +57,7 @@ def _ok(argv: list[str]) -> bool:
 
 def probe_kernel() -> dict[str, bool]:
     """Try each feature in a private namespace; the namespace is removed at once."""
-    ns = f"{NAMESPACE_PREFIX}probe{os.getpid()}"
+    ns = f"{PROBE_PREFIX}{os.getpid()}"  # `vpnlab clean` removes it if this process dies here
     features = {name: False for name in FEATURES}
     if not _ok(["ip", "netns", "add", ns]):
         return features

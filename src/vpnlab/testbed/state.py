@@ -155,12 +155,13 @@ class RunState:
         """Kill what still runs inside the namespace, then delete it."""
         if name not in self.namespaces:
             return
-        if Path(f"/run/netns/{name}").exists():
-            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
-            for pid in map(int, pids):
-                _signal(pid, signal.SIGKILL)
-                _reap(pid)
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+        for pid in map(int, pids):
+            _signal(pid, signal.SIGKILL)
+            _reap(pid)
+        # Whatever the namespace's state (an `ip netns add` cut short by a signal may have left
+        # only its mount point), delete it: a failure here means there was nothing to delete.
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
         self.namespaces.remove(name)
         self.save()
 
@@ -209,11 +210,25 @@ def stale_runs() -> list[RunState]:
     return found
 
 
+PROBE_PREFIX = f"{NAMESPACE_PREFIX}probe"  # capability probes: vlprobe<pid of the vpnlab that probes>
+
+
+def stale_probes() -> list[str]:
+    """Probe namespaces whose vpnlab is gone (killed while it probed the kernel)."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.startswith(PROBE_PREFIX)]
+    return [n for n in names if n[len(PROBE_PREFIX):].isdigit()
+            and process_start_time(int(n[len(PROBE_PREFIX):])) is None]
+
+
 def clean_stale_runs() -> list[str]:
-    """Tear down what crashed runs left behind; returns a line per run cleaned."""
+    """Tear down what crashed runs (and crashed capability probes) left behind; a line per run cleaned."""
     cleaned = []
     for state in stale_runs():
         cleaned.append(f"run {state.run_id}: {len(state.namespaces)} namespaces, "
                        f"{len(state.processes)} processes, {len(state.files) + len(state.dirs)} files")
         state.teardown()
+    for name in stale_probes():
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        cleaned.append(f"capability probe {name}")
     return cleaned
