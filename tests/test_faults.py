@@ -172,7 +172,9 @@ def test_a_signal_during_the_capability_probe_leaves_nothing(tmp_path, no_leftov
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
-        assert proc.returncode in (143, 0, 1), stderr
+        # -15: the signal came while Python was still starting, before vpnlab installed its
+        # handlers (the first thing it does) and so before it had created anything
+        assert proc.returncode in (143, -15), stderr
         assert "Traceback" not in stderr
         names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert f"vlprobe{proc.pid}" not in names
