@@ -1,10 +1,23 @@
-"""Statistics against known values, and the Jaha 2014 grades."""
+"""Summaries against known values and generated stores: intervals that fit the quantity, values
+judged against no VPN the way the registry says, and grades only where the data support one."""
 
 import math
 
+import numpy as np
 import pytest
 
-from vpnlab.analysis import describe, grade
+from vpnlab.analysis import describe, matched, relative_text, summarise
+from vpnlab.plan import make_plan
+from vpnlab.stats import band
+from vpnlab.store import Store
+from vpnlab.study import parse_study
+
+STUDY = """
+name: s
+repetitions: 5
+vpns: [{driver: none}, {driver: wireguard}]
+workloads: [{kind: ping}, {kind: tcp}, {kind: udp, rate_mbit: 10}]
+"""
 
 
 def test_describe_matches_textbook_t_interval():
@@ -24,7 +37,7 @@ def test_describe_single_value_has_no_interval():
     (65, "good"), (64.9, "acceptable"), (40, "acceptable"), (39, "weak"), (25, "weak"), (24.9, "very weak"),
 ])
 def test_throughput_grades(percent, expected):
-    assert grade("throughput_mbps", percent) == expected
+    assert band(percent / 100, "throughput") == expected
 
 
 @pytest.mark.parametrize("multiple,expected", [
@@ -32,9 +45,99 @@ def test_throughput_grades(percent, expected):
     (2.5, "acceptable"), (3, "weak"), (4, "weak"), (4.01, "very weak"),
 ])
 def test_latency_grades(multiple, expected):
-    assert grade("rtt_avg_ms", multiple) == expected
+    assert band(multiple, "latency") == expected
 
 
-def test_zero_baseline_loss_grades_by_presence():
-    assert grade("udp_loss_pct", 1.0) == "excellent"
-    assert grade("udp_loss_pct", math.inf) == "very weak"
+def generated_store(tmp_path, sample, rounds=5, study=STUDY):
+    """A store of a study whose repetition r of scenario s has the values sample(s, r), in rounds."""
+    plan = make_plan(parse_study(study))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=study)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario)
+    for round_no in range(1, rounds + 1):
+        for position, scenario in enumerate(plan.scenarios):
+            store.record_repetition(run, scenario.id, round_no, sample(scenario, round_no), {}, [], round_no,
+                                    position)
+    return store, {(s.kind.kind, "wireguard" in s.label): s.id for s in plan.scenarios}
+
+
+def typical(rng, baseline_rtt=0.08):
+    def sample(scenario, round_no):
+        vpn = "wireguard" in scenario.label
+        factor = rng.lognormal(0, 0.1)
+        return {"ping": {"rtt_avg_ms": (baseline_rtt * 10 if vpn else baseline_rtt) * factor, "ping_loss_pct": 0.0},
+                "tcp": {"throughput_mbps": (900 if vpn else 940) * rng.lognormal(0, 0.02),
+                        "cpu_busy_pct": rng.uniform(0, 2)},
+                "udp": {"throughput_mbps": 9.9, "udp_jitter_ms": rng.uniform(0, 0.02),
+                        "udp_loss_pct": rng.choice([0.0, 0.0, 0.1])}}[scenario.kind.kind]
+    return sample
+
+
+def by_metric(store, ids, kind, vpn):
+    return {s.metric: s for s in summarise(store)[ids[(kind, vpn)]]}
+
+
+def test_no_interval_of_a_positive_quantity_goes_below_zero(tmp_path):
+    rng = np.random.default_rng(3)
+    store, _ = generated_store(tmp_path, typical(rng), rounds=3)
+    rows = [s for sums in summarise(store).values() for s in sums]
+    assert rows and all(s.ci_low >= 0 for s in rows if not math.isnan(s.ci_low))
+    positive = [s for s in rows if s.metric in ("rtt_avg_ms", "throughput_mbps") and s.n >= 2]
+    assert positive and all("log scale" in s.method and s.ci_low > 0 for s in positive)
+
+
+def test_no_latency_grade_from_a_sub_millisecond_baseline(tmp_path):
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(4), baseline_rtt=0.08))
+    rtt = by_metric(store, ids, "ping", True)["rtt_avg_ms"]
+    assert rtt.grade == "" and "below the 1 ms floor" in rtt.grade_reason
+    assert rtt.added == pytest.approx(rtt.mean - by_metric(store, ids, "ping", False)["rtt_avg_ms"].mean)
+    assert rtt.added_low < rtt.added < rtt.added_high and "ms" in relative_text(rtt)
+
+
+def test_latency_from_a_baseline_above_the_floor_is_graded_as_a_multiple(tmp_path):
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(5), baseline_rtt=20.0))
+    rtt = by_metric(store, ids, "ping", True)["rtt_avg_ms"]
+    assert rtt.relative_kind == "x" and rtt.relative == pytest.approx(10, rel=0.2)
+    assert rtt.grade == "very weak" and rtt.rel_low < rtt.relative < rtt.rel_high
+
+
+def test_throughput_is_a_share_of_no_vpn_with_a_paired_interval_and_a_grade_range(tmp_path):
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(6)))
+    tput = by_metric(store, ids, "tcp", True)["throughput_mbps"]
+    assert tput.relative_kind == "%" and tput.rel_low < tput.relative < tput.rel_high
+    assert "paired t test on log(B/A) per round" in tput.rel_method
+    assert tput.grade in ("excellent", "very good - excellent")
+    assert tput.geometric_mean is not None and "geometric mean" in tput.method
+
+
+def test_loss_is_judged_in_points_and_not_graded(tmp_path):
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(7)))
+    loss = by_metric(store, ids, "udp", True)["udp_loss_pct"]
+    assert loss.relative_kind == "pp" and loss.grade == "" and "percentage points" in loss.grade_reason
+    assert not math.isinf(loss.relative)
+    ping_loss = by_metric(store, ids, "ping", True)["ping_loss_pct"]
+    assert ping_loss.ci_low == 0 and ping_loss.ci_high > 0          # no loss seen: 0 up to a bound, not "0 .. 0"
+
+
+def test_a_grade_needs_three_repetitions(tmp_path):
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(8)), rounds=2)
+    tput = by_metric(store, ids, "tcp", True)["throughput_mbps"]
+    assert tput.grade == "" and "n >= 3" in tput.grade_reason and tput.relative is not None
+
+
+def test_unmatched_rounds_fall_back_to_unpaired():
+    assert matched([(1, 1.0), (2, 2.0)], [(2, 4.0), (1, 3.0)]) == ([1.0, 2.0], [3.0, 4.0], True)
+    assert matched([(1, 1.0), (2, 2.0)], [(1, 3.0), (3, 4.0)])[2] is False
+    assert matched([(None, 1.0), (None, 2.0)], [(None, 3.0), (None, 4.0)])[2] is False
+
+
+def test_outliers_are_flagged_and_still_counted(tmp_path):
+    def sample(scenario, round_no):
+        spike = 5.0 if round_no == 4 else 1.0
+        return {"ping": {"rtt_avg_ms": 10 * spike + round_no * 0.01, "ping_loss_pct": 0.0},
+                "tcp": {"throughput_mbps": 900.0 + round_no}, "udp": {"throughput_mbps": 9.9}}[scenario.kind.kind]
+    store, ids = generated_store(tmp_path, sample, rounds=6)
+    rtt = by_metric(store, ids, "ping", False)["rtt_avg_ms"]
+    assert rtt.outliers == 1 and rtt.n == 6

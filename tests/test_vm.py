@@ -256,5 +256,5 @@ workloads: [{kind: ping, count: 20, interval_s: 0.05}]
         base.id: ("done", "host"), vpn.id: ("done", "vm"), twin.id: ("done", "vm")}
     assert rows[twin.id]["vpn_label"] == "none (in the VM)"
     rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
-    assert rtt[vpn.id].relative == pytest.approx(rtt[vpn.id].mean / rtt[twin.id].mean)
+    assert rtt[vpn.id].relative == pytest.approx(rtt[vpn.id].geometric_mean / rtt[twin.id].geometric_mean)
     store.close()

@@ -1,6 +1,6 @@
-"""Summaries of stored samples: n, mean, standard deviation, 95% CI, and the
-value relative to the no-VPN baseline measured on the same link and workload
-in the same results directory.
+"""Summaries of stored samples: per scenario and metric, n, mean, sd, the interval that fits the
+quantity, and the value against the no-VPN baseline measured on the same link and workload in the
+same place, judged the way the metric registry says and graded only where the data support a grade.
 """
 
 from __future__ import annotations
@@ -12,23 +12,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import metrics
+from .stats import (Interval, difference_ms, grade_range, interval, loss_interval, outlier_flags,
+                    paired_log_ratio, welch_log_ratio)
+from .stats.grades import DEFAULT_FLOOR_MS
+from .stats.intervals import LOG_T
 from .store import ScenarioRow, Store
 
-# Jaha 2014, section IV: six grades from % of the no-VPN value (throughput) ...
-PERCENT_GRADES = [(85, "excellent"), (75, "very good"), (65, "good"), (40, "acceptable"), (25, "weak"), (0, "very weak")]
-# ... and from multiples of it (RTT, jitter, loss), the inverted intervals.
-MULTIPLE_GRADES = [(1.176, "excellent"), (1.333, "very good"), (1.538, "good"), (2.5, "acceptable"), (4.0, "weak")]
-
-
-def grade(metric: str, relative: float) -> str:
-    """Grade a value relative to the baseline (a percentage or a multiple)."""
-    if metrics.get(metric).higher_is_better:
-        return next(name for bound, name in PERCENT_GRADES if relative >= bound)
-    return next((name for bound, name in MULTIPLE_GRADES if relative <= bound), "very weak")
+Paired = list[tuple[int | None, float]]   # (round, value) per repetition
 
 
 @dataclass
 class Summary:
+    """One scenario's metric. ci_low..ci_high is the 95% interval named by `method` (for a positive
+    quantity: of the geometric mean, on the log scale), nan when there is none (`interval_note` says
+    why). Against the baseline: `relative` is the share of it in % (metrics judged "share"), the
+    multiple of it (judged "added", whose judged value is `added`, in the unit) or the difference in
+    percentage points (judged "points"), with its interval rel_low..rel_high by `rel_method` (and
+    added_low..added_high by `added_method`). `grade`
+    is empty when the data do not support one; `grade_reason` then says why."""
+
     scenario_id: str
     metric: str
     unit: str
@@ -38,14 +40,26 @@ class Summary:
     ci_low: float
     ci_high: float
     flagged: int = 0
-    relative: float | None = None      # % of baseline (higher-is-better) or multiple of it
-    relative_kind: str = ""            # "%" or "x"
+    relative: float | None = None      # % of baseline, multiple of it, or percentage points
+    relative_kind: str = ""            # "%", "x" or "pp"
     grade: str = ""
+    method: str = ""
+    interval_note: str = ""
+    geometric_mean: float | None = None
+    rel_low: float | None = None
+    rel_high: float | None = None
+    rel_method: str = ""
+    added: float | None = None         # what the VPN adds over no VPN, in the unit, and its interval
+    added_low: float | None = None
+    added_high: float | None = None
+    added_method: str = ""
+    grade_reason: str = ""
+    outliers: int = 0                  # samples far from the rest (flagged, still counted)
 
     @property
     def ci_half_pct(self) -> float:
         """CI half-width as a percentage of the mean (how tight the estimate is)."""
-        if self.n < 2 or self.mean == 0:
+        if self.n < 2 or self.mean == 0 or math.isnan(self.ci_high):
             return math.inf
         return 100 * (self.ci_high - self.ci_low) / 2 / abs(self.mean)
 
@@ -55,6 +69,20 @@ def fmt(value: float | None, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def relative_text(s: Summary) -> str:
+    """The value against no VPN for people: '92.1% [90.3, 93.8]', '+0.71 ms [0.6, 0.8]' or '+0.2 pp'."""
+    if s.added is not None:
+        value, low, high, unit = s.added, s.added_low, s.added_high, f" {s.unit}"
+    elif s.relative is None:
+        return "-"
+    else:
+        value, low, high = s.relative, s.rel_low, s.rel_high
+        unit = {"%": "%", "pp": " pp"}.get(s.relative_kind, "x")
+    signed = s.relative_kind == "pp" or s.added is not None
+    interval_text = "" if low is None else f" [{fmt(low)}, {fmt(high)}]"
+    return f"{'+' if signed and value >= 0 else ''}{fmt(value)}{unit}{interval_text}"
 
 
 def describe(values: list[float]) -> tuple[int, float, float, float, float]:
@@ -75,11 +103,12 @@ def describe(values: list[float]) -> tuple[int, float, float, float, float]:
 
 def baseline_of(scenario: ScenarioRow, by_id: dict[str, ScenarioRow]) -> str | None:
     """The no-VPN scenario with the same topology, link and workload, measured in the same
-    place (this host or the VM): a ratio across the two would mostly measure emulation."""
+    place (this host or the VM): a ratio across the two would mostly measure emulation.
+    A failed baseline is no reference."""
     if scenario.is_baseline:
         return None
     for other in by_id.values():
-        if (other.is_baseline and other.topology == scenario.topology
+        if (other.is_baseline and other.status != "failed" and other.topology == scenario.topology
                 and other.link_label == scenario.link_label
                 and other.workload_params == scenario.workload_params
                 and other.measured_in == scenario.measured_in):
@@ -87,40 +116,110 @@ def baseline_of(scenario: ScenarioRow, by_id: dict[str, ScenarioRow]) -> str | N
     return None
 
 
-def summarise(store: Store) -> dict[str, list[Summary]]:
-    """Scenario id -> one Summary per metric."""
+def matched(a: Paired, b: Paired) -> tuple[list[float], list[float], bool]:
+    """The values of two scenarios, ordered by round and paired when both have one value in each of
+    the same rounds; otherwise all values, unpaired (the tests then fall back to Welch's)."""
+    rounds_a, rounds_b = dict(a), dict(b)
+    paired = (None not in rounds_a and len(rounds_a) == len(a) and len(rounds_b) == len(b)
+              and rounds_a.keys() == rounds_b.keys())
+    if paired:
+        order = sorted(rounds_a)
+        return [rounds_a[r] for r in order], [rounds_b[r] for r in order], True
+    return [v for _, v in a], [v for _, v in b], False
+
+
+def _interval(metric: metrics.Metric, values: list[float], scenario: ScenarioRow) -> Interval:
+    """Loss of a ping (whose packet count the workload states) by Korn and Graubard's interval with
+    the repetition as the unit; every other metric by the interval that fits the quantity."""
+    if metric.judged == "points" and len(values) >= 2 and "count" in scenario.params:
+        return loss_interval(values, scenario.params["count"])
+    return interval(values, positive=metric.positive)
+
+
+def _summary(sid: str, name: str, unit: str, values: list[float], flagged: int,
+             scenario: ScenarioRow) -> Summary:
+    metric = metrics.get(name)
+    data = np.asarray(values, dtype=float)
+    iv = _interval(metric, values, scenario)
+    nan = math.nan
+    return Summary(sid, name, unit, len(data), float(data.mean()),
+                   float(data.std(ddof=1)) if len(data) > 1 else nan,
+                   nan if iv.low is None else iv.low, nan if iv.high is None else iv.high, flagged,
+                   method=iv.method, interval_note=iv.note,
+                   geometric_mean=iv.estimate if iv.method == LOG_T else None,
+                   outliers=sum(outlier_flags(values)))
+
+
+def _ratio(a: list[float], b: list[float], paired: bool):
+    """B/A as a ratio of geometric means with the paired t interval by round (Welch's on logs when
+    unpaired), or None when a value is at or below zero."""
+    if not a or not b or min(a + b) <= 0:
+        return None
+    return paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
+
+
+def _grade(s: Summary, ratio, kind: str, n_base: int, baseline: float | None = None,
+           floor_ms: float = DEFAULT_FLOOR_MS) -> None:
+    """Jaha's band(s) of the ratio's interval (of the estimate when there is no interval)."""
+    if ratio is None:
+        s.grade_reason = "a value at or below zero: no ratio to the baseline to grade"
+        return
+    low, high = (ratio.low, ratio.high) if ratio.low is not None else (ratio.estimate, ratio.estimate)
+    result = grade_range(low, high, kind, s.n, n_base, baseline_ms=baseline, floor_ms=floor_ms)
+    s.grade, s.grade_reason = result.grade or "", result.reason
+
+
+def _judge(s: Summary, base: Summary, a: list[float], b: list[float], paired: bool, floor_ms: float) -> None:
+    """Fill in s against its baseline the way the registry judges the metric: throughput as a share
+    (ratio of geometric means, graded as such); latency and jitter by the ms the VPN adds (paired
+    difference), graded as multiples only from a baseline at or above the floor; loss by the
+    difference in percentage points, not graded (multiples of a near-zero loss grade noise)."""
+    metric = metrics.get(s.metric)
+    if metric.judged in ("added", "points"):
+        diff = difference_ms(a, b, paired=paired)
+        low, high = diff.low, diff.high
+        if metric.judged == "points":
+            s.relative, s.relative_kind, s.rel_low, s.rel_high = diff.estimate, "pp", low, high
+            s.rel_method = f"{diff.method}, in percentage points"
+            s.grade_reason = "loss is judged in percentage points, which Jaha's multiples do not grade"
+            return
+        s.added, s.added_low, s.added_high, s.added_method = diff.estimate, low, high, diff.method
+    ratio = _ratio(a, b, paired)
+    if ratio is not None:
+        scale = 100 if metric.judged == "share" else 1
+        s.relative, s.relative_kind = scale * ratio.estimate, "%" if scale == 100 else "x"
+        if ratio.low is not None:
+            s.rel_low, s.rel_high = scale * ratio.low, scale * ratio.high
+        s.rel_method = ratio.method
+    if metric.graded:
+        kind = "throughput" if metric.judged == "share" else "latency"
+        _grade(s, ratio, kind, base.n, base.mean if kind == "latency" else None, floor_ms)
+
+
+def summarise(store: Store, floor_ms: float = DEFAULT_FLOOR_MS) -> dict[str, list[Summary]]:
+    """Scenario id -> one Summary per metric, from valid samples only; metrics the registry judges
+    are set against the scenario's baseline (floor_ms: the smallest baseline latency graded)."""
     scenarios = {row.id: row for row in store.scenarios()}
-    values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    values: dict[tuple[str, str], Paired] = defaultdict(list)
     units: dict[str, str] = {}
     flagged: dict[tuple[str, str], int] = defaultdict(int)
     for row in store.samples():
         key = (row.scenario_id, row.metric)
-        values[key].append(row.value)
+        values[key].append((row.round, row.value))
         units[row.metric] = row.unit
-        if row.flags:
-            flagged[key] += 1
+        flagged[key] += bool(row.flags)
     out: dict[str, list[Summary]] = defaultdict(list)
-    for (sid, metric), vals in sorted(values.items()):
-        n, mean, sd, low, high = describe(vals)
-        out[sid].append(Summary(sid, metric, units[metric], n, mean, sd, low, high, flagged[(sid, metric)]))
-    means = {(s.scenario_id, s.metric): s.mean for sums in out.values() for s in sums}
-    for sid, sums in out.items():
+    for (sid, name), pairs in sorted(values.items()):
+        summary = _summary(sid, name, units[name], [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
+        out[sid].append(summary)
+    stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
+    for (sid, name), s in stat.items():
+        if not metrics.get(name).judged or scenarios[sid].is_baseline:
+            continue
         base = baseline_of(scenarios[sid], scenarios)
-        for s in sums:
-            ref = means.get((base, s.metric)) if base else None
-            if ref is None:
-                continue
-            metric = metrics.get(s.metric)
-            if ref == 0:
-                if metric.graded and not metric.higher_is_better:
-                    # no loss without a VPN: none with it is as good (1x), any is infinitely worse
-                    s.relative, s.relative_kind = (1.0 if s.mean == 0 else math.inf), "x"
-                    s.grade = grade(s.metric, s.relative)
-                continue
-            if metric.higher_is_better:
-                s.relative, s.relative_kind = 100 * s.mean / ref, "%"
-            else:
-                s.relative, s.relative_kind = s.mean / ref, "x"
-            if metric.graded:
-                s.grade = grade(s.metric, s.relative)
+        if (base, name) not in stat:
+            s.grade_reason = "no valid no-VPN baseline measured in the same place"
+            continue
+        a, b, paired = matched(values[(base, name)], values[(sid, name)])
+        _judge(s, stat[(base, name)], a, b, paired, floor_ms)
     return out

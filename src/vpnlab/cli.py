@@ -184,7 +184,7 @@ def _print_plan(plan) -> None:
 
 def _show(directory: Path) -> None:
     from . import metrics
-    from .analysis import summarise
+    from .analysis import relative_text, summarise
     from .store import Store
 
     store = Store.open_dir(directory)
@@ -209,11 +209,11 @@ def _show(directory: Path) -> None:
         for s in by_metric.values():
             if metrics.get(s.metric).level == "tunnel":
                 continue
-            ci = f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}" if s.n > 1 else "-"
-            rel = "-" if s.relative is None else (
-                f"{s.relative:.1f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x")
+            ci = "-" if math.isnan(s.ci_low) else f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}"
             flag = f" ({s.flagged} flagged)" if s.flagged else ""
-            table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, rel, s.grade + flag)
+            flag += f" ({s.outliers} outlier{'s' if s.outliers > 1 else ''}, counted)" if s.outliers else ""
+            table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, relative_text(s),
+                          (s.grade or ("-" if s.grade_reason else "")) + flag)
         out.print(table)
         tunnel = [f"implementation {sc.implementation}"]
         if "setup_s" in by_metric:

@@ -55,7 +55,8 @@ def rows(store: Store) -> list[dict]:
 
 
 def summary_rows(store: Store) -> list[dict]:
-    """One row per scenario and metric: n, mean, sd, 95% CI, relative to no VPN, grade."""
+    """One row per scenario and metric: n, mean, sd, 95% CI and its method, the value against no VPN
+    with its interval, grade (or why there is none), outliers flagged."""
     scenarios = {s.id: s for s in store.scenarios()}
     out = []
     for sid, summaries in summarise(store).items():
@@ -70,6 +71,10 @@ def summary_rows(store: Store) -> list[dict]:
                 "relative_kind": s.relative_kind, "grade": s.grade, "flagged": s.flagged,
                 "repetition_rule": sc.repetition_rule, "ci_target_met": sc.ci_target_met,
                 "link_label": sc.link_label, "workload_label": sc.workload_label,
+                "method": s.method, "interval_note": s.interval_note, "geometric_mean": s.geometric_mean,
+                "relative_low": s.rel_low, "relative_high": s.rel_high, "relative_method": s.rel_method,
+                "added": s.added, "added_low": s.added_low, "added_high": s.added_high,
+                "added_method": s.added_method, "grade_reason": s.grade_reason, "outliers": s.outliers,
             })
     return out
 

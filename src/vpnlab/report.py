@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
 from . import metrics  # noqa: E402
-from .analysis import Summary, fmt, summarise  # noqa: E402
+from .analysis import Summary, fmt, relative_text, summarise  # noqa: E402
 from .compare import study_comparisons  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
@@ -101,18 +101,27 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and doctype: inline SVG
 
 
+def _whiskers(summaries: list[Summary]) -> tuple[list[float], list[list[float]]]:
+    """The estimate each interval is of (the geometric mean on the log scale, else the mean) and the
+    interval's distances below and above it (asymmetric on the log scale)."""
+    centres = [s.mean if s.geometric_mean is None else s.geometric_mean for s in summaries]
+    below = [0 if math.isnan(s.ci_low) else max(0.0, c - s.ci_low) for c, s in zip(centres, summaries)]
+    above = [0 if math.isnan(s.ci_high) else max(0.0, s.ci_high - c) for c, s in zip(centres, summaries)]
+    return centres, [below, above]
+
+
 def _bar_figure(title: str, unit: str, rows: list[tuple[ScenarioRow, Summary]]) -> Figure:
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.2))
     labels = [sc.shown for sc, _ in rows]
-    means = [s.mean for _, s in rows]
-    errors = [0 if math.isnan(s.ci_high) else (s.ci_high - s.ci_low) / 2 for _, s in rows]
+    means, errors = _whiskers([s for _, s in rows])
     colours = ["#888888" if sc.is_baseline else "#3b6ea8" for sc, _ in rows]
     ax.barh(labels, means, xerr=errors, color=colours, capsize=3)
     ax.invert_yaxis()
     ax.set_xlabel(unit)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return Figure(title, _svg(fig), "bars: mean; whiskers: 95% confidence interval; grey: no VPN")
+    return Figure(title, _svg(fig), "bars: geometric mean (mean where a value is zero); whiskers: its 95% "
+                                    "confidence interval; grey: no VPN")
 
 
 def _sweep_figure(title: str, param: str, metric: str, unit: str,
@@ -121,8 +130,7 @@ def _sweep_figure(title: str, param: str, metric: str, unit: str,
     for sc, points in sorted(lines.items(), key=lambda kv: kv[0].shown):
         points.sort(key=lambda p: p[0])
         xs = [x for x, _ in points]
-        ys = [s.mean for _, s in points]
-        errs = [0 if math.isnan(s.ci_high) else (s.ci_high - s.ci_low) / 2 for _, s in points]
+        ys, errs = _whiskers([s for _, s in points])
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=sc.shown,
                     linestyle="--" if sc.is_baseline else "-")
     ax.set_xlabel(param)
@@ -130,7 +138,8 @@ def _sweep_figure(title: str, param: str, metric: str, unit: str,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
-    return Figure(title, _svg(fig), "points: mean; whiskers: 95% confidence interval")
+    return Figure(title, _svg(fig), "points: geometric mean (mean where a value is zero); whiskers: its 95% "
+                                    "confidence interval")
 
 
 def build(directory: Path) -> Report:
@@ -203,12 +212,14 @@ def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
                 s = stat.get((sc.id, metric)) if sc else None
                 if sc and sc.status == "failed":
                     cells.append(Cell("failed", warn=sc.failure[:200]))
-                elif s is None or s.relative is None:
-                    cells.append(Cell("-"))
+                elif s is None or relative_text(s) == "-":
+                    cells.append(Cell("-", warn=s.grade_reason if s else ""))
                 else:
-                    text = f"{s.relative:.0f}%" if s.relative_kind == "%" else f"{s.relative:.2f}x"
-                    cells.append(Cell(f"{text} ({s.grade})" if s.grade else text, colour=GRADE_COLOURS.get(s.grade, ""),
-                                      warn=trust(s), css="dark" if s.grade in DARK_GRADES else ""))
+                    text = relative_text(s)
+                    worse = s.grade.split(" - ")[0]  # a range is coloured by its worse end
+                    cells.append(Cell(f"{text} ({s.grade})" if s.grade else text, colour=GRADE_COLOURS.get(worse, ""),
+                                      warn=", ".join(filter(None, [trust(s), s.grade_reason])),
+                                      css="dark" if worse in DARK_GRADES else ""))
             measured_in_vm = any(s.vpn_label == vpn and s.link_label == link and s.measured_in == "vm"
                                  for s in scenarios)
             rows.append((f"{vpn} (in the VM, vs no VPN in the VM)" if measured_in_vm else vpn, cells))
