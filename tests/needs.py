@@ -8,6 +8,7 @@ TOOLS = (
     Tool("nft", "nftables"),              # the default namespace's firewall, before and after a run
     Tool("chromium", "chromium"),         # the HTML report, opened in a real browser
     Tool("ps", "procps"), Tool("pgrep", "procps"), Tool("kill", "procps"),
-    Tool("sleep", "coreutils"), Tool("true", "coreutils"), Tool("touch", "coreutils"), Tool("uname", "coreutils"),
+    Tool("yes", "coreutils"), Tool("sleep", "coreutils"), Tool("true", "coreutils"), Tool("touch", "coreutils"), Tool("uname", "coreutils"),
     Tool("unshare", "util-linux"), Tool("ssh", "openssh-client"),   # the real-hosts harness
+    Tool("mount", "mount"), Tool("umount", "mount"),                 # a small tmpfs that fills up (results dir)
 )

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from vpnlab.cpu import CpuMeter
+from vpnlab.cpu import SATURATED_PCT, CpuMeter
 
 pytestmark = pytest.mark.integration
 
@@ -39,3 +39,20 @@ def test_daemon_cpu_rises_with_load(namespace):
 def test_baseline_has_no_daemon_figures():
     values, flags = CpuMeter([], []).finish(None)
     assert "cpu_vpn_client_pct" not in values and "cpu_kernel_pct" in values
+
+
+def test_one_busy_thread_is_named_as_the_bound(namespace):
+    """One daemon thread at 100% of one core bounds throughput while the machine may look half idle."""
+    meter = CpuMeter([namespace], [])
+    daemon = subprocess.Popen(["ip", "netns", "exec", namespace, "yes"], stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run(["sleep", "1"])
+        values, flags = meter.finish(None)
+    finally:
+        daemon.kill()
+        daemon.wait()
+    # `yes` is one thread: it is the whole daemon's CPU (on a shared machine it may get less than a core)
+    assert values["cpu_busiest_thread_pct"] == pytest.approx(values["cpu_vpn_client_pct"], rel=0.1), values
+    named = any(f.startswith("thread yes/yes at") for f in flags)
+    assert named == (values["cpu_busiest_thread_pct"] > SATURATED_PCT), (values, flags)
+    assert values["cpu_busiest_core_pct"] >= values["cpu_busy_pct"] - 1

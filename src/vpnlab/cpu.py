@@ -6,8 +6,10 @@
 - The kernel's share, from /proc/stat: system, irq and softirq time on all CPUs.
   Kernel data planes (kernel WireGuard, ESP, PPP) and the TUN path of userspace
   ones do their work there; all traffic on the machine is the test's own.
-- CPU-seconds per gigabyte carried, and whether the machine was saturated, in
-  which case throughput is a bound set by this CPU and the sample is flagged.
+- CPU-seconds per gigabyte carried, and whether something was saturated, in which case
+  throughput is a bound set by this CPU and the sample is flagged with what bounded it: the
+  whole machine, one core (often its softirq: the usual case is one core at 100% while the
+  machine looks half idle), or one thread of a VPN daemon (a userspace data plane is one thread).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ METRICS = (
             False, level="cpu", producers=_ALL),
     declare("cpu_s_per_gb", "s/GB", "daemon plus kernel CPU-seconds per gigabyte carried", False, level="cpu",
             positive=True, producers="tcp, udp, transfer"),
+    declare("cpu_busiest_core_pct", "%", "busy share of the busiest core; above 90% the sample is flagged with "
+            "the core and its softirq share", False, level="cpu", producers=_ALL),
+    declare("cpu_busiest_thread_pct", "%", "the busiest thread of the VPN daemons, % of one core; above 90% the "
+            "sample is flagged with the daemon and thread", False, level="cpu", producers=_ALL),
 )
 
 
@@ -68,6 +74,39 @@ def _daemon_ticks(namespaces: list[str]) -> dict[int, int]:
     return ticks
 
 
+def _thread_ticks(pids) -> dict[tuple[int, int], tuple[str, int]]:
+    """(pid, tid) -> ("daemon/thread" names, user + system ticks) for every thread of these processes."""
+    ticks = {}
+    for pid in pids:
+        daemon = _process_ticks(pid)
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            ticks[(pid, tid)] = (f"{daemon[0] if daemon else '?'}/{name}", int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def _core_ticks() -> list[tuple[int, int, int]]:
+    """Per core: (busy, softirq, total) ticks."""
+    cores = []
+    for line in Path("/proc/stat").read_text().splitlines()[1:]:
+        if not (line.startswith("cpu") and line[3].isdigit()):
+            break
+        fields = [int(v) for v in line.split()[1:]]
+        user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+        total = sum(fields[:8])
+        cores.append((total - idle - iowait, softirq, total))
+    return cores
+
+
 def _machine_ticks() -> tuple[int, int, int]:
     """(kernel, busy, total) ticks over all CPUs."""
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -89,6 +128,8 @@ class CpuMeter:
         self._left = _daemon_ticks(self.left)
         self._right = _daemon_ticks(self.right)
         self._machine = _machine_ticks()
+        self._cores = _core_ticks()
+        self._threads = _thread_ticks([*self._left, *self._right])
 
     def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
         wall = time.monotonic() - self._start
@@ -111,7 +152,7 @@ class CpuMeter:
             values["cpu_vpn_gateway_pct"] = 100 * right_s / wall
         if bytes_carried:
             values["cpu_s_per_gb"] = (left_s + right_s + kernel_s) / (bytes_carried / 1e9)
-        flags = []
+        flags = self._bottlenecks(values, wall, {*left, *right})
         if values["cpu_busy_pct"] > SATURATED_PCT:
             if os.environ.get("VPNLAB_BACKEND") == "vm-tcg":
                 flags.append(f"cpu saturated in an emulated VM ({values['cpu_busy_pct']:.0f}% of all guest cores): "
@@ -120,3 +161,25 @@ class CpuMeter:
                 flags.append(f"cpu saturated ({values['cpu_busy_pct']:.0f}% of all cores): throughput is a bound "
                              "set by this machine, not by the VPN alone")
         return values, flags
+
+    def _bottlenecks(self, values: dict[str, float], wall: float, daemons: set[int]) -> list[str]:
+        """The busiest core and daemon thread, into `values`; a flag for each that was saturated."""
+        flags = []
+        cores = [(b - b0, si - si0, t - t0) for (b, si, t), (b0, si0, t0) in zip(_core_ticks(), self._cores)]
+        shares = [(100 * busy / total, 100 * soft / total, n) for n, (busy, soft, total) in enumerate(cores) if total]
+        if shares:
+            busy, soft, core = max(shares)
+            values["cpu_busiest_core_pct"] = busy
+            if busy > SATURATED_PCT:
+                flags.append(f"core {core} saturated ({busy:.0f}% busy, {soft:.0f}% in softirq): "
+                             "throughput is a bound set by that core")
+        after = _thread_ticks(daemons)  # a thread that appeared during the window started from zero
+        used = [(100 * (t - self._threads.get(key, (name, 0))[1]) / TICK / wall, name)
+                for key, (name, t) in after.items()]
+        if used:
+            share, name = max(used)
+            values["cpu_busiest_thread_pct"] = share
+            if share > SATURATED_PCT:
+                flags.append(f"thread {name} at {share:.0f}% of a core: throughput is a bound set by that "
+                             "single-threaded daemon")
+        return flags
