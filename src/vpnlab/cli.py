@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -47,8 +48,6 @@ def user_errors(func):
 
 
 def _need_root(what: str) -> None:
-    import os
-
     if os.geteuid() != 0:
         raise VpnlabError(f"{what} builds network namespaces and needs root: run it with sudo")
 
@@ -110,8 +109,8 @@ def run(
     plan = make_plan(loaded)
     if backend not in BACKENDS:
         raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    if dry_run:
-        _print_plan(plan)
+    if dry_run and os.geteuid() != 0:
+        _print_plan(plan, None)
         return
     _need_root("vpnlab run")
     caps, problems, in_vm = place(plan, backend)
@@ -123,6 +122,9 @@ def run(
     elif problems:
         raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems.values())
                           + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
+    if dry_run:  # exactly what the run would do: the same placement, twins and estimate
+        _print_plan(plan, in_vm)
+        return
     out_dir = out_dir or default_out_dir()
     err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
               f"{_duration(plan.estimate_s(in_vm))}; results in {out_dir}", highlight=False)
@@ -147,8 +149,8 @@ def _finish(out_dir: Path) -> None:
     from .store import Store
 
     try:
-        _show(out_dir)
-        out.print(f"results: {out_dir}\nreport:  {write_report(out_dir)}")
+        _compact(out_dir)
+        out.print(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {write_report(out_dir)}")
     except Interrupted as exc:
         store = Store.open_dir(out_dir)
         try:
@@ -160,6 +162,36 @@ def _finish(out_dir: Path) -> None:
         raise typer.Exit(exc.exit_code)
 
 
+def _compact(directory: Path) -> None:
+    """The end of a run at a glance: a row per VPN, a column per link and workload with the
+    workload's primary metric against no VPN (interval, grade where the data give one), failures."""
+    from .analysis import relative_text, summarise
+    from .store import Store
+    from .workloads import KINDS
+
+    store = Store.open_dir(directory)
+    try:
+        summaries, scenarios = summarise(store), store.scenarios()
+    finally:
+        store.close()
+    columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))
+    rows: dict[str, dict] = {}
+    for sc in scenarios:
+        row = rows.setdefault(sc.shown, {"failed": 0})
+        if sc.status == "failed":
+            row["failed"] += 1
+            row[(sc.link_label, sc.workload_label)] = "[red]failed[/]"
+            continue
+        primary = KINDS[sc.workload].primary if sc.workload in KINDS else None
+        s = next((x for x in summaries.get(sc.id, []) if x.metric == primary), None)
+        if s is not None:
+            text = f"{fmt(s.mean)} {s.unit}" if sc.is_baseline else relative_text(s)
+            row[(sc.link_label, sc.workload_label)] = text + (f" {s.grade}" if s.grade else "")
+    _table("against no VPN (primary metric of each workload; `vpnlab show` has every metric)",
+           ("vpn", *(f"{link} {workload}" for link, workload in columns), "failed"),
+           [(vpn, *(row.get(c, "-") for c in columns), str(row["failed"])) for vpn, row in rows.items()])
+
+
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
@@ -169,17 +201,22 @@ def _reps(rule) -> str:
     return f"{rule.min}..{rule.max} (CI {rule.ci_target_pct:g}%)" if rule.adaptive else str(rule.max)
 
 
-def _print_plan(plan) -> None:
+def _print_plan(plan, in_vm: set[str] | None) -> None:
+    """The plan as the run will carry it out; `in_vm` None: placement unknown (not root)."""
     table = Table(title=f"plan of study '{plan.study.name}' ({plan.study.topology})")
-    for col in ("#", "id", "vpn", "link", "workload", "reps", "est."):
+    for col in ("#", "id", "vpn", "link", "workload", "reps", "runs", "est."):
         table.add_column(col)
+    placed = in_vm or set()
     for s in plan.scenarios:
+        where = "?" if in_vm is None else ("VM" if s.id in placed else "here")
         table.add_row(str(s.index), s.id, s.vpn_label, s.link.label, s.workload.label,
-                      _reps(s.repetitions), _duration(s.estimate_s()))
+                      _reps(s.repetitions), where, _duration(s.estimate_s(s.id in placed)))
     out.print(table)
     adaptive = " (adaptive repetitions: at least)" if plan.study.repetitions.adaptive else ""
-    out.print(f"{len(plan.scenarios)} scenarios, estimated{adaptive} {_duration(plan.estimate_s())}. "
-              "Nothing was created.")
+    vm = f", {len(placed)} of them in a VM (its boot included)" if placed else ""
+    unknown = "; run as root to see which scenarios go to the VM" if in_vm is None else ""
+    out.print(f"{len(plan.scenarios)} scenarios{vm}, estimated{adaptive} {_duration(plan.estimate_s(placed))}"
+              f"{unknown}. Nothing was created.")
 
 
 def _show(directory: Path) -> None:
