@@ -9,17 +9,30 @@ from scipy import stats
 from vpnlab.compare import Comparison, compare, differs_in_one_thing, hedges_g, holm
 
 
-def test_welch_matches_the_textbook_formula():
+def test_unpaired_primary_test_is_welch_on_logs():
     a, b = [10.0, 11, 12, 13, 14], [12.0, 14, 16, 18, 20]
     result = compare(a, b)
-    va, vb, na, nb = np.var(a, ddof=1), np.var(b, ddof=1), 5, 5
-    t = (np.mean(b) - np.mean(a)) / math.sqrt(va / na + vb / nb)
+    la, lb = np.log(a), np.log(b)
+    va, vb, na, nb = np.var(la, ddof=1), np.var(lb, ddof=1), 5, 5
+    t = (np.mean(lb) - np.mean(la)) / math.sqrt(va / na + vb / nb)
     df = (va / na + vb / nb) ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
     assert result["welch_p"] == pytest.approx(2 * stats.t.sf(abs(t), df))
     assert result["welch_p_greater"] == pytest.approx(stats.t.sf(t, df))
     assert result["welch_p_greater"] + result["welch_p_less"] == pytest.approx(1)
-    assert result["relative_diff_pct"] == pytest.approx(100 * 4 / 12)  # means 12 and 16
-    assert result["rel_ci_low"] < 100 * 4 / 12 < result["rel_ci_high"]
+    ratio = stats.gmean(b) / stats.gmean(a)                           # ratio of geometric means
+    assert result["relative_diff_pct"] == pytest.approx(100 * (ratio - 1))
+    assert result["rel_ci_low"] < 100 * (ratio - 1) < result["rel_ci_high"]
+    assert "Welch" in result["method"] and not result["paired"]
+
+
+def test_paired_primary_test_is_the_paired_t_on_log_ratios_per_round():
+    a, b = [10.0, 20, 30, 40], [10.5, 21.4, 31.0, 42.5]
+    result = compare(a, b, paired=True)
+    d = np.log(b) - np.log(a)
+    t = d.mean() / (d.std(ddof=1) / 2)
+    assert result["welch_p"] == pytest.approx(2 * stats.t.sf(abs(t), 3))
+    assert result["welch_p"] < compare(a, b)["welch_p"]                # the round as a block
+    assert result["method"].startswith("paired t test on log(B/A) per round")
 
 
 def test_hedges_g_known_value():
@@ -31,6 +44,18 @@ def test_mann_whitney_on_separated_samples():
     result = compare([1, 2, 3, 4], [5, 6, 7, 8])
     assert result["mannwhitney_p"] == pytest.approx(stats.mannwhitneyu([5, 6, 7, 8], [1, 2, 3, 4]).pvalue)
     assert result["mannwhitney_p"] < 0.05
+    assert "secondary, uncorrected" in result["rank_test"]
+
+
+def test_a_rank_test_that_cannot_reach_significance_says_so():
+    result = compare([1.0, 2, 3], [5.0, 6, 7])
+    assert result["mannwhitney_p"] is None and "cannot reach 0.05" in result["rank_note"]
+
+
+def test_identical_samples_have_no_p():
+    result = compare([5.0, 5.0, 5.0], [5.0, 5.0, 5.0], paired=True)
+    assert result["welch_p"] is None and result["note"] == "identical samples"
+    assert result["welch_p_greater"] is None and result["welch_p_less"] is None
 
 
 def test_holm_correction():
@@ -52,3 +77,103 @@ def test_one_difference_pairs():
     assert differs_in_one_thing(base, {**base, "options": {"cipher": "BF-CBC", "compression": "off"}})
     assert not differs_in_one_thing(base, {**base, "options": {"cipher": "BF-CBC", "compression": "lzo"}})
     assert not differs_in_one_thing(base, {"driver": "wireguard", "profile": "default", "options": {}})
+
+
+STUDY = """
+name: s
+repetitions: 5
+vpns: [{driver: none}, {driver: wireguard}, {driver: openvpn}, {driver: openvpn, profile: fips}]
+workloads: [{kind: tcp}]
+"""
+SHARE = {"none": 1.0, "wireguard": 0.9, "openvpn aes-256-gcm udp": 0.6, "openvpn aes-256-gcm udp fips": 0.6}
+
+
+def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host"):
+    """A study's store whose VPNs carry share[label] of 900 Mbit/s, lognormal round to round."""
+    from vpnlab.plan import make_plan
+    from vpnlab.store import Store
+    from vpnlab.study import parse_study
+
+    rng = np.random.default_rng(seed)
+    plan = make_plan(parse_study(STUDY))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=STUDY)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario, measured_in)
+    for round_no in range(1, rounds + 1):
+        for position, scenario in enumerate(plan.scenarios):
+            value = 900 * share[scenario.label.split(" | ")[0]] * rng.lognormal(0, spread)
+            store.record_repetition(run, scenario.id, round_no, {"throughput_mbps": value}, {}, [], round_no,
+                                    position)
+    return store
+
+
+def test_the_holm_family_is_the_same_whatever_pair_selects(tmp_path):
+    from vpnlab.compare import comparison_family, study_comparisons
+
+    store = tcp_store(tmp_path)
+    family = {(c.a, c.b): c.holm_p for c in comparison_family(store)}
+    assert len(family) == 3                                     # every pair of VPN configurations
+    default = study_comparisons(store)
+    assert [(c.a, c.b) for c in default] == [("openvpn aes-256-gcm udp", "openvpn aes-256-gcm udp fips")]
+    for pairs in ([("wireguard", "openvpn aes-256-gcm udp")], [("openvpn aes-256-gcm udp fips", "wireguard")],
+                  [("wireguard", "openvpn aes-256-gcm udp"), ("openvpn aes-256-gcm udp", "openvpn aes-256-gcm udp fips")]):
+        chosen = study_comparisons(store, pairs)
+        assert len(chosen) == len(pairs)
+        assert all(c.holm_p == family[(c.a, c.b)] and c.in_family for c in chosen)
+    assert default[0].holm_p == family[(default[0].a, default[0].b)]
+
+
+def test_comparison_rows_name_their_scenarios(tmp_path):
+    from vpnlab.compare import study_comparisons
+
+    store = tcp_store(tmp_path)
+    c = study_comparisons(store)[0]
+    ids = {s.vpn_label: s.id for s in store.scenarios()}
+    assert (c.scenario_a, c.scenario_b) == (ids[c.a], ids[c.b]) and c.link_label and c.workload_label
+    assert c.paired and c.method.startswith("paired t test on log(B/A)")
+
+
+def test_a_pair_with_no_vpn_is_tested_outside_the_family(tmp_path):
+    from vpnlab.compare import study_comparisons
+
+    store = tcp_store(tmp_path)
+    (c,) = study_comparisons(store, [("none", "wireguard")])
+    assert not c.in_family and c.holm_p is None and not c.verdict
+
+
+def test_ahead_only_when_the_corrected_test_is_significant(tmp_path):
+    from vpnlab.compare import comparison_family
+
+    clear = comparison_family(tcp_store(tmp_path / "clear", seed=1))
+    wg = next(c for c in clear if c.a == "wireguard" and c.b == "openvpn aes-256-gcm udp")
+    assert wg.verdict == "behind" and wg.significant and "Holm-adjusted" in wg.verdict_text
+    ties = {"none": 1.0, "wireguard": 0.8, "openvpn aes-256-gcm udp": 0.8, "openvpn aes-256-gcm udp fips": 0.8}
+    verdicts = []
+    for seed in range(12):
+        for c in comparison_family(tcp_store(tmp_path / f"tie{seed}", share=ties, spread=0.05, seed=seed)):
+            verdicts.append(c.verdict)
+            assert c.verdict not in ("ahead", "behind") or (c.significant and abs(c.relative_diff_pct) > 2)
+    assert verdicts.count("ahead") + verdicts.count("behind") <= 0.05 * len(verdicts) + 1
+    assert "undecided" in verdicts
+
+
+def test_identical_samples_are_said_so_without_a_p(tmp_path):
+    from vpnlab.compare import study_comparisons
+
+    (c,) = study_comparisons(tcp_store(tmp_path, spread=0.0))
+    assert c.welch_p is None and c.note == "identical samples" and c.verdict == "identical" and not c.significant
+
+
+def test_compare_runs_never_pairs_the_vm_with_the_host(tmp_path):
+    from vpnlab.compare import compare_runs
+
+    host = tcp_store(tmp_path / "host", seed=1)
+    in_vm = tcp_store(tmp_path / "vm", seed=2, measured_in="vm")
+    assert compare_runs(host, in_vm) == []
+    again = tcp_store(tmp_path / "again", seed=3)
+    diffs = compare_runs(host, again)
+    assert len(diffs) == 4 and all(d.measured_in == "host" and d.result["holm_p"] is not None for d in diffs)
+    assert all("Welch" in d.result["method"] for d in diffs)

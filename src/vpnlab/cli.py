@@ -331,9 +331,9 @@ def compare_command(
     dir_b: Path = typer.Argument(..., help="results directory B"),
     html: Optional[Path] = typer.Option(None, "--html", help="also write the comparison as an HTML file"),
 ):
-    """Two runs side by side: the scenarios both have, B against A, with Welch's t-test,
-    Mann-Whitney U and a bootstrap CI of the difference, Holm-corrected."""
-    from .compare import compare_runs
+    """Two runs side by side: the scenarios both have (measured in the same place), B against A as a
+    ratio of geometric means with Welch's t test on logs, Holm-corrected; Mann-Whitney U secondary."""
+    from .compare import RUN_FOOTNOTES, RUN_HEADINGS, compare_runs, run_rows
     from .store import DB_NAME, Store
 
     for d in (dir_a, dir_b):
@@ -348,29 +348,18 @@ def compare_command(
     if not diffs:
         raise VpnlabError("the two runs have no scenario in common (same VPN, link and workload labels)")
     table = Table(title=f"B = {dir_b} against A = {dir_a}", box=box.SIMPLE_HEAD)
-    for col in ("vpn", "link", "workload", "metric", "mean A", "mean B", "B vs A [95% CI]", "Welch p", "MWU p",
-                "Holm p"):
+    for col in RUN_HEADINGS:
         table.add_column(col, justify="left" if col in ("vpn", "link", "workload", "metric") else "right")
-    rows = []
-    for d in diffs:
-        r = d.result
-        if r:
-            ci = "" if math.isnan(r["rel_ci_low"]) else f" [{r['rel_ci_low']:+.1f}, {r['rel_ci_high']:+.1f}]"
-            cells = [f"{r['relative_diff_pct']:+.1f}%{ci}", f"{r['welch_p']:.3g}", f"{r['mannwhitney_p']:.3g}",
-                     f"{r['holm_p']:.3g}" + (" *" if r["holm_p"] < 0.05 else "")]
-        else:
-            cells = ["(fewer than 2 repetitions)", "-", "-", "-"]
-        row = [d.vpn, d.link, d.workload, d.metric, fmt(d.mean_a), fmt(d.mean_b), *cells]
-        rows.append(row)
+    rows = run_rows(diffs)
+    for row in rows:
         table.add_row(*row)
     out.print(table)
-    out.print("* significant at 0.05 after Holm's correction")
+    for line in RUN_FOOTNOTES:
+        out.print(line, highlight=False)
     if html:
         from .report import render_table
 
-        html.write_text(render_table(f"vpnlab: {dir_b} against {dir_a}",
-                                     ["vpn", "link", "workload", "metric", "mean A", "mean B", "B vs A [95% CI]",
-                                      "Welch p", "Mann-Whitney p", "Holm p"], rows))
+        html.write_text(render_table(f"vpnlab: {dir_b} against {dir_a}", RUN_HEADINGS, rows))
         out.print(f"written {html}")
 
 
@@ -381,9 +370,10 @@ def stats(
     pair: Optional[list[str]] = typer.Option(None, "--pair", help="'LABEL A|LABEL B' to compare (repeatable); "
                                              "default: configurations of one driver that differ in one thing"),
 ):
-    """Compare configurations: Welch's t (two- and one-sided), Mann-Whitney U, Hedges' g, relative
-    difference with a bootstrap 95% CI, Holm-corrected across the study."""
-    from .compare import study_comparisons
+    """Compare configurations: the paired t test on log(B/A) per round (Welch on logs when unpaired),
+    Holm-corrected over every comparison the study defines whatever is printed, with a verdict
+    (ahead / equivalent / undecided); one-sided t and rank tests as secondary, uncorrected."""
+    from .compare import STUDY_HEADINGS, study_comparisons, study_footnotes, study_rows
     from .store import DB_NAME, Store
 
     if not (directory / DB_NAME).is_file():
@@ -405,19 +395,15 @@ def stats(
         out.print("no comparisons: they need two configurations of one driver that differ in one thing "
                   "(or --pair), each with at least two repetitions")
         return
-    table = Table(title="comparisons (B against A; p-values Holm-corrected across the study in 'Holm p')",
+    table = Table(title="comparisons (B against A; 'Holm p' corrected over the study's family)",
                   box=box.SIMPLE_HEAD)
-    for col in ("link", "workload", "metric", "A", "B", "n", "mean A", "mean B", "B vs A [95% CI]",
-                "Welch p", "p(B>A)", "p(B<A)", "MWU p", "Hedges g", "Holm p"):
-        table.add_column(col, justify="left" if col in ("link", "workload", "metric", "A", "B") else "right")
-    for c in comparisons:
-        ci = "" if math.isnan(c.rel_ci_low) else f" [{c.rel_ci_low:+.1f}, {c.rel_ci_high:+.1f}]"
-        holm_p = f"{c.holm_p:.3g}" + (" *" if c.significant else "")
-        table.add_row(c.link, c.workload, c.metric, c.a, c.b, f"{c.n_a}/{c.n_b}", fmt(c.mean_a), fmt(c.mean_b),
-                      f"{c.relative_diff_pct:+.1f}%{ci}", f"{c.welch_p:.3g}", f"{c.welch_p_greater:.3g}",
-                      f"{c.welch_p_less:.3g}", f"{c.mannwhitney_p:.3g}", fmt(c.hedges_g), holm_p)
+    for col in STUDY_HEADINGS:
+        table.add_column(col, justify="left" if col in ("link", "workload", "metric", "A", "B", "verdict") else "right")
+    for row in study_rows(comparisons):
+        table.add_row(*row)
     out.print(table)
-    out.print("* significant at 0.05 after Holm's correction")
+    for line in study_footnotes(comparisons):
+        out.print(line, highlight=False)
 
 
 @app.command()

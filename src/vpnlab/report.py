@@ -22,7 +22,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
 from . import metrics  # noqa: E402
 from .analysis import Summary, fmt, relative_text, summarise  # noqa: E402
-from .compare import study_comparisons  # noqa: E402
+from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
@@ -62,7 +62,10 @@ class Report:
     table_vi: dict = field(default_factory=dict)        # link -> (headings, rows)
     figures: list = field(default_factory=list)
     tunnel_rows: list = field(default_factory=list)
-    comparisons: list = field(default_factory=list)
+    comparisons: list = field(default_factory=list)      # the one-difference pairs, printed
+    comparison_rows: list = field(default_factory=list)
+    comparison_notes: list = field(default_factory=list)
+    comparison_headings: list = field(default_factory=lambda: STUDY_HEADINGS)
     recommendations: list = field(default_factory=list)
     implementations: list = field(default_factory=list)
     links: list = field(default_factory=list)
@@ -148,7 +151,7 @@ def build(directory: Path) -> Report:
         runs = store.runs()
         scenarios = store.scenarios()
         summaries = summarise(store)
-        comparisons = study_comparisons(store)
+        family = comparison_family(store)
         flags = _flag_lines(store)
         series = _interval_series(store, scenarios)
     finally:
@@ -170,7 +173,7 @@ def build(directory: Path) -> Report:
     _figures(report, scenarios, stat)
     _interval_figures(report, scenarios, series)
     _tunnels(report, scenarios, stat)
-    report.comparisons = comparisons
+    _comparisons(report, scenarios, family)
     _recommend(report, scenarios, stat)
     return report
 
@@ -317,6 +320,13 @@ def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
             "setup": fmt(first("setup_s").mean if first("setup_s") else None),
             "cpu_gb": fmt(gb.mean if gb else None), "cpu_gb_warn": trust(gb),
         })
+
+
+def _comparisons(report: Report, scenarios: list, family: list) -> None:
+    """The study's one-difference pairs, from the family every comparison is corrected in."""
+    report.comparisons = printed(family, scenarios)
+    report.comparison_rows = study_rows(report.comparisons)
+    report.comparison_notes = study_footnotes(report.comparisons)
 
 
 def _recommend(report: Report, scenarios: list, stat: dict) -> None:

@@ -89,7 +89,8 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
     significant = adjusted_p < alpha
     if significant and abs(math.log(ratio)) > math.log1p(threshold):
         word = "ahead" if (ratio > 1) == higher_is_better else "behind"
-        return Verdict(word, f"{b} is {word} of {a}: {_percent(ratio)} (Holm-adjusted p = {adjusted_p:.2g}).")
+        position = "ahead of" if word == "ahead" else "behind"
+        return Verdict(word, f"{b} is {position} {a}: {_percent(ratio)} (Holm-adjusted p = {adjusted_p:.2g}).")
     if equivalence.equivalent:
         return Verdict("equivalent", f"{b} and {a} are equivalent within {100 * equivalence.margin:g}% "
                        f"(TOST, {100 * equivalence.level:g}% interval of the ratio "
