@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .cpu import CpuMeter
 from .metrics import declare
+from .observers import observers_for
 from .testbed.topology import Testbed
 from .workloads.background import BackgroundTraffic
 from .workloads.base import WorkloadContext
@@ -25,13 +26,19 @@ class Sample:
 
 
 def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundTraffic | None) -> Sample:
-    """Run the workload once, with the CPU meter around it and the background beside it."""
+    """Run the workload once, with the CPU meter around it, the observers watching and the
+    background beside it."""
+    observers = observers_for(scenario.kind, ctx.bed, ctx.log_dir)
     if background:
         background.start()
     try:
+        for observer in observers:
+            observer.start()
         meter = CpuMeter(*tunnel_ends(ctx.bed, layers))
         measurement = scenario.kind.run(scenario.workload, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
+        for observer in observers:
+            cpu |= observer.finish(measurement.carried_bytes)
     finally:
         extra, account, extra_flags = background.stop() if background else ({}, "", [])
     sample = Sample(dict(measurement.values) | cpu | extra, {measurement.tool: measurement.raw},

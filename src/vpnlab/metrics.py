@@ -59,7 +59,7 @@ def declare(name: str, unit: str, meaning: str, higher_is_better: bool | None, *
 
 def all_metrics() -> dict[str, Metric]:
     """Every metric vpnlab can record (importing the producers declares theirs)."""
-    from . import cpu, measure, tunnels, workloads  # noqa: F401  (their metrics declare themselves)
+    from . import cpu, measure, observers, tunnels, workloads  # noqa: F401  (their metrics declare themselves)
     from .workloads import background  # noqa: F401
 
     return REGISTRY

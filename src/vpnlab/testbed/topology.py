@@ -183,8 +183,11 @@ class Testbed:
                     cmds.append(f"route add {tunnel_subnet(layer)} via {bed.address(n + 1, n)}")
             node.ip(*cmds)
         left, right = bed.wan_nodes
-        left.tc(*shape_commands(f"l{layout.wan}", link))
-        right.tc(*shape_commands(f"l{layout.wan}", link))
+        for node in (left, right):
+            # A wire carries frames of at most the MTU: no veth segmentation offload on the WAN, so
+            # its counters (and tbf) see the packets a real link would carry.
+            node.run(["ethtool", "-K", f"l{layout.wan}", "tso", "off", "gso", "off", "gro", "off"])
+            node.tc(*shape_commands(f"l{layout.wan}", link))
         return bed
 
     def destroy(self) -> None:

@@ -62,6 +62,7 @@ class WorkloadKind:
     graded: ClassVar[tuple[tuple[str, str], ...]] = ()   # Jaha's Table VI columns: (metric, heading)
     plotted: ClassVar[tuple[str, ...]] = ()      # metrics drawn along a swept option
     series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series
+    loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
 
     def needs(self, options: WorkloadOptions) -> tuple[str, ...]:
         """The programs this configuration runs (default: all the kind's)."""

@@ -169,6 +169,7 @@ class Transfer(WorkloadKind):
     tools = tuple(dict.fromkeys(t for tools in CLIENTS.values() for t in tools))
     metrics = METRICS
     primary = "transfer_s"
+    loads_path = True
     plotted = ("transfer_s",)
 
     def needs(self, options: TransferOptions) -> tuple[str, ...]:

@@ -59,6 +59,7 @@ class Udp(WorkloadKind):
     tools = iperf.TOOLS
     metrics = (THROUGHPUT, SENT, JITTER, LOSS)
     primary = "throughput_mbps"
+    loads_path = True
     graded = (("throughput_mbps", "UDP throughput"), ("udp_jitter_ms", "jitter"), ("udp_loss_pct", "loss"))
     plotted = ("throughput_mbps", "udp_jitter_ms", "udp_loss_pct")
 

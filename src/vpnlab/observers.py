@@ -1,0 +1,91 @@
+"""What is watched beside a workload while it runs, each observer with its own metrics: the
+frames and fragments that crossed the WAN (the small-business study read packet sizes, the FAVE
+thesis the bytes a 100 MB transfer really cost), and the round trip under load (the small-business
+study measured latency during its transfers; Flent's RRUL asks the same question).
+
+An observer starts right before the workload and finishes right after it; `OBSERVERS` lists them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from .metrics import declare
+from .testbed.topology import Testbed
+
+_ALL = "tcp, udp, ping, transfer"
+WAN_METRICS = (
+    declare("wan_avg_packet_bytes", "B", "mean size of the Ethernet frames that crossed the WAN, both directions",
+            None, producers=_ALL),
+    declare("wan_packets_per_s", "packets/s", "frames per second on the WAN, both directions", None, producers=_ALL),
+    declare("wan_bytes_per_byte", "B/B", "WAN frame bytes, both directions (headers, handshakes, acknowledgements "
+            "and retransmissions included), per byte of payload the workload carried", False, positive=True,
+            producers="tcp, udp, transfer"),
+    declare("wan_fragments", "count", "IP fragments the two WAN ends created: packets too big for the path MTU",
+            False, producers=_ALL),
+)
+RTT_UNDER_LOAD = declare("rtt_under_load_ms", "ms", "mean round-trip time of pings sent every 0.2 s while the "
+                         "workload loads the path (latency under load)", False, judged="added", positive=True,
+                         producers="tcp, udp, transfer")
+PING_INTERVAL_S = 0.2
+_REPLY = re.compile(r"time=([\d.]+) ms")
+
+
+class WanObserver:
+    """Frames, bytes and fragments at the two ends of the WAN link."""
+
+    def __init__(self, bed: Testbed, log_dir: Path):
+        self.bed = bed
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        self._counters = self.bed.wan_counters()
+        self._fragments = self._fragments_created()
+
+    def finish(self, carried_bytes: float | None) -> dict[str, float]:
+        wall = time.monotonic() - self._started
+        after = self.bed.wan_counters()
+        frames = sum(after[k] - self._counters[k] for k in ("tx_packets", "rx_packets"))
+        frame_bytes = sum(after[k] - self._counters[k] for k in ("tx_bytes", "rx_bytes"))
+        values = {"wan_packets_per_s": frames / wall, "wan_fragments": float(self._fragments_created() - self._fragments)}
+        if frames:
+            values["wan_avg_packet_bytes"] = frame_bytes / frames
+        if carried_bytes:
+            values["wan_bytes_per_byte"] = frame_bytes / carried_bytes
+        return values
+
+    def _fragments_created(self) -> int:
+        """IP fragments created so far in the two WAN ends' namespaces (/proc/net/snmp)."""
+        total = 0
+        for node in self.bed.wan_nodes:
+            header, numbers = [line.split() for line in node.run(["cat", "/proc/net/snmp"]).stdout.splitlines()
+                               if line.startswith("Ip:")][:2]
+            total += int(numbers[header.index("FragCreates")])
+        return total
+
+
+class LoadedRtt:
+    """Pings from the source to the sink beside a workload that loads the path."""
+
+    def __init__(self, bed: Testbed, log_dir: Path):
+        self.bed, self.log = bed, log_dir / "rtt-under-load.log"
+
+    def start(self) -> None:
+        self._proc = self.bed.source.spawn(["ping", "-n", "-i", PING_INTERVAL_S, "-W", 1, self.bed.sink_ip], self.log,
+                                           what="ping")
+
+    def finish(self, carried_bytes: float | None) -> dict[str, float]:
+        self.bed.source.stop(self._proc)
+        replies = [float(t) for t in _REPLY.findall(self.log.read_text(errors="replace"))]
+        return {"rtt_under_load_ms": sum(replies) / len(replies)} if replies else {}
+
+
+def observers_for(kind, bed: Testbed, log_dir: Path) -> list:
+    """The observers of a workload: every one watches the WAN; a kind that loads the path also
+    gets its round trip measured meanwhile."""
+    found = [WanObserver(bed, log_dir)]
+    if kind.loads_path:
+        found.append(LoadedRtt(bed, log_dir))
+    return found
