@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,16 +20,68 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)[bB]?\s*$")
 
 
 def parse_size(value: Any) -> int:
-    """'64K' -> 65536 (binary multiples, as iperf3 reads them)."""
-    if isinstance(value, bool):
+    """'64K' -> 65536 (binary multiples, as iperf3 reads them). A size is a whole number of bytes:
+    1.5K is 1536, but 1400.5 or 1.1M (1153433.6 bytes) are refused rather than truncated."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float):
+        number = value
+    elif isinstance(value, str):
+        match = _SIZE.match(value)
+        if not match:
+            raise ValueError(f"expected a size such as 65536, 64K or 1M, got {shorten(value)}")
+        digits, unit = match.groups()
+        number = float(digits) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit.lower()]
+    else:  # never str() a list or mapping here: YAML aliases can make one of a billion elements
         raise ValueError("expected a size such as 65536, 64K or 1M")
-    if isinstance(value, (int, float)):
-        return int(value)
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"expected a size such as 65536, 64K or 1M, got {value!r}")
-    number, unit = match.groups()
-    return int(float(number) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit.lower()])
+    if not math.isfinite(number) or not number.is_integer():
+        raise ValueError(f"expected a whole number of bytes, got {shorten(value)}")
+    return int(number)
+
+
+def shorten(value: Any, limit: int = 40) -> str:
+    """repr() of a scalar a user wrote, cut short for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def whole_seconds(value: Any) -> Any:
+    """Before-validator of a duration that iperf3 takes: it reads -t and -O as integers, so 2.9
+    would run as 2 and 0.5 as 0, which iperf3 takes as "run forever"."""
+    if isinstance(value, bool):
+        raise ValueError("expected a whole number of seconds, not true/false")
+    if isinstance(value, float) and not value.is_integer():
+        whole = f" (iperf3 would run {int(value)})" if math.isfinite(value) else ""
+        raise ValueError(f"expected a whole number of seconds: iperf3 takes integers, got {value:g}{whole}")
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value  # pydantic says what a number looks like
+        return whole_seconds(number)
+    return value
+
+
+# The largest socket buffer (iperf3 -w) the testbed asks for in a namespace: it writes
+# net.core.rmem_max and wmem_max there (testbed/topology.py).
+SOCKET_BUFFER_MAX = 64 * 1024 * 1024
+
+
+def socket_buffer_limit() -> int | None:
+    """The largest socket buffer a network namespace gets on this machine: the smaller of
+    net.core.rmem_max and wmem_max, which a new namespace takes from the host's. (Linux, up to
+    6.18 at least, does not let a namespace raise them: older kernels keep one global value,
+    newer ones show it read-only inside a namespace, so the testbed's sysctl changes nothing.)
+    Above it the kernel silently gives this much (with a 4M limit, iperf3 -w 6M gets what 4M
+    gets), and above twice it iperf3 fails: "socket buffer size not set correctly". None if
+    unreadable."""
+    limits = []
+    for key in ("rmem_max", "wmem_max"):
+        try:
+            limits.append(int(Path("/proc/sys/net/core", key).read_text()))
+        except (OSError, ValueError):
+            return None
+    return min(limits)
 
 
 Size = Annotated[int, Field(gt=0)]

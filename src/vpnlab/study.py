@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_valid
 
 from .drivers import REGISTRY as DRIVERS
 from .errors import StudyError
-from .schema import Strict, socket_buffer_limit
+from .schema import Strict, shorten, socket_buffer_limit
 from .testbed.topology import MAX_LAYERS
 from .workloads import KINDS
 from .workloads.background import PRESETS as BACKGROUND_PRESETS
@@ -40,17 +40,18 @@ class _Loader(yaml.SafeLoader):
     """yaml.safe_load's loader with a nesting limit: PyYAML composes nodes recursively, and a
     few thousand nested brackets would end in a RecursionError rather than a message."""
 
-    depth = 0
-
     def compose_node(self, parent, index):
-        self.depth += 1
+        path = self.__dict__.setdefault("path", [])  # where the node is: keys and list indices
+        path.append(f"[{index}]" if isinstance(index, int) else
+                    f".{index.value}" if isinstance(index, yaml.ScalarNode) else "" if index is None else ".?")
         try:
-            if self.depth > MAX_DEPTH:
-                raise _TooDeep(None, None, f"nested more than {MAX_DEPTH} levels deep (a study needs fewer than 10)",
-                               self.peek_event().start_mark)
+            if len(path) > MAX_DEPTH:
+                where = "".join(path[:6]).lstrip(".") + "..."
+                raise _TooDeep(None, None, f"{where}: nested more than {MAX_DEPTH} levels deep (a study needs "
+                                           f"fewer than 10)", self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:
-            self.depth -= 1
+            path.pop()
 
 
 # --- links -----------------------------------------------------------------
@@ -264,17 +265,21 @@ def _sweep_label(entry: dict, variant: dict) -> str:
     return ",".join(f"{k}={variant[k]}" for k in swept)
 
 
-def _build_vpn(entry: _VpnEntry, where: str, problems: list[str]) -> list[VpnConfig]:
+def _build_vpn(entry: _VpnEntry, where: str, problems: list[str], inner: bool = False) -> list[VpnConfig]:
     driver = DRIVERS.get(entry.driver)
     if driver is None:
         problems.append(f"{where}.driver: unknown VPN driver {entry.driver!r}; known: {', '.join(sorted(DRIVERS))}")
+        return []
+    if inner and driver.baseline:
+        problems.append(f"{where}.driver: '{entry.driver}' is the no-VPN baseline, not a tunnel to nest inside "
+                        f"another; leave 'inner' out to measure the outer VPN alone")
         return []
     inner_configs: list[VpnConfig | None] = [None]
     if entry.inner is not None:
         if driver.baseline:
             problems.append(f"{where}.inner: the '{entry.driver}' driver has no tunnel to nest another inside")
             return []
-        inner_configs = _build_vpn(entry.inner, where + ".inner", problems) or []
+        inner_configs = _build_vpn(entry.inner, where + ".inner", problems, inner=True) or []
     try:
         variants = expand_sweeps(entry.options)
     except ValueError as exc:
@@ -300,21 +305,82 @@ def _build_vpn(entry: _VpnEntry, where: str, problems: list[str]) -> list[VpnCon
     return configs
 
 
-def parse_study(text: str, source: str = "<study>") -> Study:
-    """Validate a study's YAML text; raise StudyError listing every problem."""
+def _sweeps(entry: Any) -> list[tuple[str, int]]:
+    """(field, number of values) of each sweep in a raw entry, read before anything is expanded."""
+    if not isinstance(entry, dict):
+        return []
+    return [(str(key), len(value)) for key, value in entry.items() if isinstance(value, list)]
+
+
+def _vpn_sweeps(entry: Any, prefix: str = "") -> list[tuple[str, int]]:
+    """The same for a VPN entry: the sweeps in its options, and in its inner tunnels' options."""
+    if not isinstance(entry, dict):
+        return []
+    options = entry.get("options")
+    found = [(f"{prefix}options.{key}", len(value)) for key, value in options.items()
+             if isinstance(value, list)] if isinstance(options, dict) else []
+    if prefix.count("inner.") <= MAX_LAYERS:  # deeper nesting is refused later; a YAML alias may even loop
+        found += _vpn_sweeps(entry.get("inner"), prefix + "inner.")
+    return found
+
+
+def _check_size(top: "_StudyFile", source: str) -> None:
+    """Refuse a plan of more than MAX_SCENARIOS scenarios from the sweeps' sizes alone: YAML
+    aliases let a few lines ask for billions of combinations."""
+    sections = {"vpns": [_vpn_sweeps(e) for e in top.vpns],
+                "links": [_sweeps(e) for e in top.links],
+                "workloads": [_sweeps(e) for e in top.workloads]}
+    entries = []  # (count, where, sweeps)
+    totals = {}
+    for section, sweeps in sections.items():
+        counts = [math.prod(max(n, 1) for _, n in s) for s in sweeps]
+        totals[section] = sum(counts)
+        entries += [(c, f"{section}[{i}]", s) for i, (c, s) in enumerate(zip(counts, sweeps)) if c > 1]
+    scenarios = math.prod(totals.values())
+    if scenarios <= MAX_SCENARIOS:
+        return
+    lines = [f"plan: {totals['vpns']:,} VPN configuration(s) x {totals['links']:,} link(s) x "
+             f"{totals['workloads']:,} workload(s) = {scenarios:,} scenarios, more than {MAX_SCENARIOS:,}; make the "
+             f"sweeps shorter or split the study"]
+    for count, where, sweeps in sorted(entries, key=lambda e: -e[0])[:3]:
+        lines.append(f"{where}: " + " x ".join(f"{name} ({n:,} values)" for name, n in sweeps) + f" = {count:,}")
+    raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(lines))
+
+
+def parse_study(text: str, source: str = "<study>", here: bool = False) -> Study:
+    """Validate a study's YAML text; raise StudyError listing every problem. `here`: the study
+    is to run on this machine, so refuse what this machine's kernel cannot give too."""
     try:
-        raw = yaml.safe_load(text)
+        return _parse(text, source, here)
+    except RecursionError as exc:  # the YAML loader limits nesting; this is a last resort
+        raise StudyError(f"{source}: nested too deeply to read") from exc
+
+
+def _parse(text: str, source: str, here: bool) -> Study:
+    if len(text) > MAX_FILE_BYTES:
+        raise StudyError(f"{source}: {len(text):,} characters, more than a study file may hold "
+                         f"({MAX_FILE_BYTES // 1024**2} MB); sweeps are lists, not copies")
+    try:
+        raw = yaml.load(text, Loader=_Loader)
+    except _TooDeep as exc:
+        raise StudyError(f"{source}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise StudyError(f"{source}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
-        raise StudyError(f"{source}: expected a mapping with name, vpns, links and workloads at the top level")
+        if raw is None:
+            found = "the file holds nothing (empty, or only comments)"
+        else:
+            found = "found a list" if isinstance(raw, list) else f"found the value {shorten(raw)}"
+        raise StudyError(f"{source}: (top level): expected a mapping with name, vpns, links and workloads; {found}")
     try:
         top = _StudyFile.model_validate(raw)
     except ValidationError as exc:
         raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(_errors(exc, ""))) from exc
+    _check_size(top, source)
 
     problems: list[str] = []
     vpns: list[VpnConfig] = []
+    vpn_where: list[str] = []
     for i, entry in enumerate(top.vpns):
         where = f"vpns[{i}]"
         try:
@@ -322,9 +388,11 @@ def parse_study(text: str, source: str = "<study>") -> Study:
         except ValidationError as exc:
             problems.extend(_errors(exc, where))
             continue
-        vpns.extend(_build_vpn(parsed, where, problems))
+        built = _build_vpn(parsed, where, problems)
+        vpns.extend(built)
+        vpn_where.extend([where] * len(built))
 
-    def expand(section: str, entries: list[dict], validate) -> list:
+    def expand(section: str, entries: list[dict], validate) -> list[tuple[str, Any]]:
         out = []
         for i, entry in enumerate(entries):
             where = f"{section}[{i}]"
@@ -335,21 +403,29 @@ def parse_study(text: str, source: str = "<study>") -> Study:
                 continue
             for variant in variants:
                 try:
-                    out.append(validate(variant))
+                    out.append((where, validate(variant)))
                 except ValidationError as exc:
                     problems.extend(_errors(exc, where, skip_tags=True))
                     break  # one report per entry is enough
         return out
 
-    links = expand("links", top.links, Link.model_validate)
-    workloads = expand("workloads", top.workloads, _workload_adapter.validate_python)
+    context = {"socket_buffer_max": socket_buffer_limit()} if here else None
+    links = [link for _, link in expand("links", top.links, Link.model_validate)]
+    placed = expand("workloads", top.workloads, lambda v: _workload_adapter.validate_python(v, context=context))
+    workloads = [workload for _, workload in placed]
 
     nesting = max((len(v.layers) for v in vpns), default=0)
     if nesting > MAX_LAYERS:
         problems.append(f"vpns: at most {MAX_LAYERS} tunnel layers (one VPN inside another)")
     if nesting > 1 and top.topology != "site-to-site":
         problems.append("topology: nested tunnels need topology 'site-to-site' (two gateway layers per side)")
+    # A scenario's id hashes its configuration, not its label: two entries that differ only in
+    # their labels would be measured once, as one scenario.
+    _check_distinct("the same configuration (driver, profile, options)",
+                    [(w, v.label, v.as_dict()) for w, v in zip(vpn_where, vpns)], problems)
     _check_unique("vpns", [v.label for v in vpns], problems)
+    _check_distinct("the same workload", [(w, x.label, x.model_dump(mode="json")) for w, x in placed],
+                    problems)
     _check_unique("links", [l.label for l in links], problems)
     if problems:
         raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(problems))
@@ -368,6 +444,22 @@ def parse_study(text: str, source: str = "<study>") -> Study:
     )
 
 
+def _check_distinct(same: str, items: list[tuple[str, str, dict]], problems: list[str]) -> None:
+    """Refuse two entries (where, label, configuration) of one configuration."""
+    first: dict[str, tuple[str, str]] = {}
+    for where, label, config in items:
+        key = json.dumps(config, sort_keys=True)
+        if key not in first:
+            first[key] = (where, label)
+            continue
+        other, other_label = first[key]
+        if other == where:
+            problems.append(f"{where}: its sweeps give {same} twice ({label!r}); both would be one scenario")
+        else:
+            problems.append(f"{where} ({label!r}) and {other} ({other_label!r}) are {same}, so they would be "
+                            f"one scenario; remove one or make them differ")
+
+
 def _check_unique(section: str, labels: list[str], problems: list[str]) -> None:
     seen = set()
     for label in labels:
@@ -377,12 +469,24 @@ def _check_unique(section: str, labels: list[str], problems: list[str]) -> None:
 
 
 def load_study(path: str | Path) -> Study:
+    """A study file to run on this machine: at most MAX_FILE_BYTES of UTF-8 YAML."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise StudyError(f"{path}: cannot read study file: {exc.strerror}") from exc
-    return parse_study(text, str(path))
+    if len(data) > MAX_FILE_BYTES:
+        raise StudyError(f"{path}: more than {MAX_FILE_BYTES // 1024**2} MB, refused before reading it as YAML "
+                         f"(a study is a few KB: sweeps are lists, not copies)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)
+        raise StudyError(f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}; "
+                         f"save the file as UTF-8") from exc
+    return parse_study(text, str(path), here=True)
 
 
 def builtin_studies() -> dict[str, str]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from ..metrics import declare
-from ..schema import Size, human_size, parse_size
+from ..schema import SOCKET_BUFFER_MAX, Size, human_size, parse_size, whole_seconds
 from . import iperf
 from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
@@ -23,16 +23,41 @@ class TcpOptions(WorkloadOptions):
     """iperf3 TCP bulk transfer."""
 
     kind: Literal["tcp"] = "tcp"
-    duration_s: float = Field(10, gt=0, le=3600)
-    omit_s: float = Field(1, ge=0, le=600, description="warm-up seconds left out of the result")
-    window: Size | None = Field(None, description="socket buffer (iperf3 -w); the namespace limits are raised to allow it")
+    # float, not int: a scenario's id hashes the dumped options (10.0), and old runs resume by it
+    duration_s: float = Field(10, ge=1, le=3600, description="whole seconds (iperf3 -t)")
+    omit_s: float = Field(1, ge=0, le=60, description="warm-up seconds left out of the result (iperf3 -O: "
+                                                     "whole seconds, at most 60)")
+    window: Size | None = Field(None, description="socket buffer (iperf3 -w), at most 64M and this machine's "
+                                "net.core.rmem_max and wmem_max")
     streams: int = Field(1, ge=1, le=128)
     reverse: bool = Field(False, description="server sends, client receives")
+
+    @field_validator("duration_s", "omit_s", mode="before")
+    @classmethod
+    def whole(cls, value):
+        return whole_seconds(value)
 
     @field_validator("window", mode="before")
     @classmethod
     def parse_window(cls, value):
         return None if value is None else parse_size(value)
+
+    @field_validator("window")
+    @classmethod
+    def window_given(cls, value, info: ValidationInfo):
+        """At most what the testbed asks a namespace for; with context {"socket_buffer_max": n}
+        (a study loaded to run here), at most what this kernel gives (schema.socket_buffer_limit)."""
+        if value is not None and value > SOCKET_BUFFER_MAX:
+            raise ValueError(f"{human_size(value)} is more than {human_size(SOCKET_BUFFER_MAX)}, the largest socket "
+                             f"buffer the testbed asks a namespace for")
+        limit = (info.context or {}).get("socket_buffer_max")
+        if value is not None and limit and value > limit:
+            raise ValueError(f"{human_size(value)} is more than this machine gives a socket: net.core.rmem_max/"
+                             f"wmem_max allow {human_size(limit)} (a network namespace takes the host's limits, "
+                             f"and this kernel does not let the testbed raise them there); use at most "
+                             f"{human_size(limit)}, or raise both on the host: sysctl -w net.core.rmem_max={value} "
+                             f"net.core.wmem_max={value}")
+        return value
 
     @property
     def label(self) -> str:

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..metrics import declare
-from ..schema import Size, parse_size
+from ..schema import Size, parse_size, whole_seconds
 from . import iperf
 from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
@@ -19,19 +19,32 @@ JITTER = declare("udp_jitter_ms", "ms", "RFC 3550 interarrival jitter at the rec
 LOSS = declare("udp_loss_pct", "%", "datagrams lost", False, judged="points", graded=True, producers="udp")
 
 
+# iperf3 3.12 -u -l: "block size invalid (minimum = 16 bytes, maximum = 65507 bytes)" (its
+# sequence number and timestamp; the largest IPv4 UDP payload)
+MIN_SIZE, MAX_SIZE = 16, 65507
+
+
 class UdpOptions(WorkloadOptions):
     """iperf3 UDP at a fixed send rate."""
 
     kind: Literal["udp"] = "udp"
     rate_mbit: float = Field(10, gt=0, le=100_000)
-    size: Size = Field(1400, le=65507, description="datagram payload bytes")
-    duration_s: float = Field(5, gt=0, le=3600)
+    size: Size = Field(1400, ge=MIN_SIZE, le=MAX_SIZE, description="datagram payload bytes (iperf3 -l)")
+    duration_s: float = Field(5, ge=1, le=3600, description="whole seconds (iperf3 -t)")  # float: see TcpOptions
     reverse: bool = False
 
     @field_validator("size", mode="before")
     @classmethod
     def parse_datagram_size(cls, value):
-        return parse_size(value)
+        size = parse_size(value)
+        if not MIN_SIZE <= size <= MAX_SIZE:
+            raise ValueError(f"iperf3 sends UDP payloads of {MIN_SIZE} to {MAX_SIZE} bytes (-l), got {size}")
+        return size
+
+    @field_validator("duration_s", mode="before")
+    @classmethod
+    def whole(cls, value):
+        return whole_seconds(value)
 
     @property
     def label(self) -> str:
