@@ -1,4 +1,5 @@
 """Planning: the cartesian product, stable ids, order, and what this machine lacks."""
+import pytest
 
 from vpnlab.capabilities import Capabilities
 from vpnlab.plan import check_plan, make_plan, round_order
@@ -53,7 +54,9 @@ workloads: [{kind: transfer, protocol: ftp, size: 32M}]
     assert here < 10  # 2 x 32 MB at ~900 Mbit/s
     assert there > 2 * 32e6 * 8 / 20e6  # at most ~20 Mbit/s through an emulated tunnel
     assert transfer.estimate_s(in_vm=True, most=True) > 2 * there  # five repetitions, not two
-    assert plan.estimate_s({transfer.id}) == there
+    from vpnlab.plan import VM_BOOT_S
+    assert plan.estimate_s({transfer.id}) == there + VM_BOOT_S  # one boot for the VM's scenarios
+    assert plan.estimate_s() == here
 
 
 def caps(**features):
@@ -153,3 +156,20 @@ def test_a_vpn_measured_in_the_vm_gets_a_baseline_measured_there_too():
     again = make_plan(parse_study(STUDY))
     add_vm_twins(again, {s.id for s in again.scenarios if s.vpn.layers})
     assert twin.id in {s.id for s in again.scenarios}
+
+
+def test_emulation_keeps_the_bandwidth_delay_product_and_the_identity():
+    from vpnlab.plan import EMULATED_RATE_MBIT
+
+    plan = make_plan(parse_study("name: e\nvpns: [{driver: none}]\nlinks: [{rate_mbit: 100, delay_ms: 2, jitter_ms: 1},"
+                                 " {rate_mbit: 8, delay_ms: 20}]\nworkloads: [{kind: tcp}]\n"))
+    fast, slow = plan.scenarios
+    ident = fast.id
+    note = fast.scale_for_emulation()
+    assert fast.id == ident and fast.link.rate_mbit == 100           # the study's link and identity stay
+    run = fast.link_as_run
+    assert run.rate_mbit == EMULATED_RATE_MBIT
+    assert run.rate_mbit * run.delay_ms == pytest.approx(100 * 2)    # same bandwidth-delay product
+    assert run.jitter_ms == pytest.approx(10)
+    assert "scaled for software emulation" in note and "100" in note
+    assert slow.scale_for_emulation() is None and slow.link_as_run is slow.link

@@ -92,9 +92,13 @@ def run(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
     backend: str = typer.Option("auto", "--backend",
                                 help="auto: a VM only for what this kernel cannot run; netns: all here; vm: all in the VM"),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="PATH=VALUE: change a study field for this run, "
+                                             "such as workloads[0].size=715M (repeatable)"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
+    from . import overrides
     from .plan import BACKENDS, make_plan, place
+    from .study import parse_study
     from .runner import Runner, default_out_dir
 
     if resume is not None:
@@ -106,6 +110,10 @@ def run(
         out_dir, is_default = resume, loaded.name == "default"
     else:
         loaded, is_default = _load(study)
+    if sets:  # the overridden study is a study of its own: shown, stored, compared on --resume
+        if resume is not None:
+            raise StudyError("--set: a resumed run takes the study stored with it, overrides included")
+        loaded = parse_study(overrides.apply(loaded.source_text, sets), f"{loaded.source_path} with --set")
     plan = make_plan(loaded)
     if backend not in BACKENDS:
         raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")

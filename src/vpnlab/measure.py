@@ -45,7 +45,7 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
                     measurement.flags + cpu_flags + extra_flags)
     if background:
         sample.raw["background"] = account
-    add_utilisation(sample.values, scenario.link.rate_mbit)
+    add_utilisation(sample.values, scenario.link_as_run.rate_mbit)
     return sample
 
 

@@ -39,7 +39,7 @@ def run_repetition(scenario, state: RunState, log_dir: Path) -> Attempt:
     attempt, bed, ctx, stage = Attempt(), None, None, TunnelStage()
     try:
         bed = Testbed.build(state, Layout.for_topology(scenario.topology, len(scenario.vpn.layers)),
-                            scenario.link, tag=f"{scenario.index}")
+                            scenario.link_as_run, tag=f"{scenario.index}")
         ctx = WorkloadContext(bed, log_dir)
         bring_up(stage, bed, scenario, state, log_dir)
         prove_and_measure(stage, bed, scenario, log_dir)

@@ -31,6 +31,7 @@ from .store import DB_NAME, Store
 from .testbed.state import RunState, clean_stale_runs
 
 IN_GUEST = os.environ.get("VPNLAB_BACKEND", "").startswith("vm")  # set by vm.Guest for the guest
+EMULATED = os.environ.get("VPNLAB_BACKEND") == "vm-tcg"            # a guest under software emulation
 # The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
 VM_TIME_LIMIT_FACTOR = 2
 VM_SCENARIO_MARGIN_S = 60
@@ -101,6 +102,9 @@ class Runner:
         try:
             for scenario in self.plan.scenarios:
                 store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
+                note = scenario.scale_for_emulation() if EMULATED else None
+                if note:
+                    store.add_note(scenario.id, note)
             todo = [s for s in self.plan.scenarios if self._needs_more(store, s)]
             here = [s for s in todo if s.id not in self.in_vm]
             in_vm = [s for s in todo if s.id in self.in_vm]

@@ -1,0 +1,48 @@
+"""--set PATH=VALUE: any study field for one run, checked like the file's own values."""
+
+import pytest
+
+from vpnlab import overrides
+from vpnlab.errors import StudyError
+from vpnlab.plan import make_plan
+from vpnlab.study import parse_study
+
+STUDY = """\
+name: o
+vpns: [{driver: none}, {driver: openvpn, options: {cipher: AES-128-GCM}}]
+links: [{rate_mbit: 100}]
+workloads: [{kind: transfer, size: 32M}, {kind: tcp}]
+"""
+
+
+def test_a_set_changes_the_field_and_the_study_identity():
+    text = overrides.apply(STUDY, ["workloads[0].size=715M", "links[0].rate_mbit=1000",
+                                   "vpns[1].options.cipher=AES-256-GCM"])
+    study = parse_study(text)
+    assert study.workloads[0].size == 715 * 1024**2
+    assert study.links[0].rate_mbit == 1000
+    assert study.vpns[1].options.cipher == "AES-256-GCM"
+    assert text.startswith("# --set workloads[0].size=715M\n")
+    before = {s.id for s in make_plan(parse_study(STUDY)).scenarios}
+    after = {s.id for s in make_plan(study).scenarios}
+    assert before.isdisjoint(after)          # other conditions, other scenarios
+    assert overrides.apply(STUDY, []) == STUDY
+
+
+def test_a_list_value_is_a_sweep_and_a_bad_value_is_an_error_of_the_field():
+    study = parse_study(overrides.apply(STUDY, ["workloads[1].window=[8K, 64K]"]))
+    assert len(study.workloads) == 3
+    with pytest.raises(StudyError, match=r"workloads\[0\]\.size"):
+        parse_study(overrides.apply(STUDY, ["workloads[0].size=lots"]))
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("workloads[5].size=1M", r"no workloads\[5\]"),
+    ("nothing.here=1", "no nothing"),
+    ("workloads[0]size=1", "cannot read the path"),
+    ("repetitions", "expected PATH=VALUE"),
+    ("links[0].rate_mbit=[1, 2", "not valid YAML"),
+])
+def test_a_wrong_path_or_value_says_which(assignment, message):
+    with pytest.raises(StudyError, match=message):
+        overrides.apply(STUDY, [assignment])
