@@ -35,7 +35,8 @@ from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.plan import check_plan, make_plan, place
-from vpnlab.runner import Runner, signals_unwind
+from vpnlab import signals
+from vpnlab.runner import Runner
 from vpnlab.store import Store
 from vpnlab.study import Link, parse_study
 from vpnlab.testbed.state import RunState
@@ -197,18 +198,23 @@ workloads: [{{kind: tcp, duration_s: {3 if quick else 5}, omit_s: 1}}]
         summaries = summarise(store)
         scenarios = store.scenarios()
         store.close()
+    return sorted(_tunnel_rows(summaries, scenarios), key=lambda r: -(r["throughput_mbps"] or 0))
+
+
+def _tunnel_rows(summaries: dict, scenarios: list) -> list[dict]:
+    """Per scenario: what ran, its throughput (and as a ratio to no VPN), set-up and overhead."""
     rows = []
     for sc in scenarios:
-        by_metric = {s.metric: s for s in summaries.get(sc["id"], [])}
+        by_metric = {s.metric: s for s in summaries.get(sc.id, [])}
         tput = by_metric.get("throughput_mbps")
         rows.append({
-            "vpn": sc["vpn_label"], "implementation": sc["implementation"], "status": sc["status"],
+            "vpn": sc.vpn_label, "implementation": sc.implementation, "status": sc.status,
             "throughput_mbps": tput.mean if tput else None, "ci_half_pct": tput.ci_half_pct if tput else None,
             "ratio_to_baseline": (tput.relative / 100) if tput and tput.relative is not None else None,
             "setup_s": by_metric["setup_s"].mean if "setup_s" in by_metric else None,
             "overhead_bytes": by_metric["overhead_bytes"].mean if "overhead_bytes" in by_metric else None,
         })
-    return sorted(rows, key=lambda r: -(r["throughput_mbps"] or 0))
+    return rows
 
 
 VM_VPNS = """
@@ -233,16 +239,7 @@ def _timed_run(study_text: str, backend: str) -> tuple[float, list[dict]]:
         store = Store.open_dir(Path(tmp))
         summaries, scenarios = summarise(store), store.scenarios()
         store.close()
-    rows = []
-    for sc in scenarios:
-        by_metric = {s.metric: s for s in summaries.get(sc["id"], [])}
-        tput = by_metric.get("throughput_mbps")
-        rows.append({"vpn": sc["vpn_label"], "implementation": sc["implementation"], "status": sc["status"],
-                     "throughput_mbps": tput.mean if tput else None,
-                     "ratio_to_baseline": (tput.relative / 100) if tput and tput.relative is not None else None,
-                     "setup_s": by_metric["setup_s"].mean if "setup_s" in by_metric else None,
-                     "overhead_bytes": by_metric["overhead_bytes"].mean if "overhead_bytes" in by_metric else None})
-    return elapsed, rows
+    return elapsed, _tunnel_rows(summaries, scenarios)
 
 
 def bench_vm(quick: bool) -> dict:
@@ -289,11 +286,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (for a smoke test)")
     args = parser.parse_args()
     results = {"kernel": detect().kernel, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with signals_unwind():  # a killed bench still tears down its testbeds and guests
-        for name in args.only or BENCHES:
-            console.print(f"[bold]bench {name}[/] ...")
-            results[name] = BENCHES[name](args.quick)
-            report(name, results[name])
+    signals.install()  # a killed bench still tears down its testbeds and guests
+    for name in args.only or BENCHES:
+        console.print(f"[bold]bench {name}[/] ...")
+        results[name] = BENCHES[name](args.quick)
+        report(name, results[name])
     folder = Path(__file__).parent / "results"
     folder.mkdir(exist_ok=True)
     path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
