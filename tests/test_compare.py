@@ -107,6 +107,8 @@ def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in=
             value = 900 * share[scenario.label.split(" | ")[0]] * rng.lognormal(0, spread)
             store.record_repetition(run, scenario.id, round_no, {"throughput_mbps": value}, {}, [], round_no,
                                     position)
+    for scenario in plan.scenarios:
+        store.set_status(scenario.id, "done")
     return store
 
 
@@ -177,3 +179,35 @@ def test_compare_runs_never_pairs_the_vm_with_the_host(tmp_path):
     diffs = compare_runs(host, again)
     assert len(diffs) == 4 and all(d.measured_in == "host" and d.result["holm_p"] is not None for d in diffs)
     assert all("Welch" in d.result["method"] for d in diffs)
+
+
+def recommendations(tmp_path, **kwargs) -> list[str]:
+    from vpnlab import report
+
+    tcp_store(tmp_path, **kwargs).close()
+    return [r["text"] for r in report.build(tmp_path).recommendations]
+
+
+def test_the_report_recommends_only_what_the_corrected_test_supports(tmp_path):
+    clear = recommendations(tmp_path / "clear", seed=1)
+    assert any("the best choice is wireguard" in text and "Holm-adjusted p" in text for text in clear)
+    ties = {"none": 1.0, "wireguard": 0.8, "openvpn aes-256-gcm udp": 0.8, "openvpn aes-256-gcm udp fips": 0.8}
+    said_best = 0
+    for seed in range(8):
+        texts = recommendations(tmp_path / f"tie{seed}", share=ties, spread=0.05, seed=seed)
+        overall = [t for t in texts if "FIPS-only" not in t]
+        assert len(overall) == 1
+        said_best += "the best choice is" in overall[0]
+        assert "the best choice is" in overall[0] or "no best choice follows" in overall[0]
+    assert said_best <= 1
+    assert "not distinguishable with 5 repetitions" in " ".join(texts)
+
+
+def test_the_report_says_how_the_numbers_were_obtained(tmp_path):
+    from vpnlab import report
+
+    tcp_store(tmp_path).close()
+    methods = report.build(tmp_path).methods
+    for phrase in ("rounds", "randomised per round", "fresh", "paired t test on log(B/A)", "Holm",
+                   "geometric mean", "TOST", "Stopping", "Outliers"):
+        assert phrase in methods

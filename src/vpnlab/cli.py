@@ -260,6 +260,9 @@ def _show(directory: Path) -> None:
             table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, relative_text(s),
                           (s.grade or ("-" if s.grade_reason else "")) + flag)
         out.print(table)
+        for s in by_metric.values():
+            if s.grade_reason:
+                out.print(f"  no grade for {s.metric}: {s.grade_reason}", highlight=False)
         tunnel = [f"implementation {sc.implementation}"]
         if "setup_s" in by_metric:
             tunnel.append(f"set-up {by_metric['setup_s'].mean:.2f} s")
@@ -272,6 +275,16 @@ def _show(directory: Path) -> None:
         out.print("  " + ", ".join(tunnel), highlight=False)
         if sc.notes:
             out.print(f"  [yellow]note:[/] {sc.notes}", highlight=False)
+    _print_methods(last["study_text"], scenarios)
+
+
+def _print_methods(study_text: str, scenarios) -> None:
+    """How the numbers were obtained, as the report's methods paragraph says it."""
+    from . import methods
+
+    rules = sorted({sc.repetition_rule for sc in scenarios})
+    out.print("\n[bold]Methods.[/] " + methods.paragraph(methods.study_order(study_text or ""), rules),
+              highlight=False)
 
 
 @app.command()

@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # no display: render to SVG text
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
-from . import metrics  # noqa: E402
+from . import methods, metrics  # noqa: E402
 from .analysis import Summary, fmt, relative_text, summarise  # noqa: E402
 from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
@@ -70,6 +70,7 @@ class Report:
     implementations: list = field(default_factory=list)
     links: list = field(default_factory=list)
     rules: list = field(default_factory=list)
+    methods: str = ""
 
 
 def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
@@ -174,7 +175,8 @@ def build(directory: Path) -> Report:
     _interval_figures(report, scenarios, series)
     _tunnels(report, scenarios, stat)
     _comparisons(report, scenarios, family)
-    _recommend(report, scenarios, stat)
+    _recommend(report, scenarios, stat, family)
+    report.methods = methods.paragraph(methods.study_order(last.get("study_text") or ""), report.rules)
     return report
 
 
@@ -329,41 +331,53 @@ def _comparisons(report: Report, scenarios: list, family: list) -> None:
     report.comparison_notes = study_footnotes(report.comparisons)
 
 
-def _recommend(report: Report, scenarios: list, stat: dict) -> None:
-    """Best configuration per link and workload, overall and among FIPS-only ones."""
+def _centre(s: Summary) -> float:
+    return s.mean if s.geometric_mean is None else s.geometric_mean
+
+
+def _versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> tuple[bool, str]:
+    """Whether the study's tests single out the first-ranked against the second, and what they say:
+    "ahead" only when the Holm-corrected test is significant beyond the threshold (compare.py)."""
+    c = next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, runner_up.id}), None)
+    if c is None:
+        return False, (f"{top.vpn_label} and {runner_up.vpn_label} were not compared (fewer than two valid "
+                       "repetitions a side)")
+    return c.verdict == ("behind" if c.scenario_a == top.id else "ahead"), c.verdict_text.rstrip(".")
+
+
+def _recommendation(link: str, workload: str, where: str, scope: str, ranked: list, family: list) -> str:
+    """One recommendation: the first-ranked configuration, and whether the tests single it out."""
+    best, top = ranked[0]
+    value = f"{top.vpn_label} ({best.metric} {fmt(_centre(best))} {best.unit}" + (
+        f", {relative_text(best)} against no VPN" if best.relative is not None else "") + ")"
+    fips = "" if scope == "any" else "FIPS-only "
+    if len(ranked) == 1:
+        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}, the only one measured."
+    ahead, why = _versus(top, ranked[1][1], family)
+    if ahead:
+        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}: {why}."
+    return (f"On {link}, for {workload}{where}, the first-ranked {fips}configuration is {value}, "
+            f"but no best choice follows: {why}.")
+
+
+def _recommend(report: Report, scenarios: list, stat: dict, family: list) -> None:
+    """The first-ranked configuration per link and workload, overall and among FIPS-only ones,
+    called the best only when the study's corrected test singles it out."""
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
-        if not s.is_baseline and s.status == "done":
+        if not s.is_baseline and s.status == "done" and s.workload in KINDS:
             groups[(s.link_label, s.workload_label, s.measured_in)].append(s)
     mixed = len({place for _, _, place in groups}) > 1
     for (link, workload, place), members in sorted(groups.items()):
-        if members[0].workload not in KINDS:
-            continue
         metric = KINDS[members[0].workload].primary
-        better_high = metrics.get(metric).higher_is_better
-        for scope, pool in (("any", members),
-                            ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
+        where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
+        for scope, pool in (("any", members), ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
             ranked = [(stat[(m.id, metric)], m) for m in pool if (m.id, metric) in stat]
             if not ranked:
                 continue
-            ranked.sort(key=lambda p: p[0].mean, reverse=better_high)
-            best, top = ranked[0]
-            where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
-            text = (f"On {link}, for {workload}{where if mixed else ''}, the best "
-                    f"{'' if scope == 'any' else 'FIPS-only '}choice is "
-                    f"{top.vpn_label} ({metric} {fmt(best.mean)} {best.unit}"
-                    + (f", {best.relative:.0f}% of no VPN" if best.relative_kind == "%" else
-                       f", {best.relative:.2f}x no VPN" if best.relative is not None else "") + ")")
-            if len(ranked) > 1:
-                second, runner_up = ranked[1]
-                overlap = not (math.isnan(best.ci_low) or math.isnan(second.ci_low)) and (
-                    best.ci_low <= second.ci_high and second.ci_low <= best.ci_high)
-                if overlap:
-                    text += f"; its 95% interval overlaps {runner_up.vpn_label}'s, so the two are not told apart"
-                else:
-                    text += f", ahead of {runner_up.vpn_label} ({fmt(second.mean)})"
-            caution = trust(best)
-            report.recommendations.append({"text": text + ".", "warn": caution})
+            ranked.sort(key=lambda p: _centre(p[0]), reverse=metrics.get(metric).higher_is_better is not False)
+            text = _recommendation(link, workload, where if mixed else "", scope, ranked, family)
+            report.recommendations.append({"text": text, "warn": trust(ranked[0][0])})
 
 
 def _environment() -> Environment:
