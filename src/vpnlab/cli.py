@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, signals
@@ -38,7 +39,7 @@ def user_errors(func):
         try:
             return func(*args, **kwargs)
         except VpnlabError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT)
         except Interrupted as exc:
             err.print(f"[yellow]interrupted[/] ({exc}): everything it created is removed")
