@@ -178,3 +178,25 @@ def test_a_signal_during_the_capability_probe_leaves_nothing(tmp_path, no_leftov
         assert "Traceback" not in stderr
         names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert f"vlprobe{proc.pid}" not in names
+
+
+@pytest.mark.integration
+def test_two_runs_at_once_say_so_and_flag_their_samples(tmp_path, no_leftovers):
+    from vpnlab.testbed.state import RunState
+
+    other = RunState.create()   # a run of this test's own, alive while the measured one goes on
+    try:
+        study = tmp_path / "s.yaml"
+        study.write_text("name: two\nrepetitions: 2\nvpns: [{driver: none}]\nlinks: [{rate_mbit: 50}]\n"
+                         "workloads: [{kind: ping, count: 5, interval_s: 0.05}]\n")
+        proc = subprocess.run([*VPNLAB, "run", study, "--out", tmp_path / "out", "--no-progress", "--backend",
+                               "netns"], capture_output=True, text=True, timeout=300)
+    finally:
+        other.teardown()
+    assert proc.returncode == 0, proc.stderr
+    assert "another vpnlab run is going on on this machine" in proc.stderr and other.run_id in proc.stderr
+    db = sqlite3.connect(tmp_path / "out" / "results.sqlite")
+    flags = [r[0] for r in db.execute("SELECT flags FROM repetitions")]
+    db.close()
+    assert len(flags) == 2
+    assert all("another vpnlab run shared this machine (" in f and other.run_id in f for f in flags), flags

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .errors import VpnlabError
 from .measure import Sample, measure
-from .testbed.state import RunState
+from .testbed.state import RunState, other_live_runs
 from .testbed.topology import Layout, Testbed
 from .tunnels import TunnelStage, bring_up, first_packet, prove_and_measure
 from .workloads.background import BackgroundTraffic
@@ -48,10 +48,15 @@ def run_repetition(scenario, state: RunState, log_dir: Path) -> Attempt:
         background = BackgroundTraffic(ctx, scenario.link.background, seed=int(scenario.id[1:], 16)) \
             if scenario.link.background else None
         with TunnelWatch(stage, bed, scenario.kind.needs(scenario.workload)) as watch:
+            others = other_live_runs(state.run_id)
             try:
                 attempt.sample = measure(scenario, ctx, len(stage.tunnels), background)
             except (VpnlabError, subprocess.SubprocessError) as exc:
                 attempt.failure = str(exc)
+            others += other_live_runs(state.run_id)
+        if others:
+            attempt.sample.flags.append(f"another vpnlab run shared this machine ({', '.join(sorted(set(others)))}): "
+                                        "its load is in these CPU and throughput figures")
         attempt.failure = watch.death or still_carrying(stage, bed) or attempt.failure
         attempt.sample.values |= stage.values
     except (VpnlabError, subprocess.SubprocessError) as exc:

@@ -28,7 +28,7 @@ from .plan import Plan, Scenario, round_order
 from .repetition import run_repetition
 from .signals import Interrupted
 from .store import DB_NAME, Store
-from .testbed.state import RunState, clean_stale_runs
+from .testbed.state import RunState, clean_stale_runs, other_live_runs
 
 IN_GUEST = os.environ.get("VPNLAB_BACKEND", "").startswith("vm")  # set by vm.Guest for the guest
 EMULATED = os.environ.get("VPNLAB_BACKEND") == "vm-tcg"            # a guest under software emulation
@@ -93,6 +93,9 @@ class Runner:
             self.console.print(f"[yellow]cleaned up after a crashed {line}[/]")
         store = Store.open_dir(self.out_dir)
         state = RunState.create()
+        for other in other_live_runs(state.run_id):
+            self.console.print(f"[yellow]another vpnlab run is going on on this machine ({other}): both measure "
+                               "each other's load; their samples are flagged while they overlap[/]")
         run_id = store.start_run(
             version=__version__, kernel=self.caps.kernel, hostname=socket.gethostname(),
             capabilities=self.caps.features, tool_versions=tool_versions(),

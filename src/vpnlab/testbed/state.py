@@ -193,8 +193,7 @@ def _reap(pid: int) -> None:
         pass
 
 
-def stale_runs() -> list[RunState]:
-    """Records of runs whose tool process is gone (crashed, killed)."""
+def _records() -> list[RunState]:
     if not STATE_ROOT.is_dir():
         return []
     found = []
@@ -202,12 +201,20 @@ def stale_runs() -> list[RunState]:
         if not (directory / "state.json").is_file():
             continue
         try:
-            state = RunState.load(directory)
+            found.append(RunState.load(directory))
         except (OSError, ValueError, KeyError):
             continue
-        if not state.owner_alive():
-            found.append(state)
     return found
+
+
+def stale_runs() -> list[RunState]:
+    """Records of runs whose tool process is gone (crashed, killed)."""
+    return [state for state in _records() if not state.owner_alive()]
+
+
+def other_live_runs(run_id: str) -> list[str]:
+    """Other vpnlab runs going on on this machine now: they load the same CPUs."""
+    return [f"{s.run_id} (pid {s.owner_pid})" for s in _records() if s.run_id != run_id and s.owner_alive()]
 
 
 PROBE_PREFIX = f"{NAMESPACE_PREFIX}probe"  # capability probes: vlprobe<pid of the vpnlab that probes>
