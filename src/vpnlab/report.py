@@ -177,6 +177,8 @@ def build(directory: Path) -> Report:
     _comparisons(report, scenarios, family)
     _recommend(report, scenarios, stat, family)
     report.methods = methods.paragraph(methods.study_order(last.get("study_text") or ""), report.rules)
+    from .findings import against_the_original  # "Against the original study": findings.py, findings.html.j2
+    report.against = against_the_original(directory)
     return report
 
 

@@ -180,7 +180,11 @@ class RepetitionRule(Strict):
 
 # --- the study ---------------------------------------------------------------
 
+from .findings import Findings  # noqa: E402  (a seed's published findings, checked by vpnlab/findings.py)
+
+
 class _StudyFile(Strict):
+    findings: Findings = Field(default_factory=list, description="the seed's published findings (findings.py)")
     name: str = Field(min_length=1)
     description: str = ""
     topology: Literal["remote-access", "site-to-site"] = "remote-access"

@@ -1,0 +1,495 @@
+"""A seed study's published findings, as reference data, and a verdict on each from a results store.
+
+A built-in seed study lists what its seed found under `findings:`: an id, a short quote, where in the
+seed (table, figure, section), the seed's numbers, and the comparison vpnlab makes to check it: two
+scenarios of the study's plan, A and B (by their VPN, link and workload labels, as `vpnlab run
+--dry-run` prints them), a metric, and the direction the seed found for B against A (`higher`,
+`lower`, or `same` for a null finding, within `margin_pct`).
+
+The verdict rule (RULE below, printed in the report):
+
+* reproduced: the difference goes the seed's way and is significant after Holm's correction over the
+  study's findings (for a null finding: equivalent within the stated margin, by TOST);
+* contradicted: significant the other way, or equivalent within the margin where the seed found a
+  difference (for a null finding: a significant difference beyond the margin);
+* inconclusive: neither, with the repetitions that would settle it;
+* not comparable here: a condition this machine cannot give (a side measured in a VM under software
+  emulation, a scenario this machine could not run, a piece vpnlab lacks, or the seed's own hardware
+  limit stated in the study), with the reason.
+
+The primary test is the one vpnlab uses everywhere (stats): the paired t test on log(B/A) per round
+(Welch on logs when the two were not measured in the same rounds) for positive metrics, and on B - A
+for the others. Nothing here changes a condition or a number: it only reads the store.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
+
+from .schema import Strict
+
+ALPHA = 0.05
+
+RULE = ("reproduced = the difference goes the seed's way and is significant (p < 0.05) after Holm's correction "
+        "over this study's findings, and beyond the finding's margin (for a null finding: equivalent within "
+        "the margin by TOST, 90% interval of B/A inside it); contradicted = significant the other way, or "
+        "equivalent within the margin where the seed found a difference (for a null finding: a significant "
+        "difference beyond the margin); inconclusive = neither, with the repetitions per side that would "
+        "detect a difference of the margin (or show equivalence within it); not comparable here = a condition "
+        "this machine cannot give (a side measured in a VM under software emulation, whose CPU is the "
+        "emulator's; a scenario this machine could not run; a piece vpnlab lacks; the seed's own hardware "
+        "limit), with the reason. Primary test: paired t on log(B/A) per round (Welch on logs when the rounds "
+        "differ), on B - A for metrics that can be zero. Flagged samples are kept and counted, not re-run as "
+        "the seeds did.")
+
+VERDICTS = ("reproduced", "contradicted", "inconclusive", "not comparable here")
+
+
+# --- the schema -----------------------------------------------------------------------------------
+
+class Side(Strict):
+    """One scenario of the study's plan, by the labels `vpnlab run --dry-run` prints. `link` may be
+    left out when the study has one link."""
+
+    vpn: str = Field(min_length=1, max_length=300)
+    link: str | None = Field(None, min_length=1, max_length=200)
+    workload: str = Field(min_length=1, max_length=200)
+
+    def describe(self) -> str:
+        return " | ".join(p for p in (self.vpn, self.link, self.workload) if p)
+
+
+class Finding(Strict):
+    """One published finding and the comparison that checks it: B against A on `metric`."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$", max_length=60)
+    quote: str = Field(min_length=1, max_length=400, description="the seed's words, short")
+    where: str = Field(min_length=1, max_length=200, description="table, figure or section of the seed")
+    seed: str = Field(min_length=1, max_length=400, description="the seed's numbers")
+    direction: Literal["higher", "lower", "same"] = Field(description="B against A, as the seed found it")
+    a: Side | None = None
+    b: Side | None = None
+    metric: str | None = Field(None, description="default: the workload kind's primary metric")
+    margin_pct: float = Field(2.0, gt=0, le=100, description="smallest difference that counts, in %; "
+                                                             "a null finding's equivalence margin")
+    seed_ratio: float | None = Field(None, gt=0, description="the seed's B/A on this metric, when it gave one")
+    per_link_rate: bool = Field(False, description="compare metric / link rate (utilisation of each link)")
+    graded: Literal["throughput", "latency"] | None = Field(None, description="also show Jaha's grade "
+                                                                              "(Table VI) of B/A")
+    needs_kernel_datapath: bool = Field(False, description="the finding is about a data path in the kernel "
+                                                           "(as the seed's): a userspace stand-in is not comparable")
+    not_comparable: str | None = Field(None, min_length=1, max_length=400,
+                                       description="why this lab cannot give the seed's condition")
+    note: str = Field("", max_length=400)
+
+    @field_validator("metric")
+    @classmethod
+    def known_metric(cls, value):
+        if value is None:
+            return value
+        from . import metrics
+
+        if value not in metrics.all_metrics():
+            raise ValueError(f"unknown metric {value!r}; `vpnlab list` shows them")
+        return value
+
+    @model_validator(mode="after")
+    def complete(self):
+        if self.not_comparable is None and (self.a is None or self.b is None):
+            raise ValueError("needs both sides, a and b (scenarios of the plan), or not_comparable: the reason")
+        if self.a is not None and self.a == self.b:
+            raise ValueError("a and b are the same scenario")
+        if self.direction == "same" and self.metric is not None:
+            from . import metrics
+
+            if not metrics.get(self.metric).positive:
+                raise ValueError(f"direction 'same' needs a metric that is never zero ({self.metric} can be): "
+                                 "equivalence is tested on the ratio B/A")
+        if self.seed_ratio is not None and self.direction != "same":
+            if (self.seed_ratio > 1) != (self.direction == "higher"):
+                raise ValueError(f"seed_ratio {self.seed_ratio:g} does not go the finding's direction "
+                                 f"({self.direction})")
+            if abs(math.log(self.seed_ratio)) <= math.log1p(self.margin_pct / 100):
+                raise ValueError(f"margin_pct ({self.margin_pct:g}) is not below the seed's difference "
+                                 f"({100 * abs(self.seed_ratio - 1):.1f}%): equivalence within it would not "
+                                 "contradict the seed")
+        return self
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    ids = [f.id for f in findings]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"two findings have the id {twice[0]!r}")
+    return findings
+
+
+# the type of the study file's top-level `findings` (the study loader validates it)
+Findings = Annotated[list[Finding], AfterValidator(_unique)]
+_findings = TypeAdapter(Findings)
+
+
+def parse(study_text: str) -> list[Finding]:
+    """The findings of a study's YAML text (already validated when the study loaded)."""
+    raw = yaml.safe_load(study_text) if study_text else None
+    if not isinstance(raw, dict):
+        return []
+    return _findings.validate_python(raw.get("findings") or [])
+
+
+# --- the plan check -------------------------------------------------------------------------------
+
+def plan_problems(study) -> list[str]:
+    """What in a study's findings names no scenario of its plan (empty: all do)."""
+    from .plan import make_plan
+
+    findings = parse(study.source_text)
+    scenarios = make_plan(study).scenarios
+    vpns = sorted({s.vpn.label for s in scenarios})
+    links = sorted({s.link.label for s in scenarios})
+    workloads = sorted({s.workload.label for s in scenarios})
+    problems = []
+    for i, finding in enumerate(findings):
+        for side_name in ("a", "b"):
+            side = getattr(finding, side_name)
+            if side is None:
+                continue
+            where = f"findings[{i}] ({finding.id}).{side_name}"
+            if side.vpn not in vpns:
+                problems.append(f"{where}.vpn: no VPN labelled {side.vpn!r}; the plan has: {', '.join(vpns)}")
+            if side.link is None and len(links) > 1:
+                problems.append(f"{where}.link: the study has {len(links)} links; name one of: {', '.join(links)}")
+            elif side.link is not None and side.link not in links:
+                problems.append(f"{where}.link: no link labelled {side.link!r}; the plan has: {', '.join(links)}")
+            if side.workload not in workloads:
+                problems.append(f"{where}.workload: no workload labelled {side.workload!r}; the plan has: "
+                                f"{', '.join(workloads)}")
+        if finding.metric and finding.a and finding.a.workload in workloads:
+            from . import metrics
+
+            kind = next(s.workload.kind for s in scenarios if s.workload.label == finding.a.workload)
+            if kind not in metrics.get(finding.metric).producers.split(", "):
+                problems.append(f"findings[{i}] ({finding.id}).metric: {finding.metric} is not recorded by a "
+                                f"{kind} workload")
+    return problems
+
+
+# --- verdicts -------------------------------------------------------------------------------------
+
+@dataclass
+class Judgement:
+    """A finding and what vpnlab's results say about it."""
+
+    finding: Finding
+    verdict: str
+    reason: str
+    metric: str = ""
+    a_label: str = ""
+    b_label: str = ""
+    scale: str = ""                  # "ratio" (B/A) or "difference" (B - A, in the unit)
+    unit: str = ""
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    mean_a: float | None = None
+    mean_b: float | None = None
+    n_a: int = 0
+    n_b: int = 0
+    p: float | None = None
+    holm_p: float | None = None
+    method: str = ""
+    rounds_needed: int | None = None
+    grade: str = ""
+    flagged: int = 0
+    outliers: int = 0
+    measured_in: str = ""
+    _test: object = field(default=None, repr=False)
+    _tost: object = field(default=None, repr=False)
+
+    @property
+    def result_text(self) -> str:
+        """vpnlab's result for people: 'B/A = 0.62 [0.58, 0.66]' or 'B - A = +3.1 ms [1.2, 5.0]'."""
+        if self.estimate is None:
+            return "-"
+        interval = "" if self.low is None else f" [{_g(self.low)}, {_g(self.high)}]"
+        if self.scale == "ratio":
+            return f"B/A = {_g(self.estimate)}{interval}"
+        return f"B - A = {self.estimate:+.3g} {self.unit}{interval}".replace("  ", " ")
+
+
+def _g(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _side_rows(side: Side, rows) -> list:
+    """The stored scenarios a side names: the VPN as labelled (or its VM twin), link and workload."""
+    names = {side.vpn, f"{side.vpn} (in the VM)"}
+    return [r for r in rows if r.vpn_label in names and r.workload_label == side.workload
+            and (side.link is None or r.link_label == side.link)]
+
+
+def _emulated(row) -> bool:
+    """Measured in a VM under software emulation (TCG), or in a VM whose acceleration is not recorded."""
+    if row.measured_in != "vm":
+        return False
+    notes = row.notes.lower()
+    return "kvm" not in notes or "software emulation" in notes or "tcg" in notes
+
+
+USERSPACE_STAND_INS = ("libipsec", "wireguard-go")  # implementations standing in for a missing kernel piece
+
+
+def _userspace(row) -> bool:
+    return any(part in USERSPACE_STAND_INS for part in row.implementation.split("+"))
+
+
+def _pick(a_rows: list, b_rows: list):
+    """The pair of scenarios to compare: measured in the same place, this host before the VM."""
+    for place in ("host", "vm"):
+        a = [r for r in a_rows if r.measured_in == place]
+        b = [r for r in b_rows if r.measured_in == place]
+        if a and b:
+            return a[0], b[0]
+    return (a_rows[0] if a_rows else None), (b_rows[0] if b_rows else None)
+
+
+def judge(store, study_text: str | None = None) -> list[Judgement]:
+    """A verdict on each finding of the run's study (the last run's study text unless given), from the
+    store's valid samples, Holm-corrected over the findings that have a test."""
+    from . import metrics
+    from .analysis import matched
+    from .stats import difference_ms, holm, outlier_flags, paired_log_ratio, tost_log_ratio, welch_log_ratio
+    from .workloads import KINDS
+
+    if study_text is None:
+        runs = store.runs()
+        study_text = runs[-1]["study_text"] if runs else ""
+    findings = parse(study_text)
+    if not findings:
+        return []
+    rows = store.scenarios()
+    by_id = {r.id: r for r in rows}
+    values: dict[tuple[str, str], list] = defaultdict(list)
+    flagged: dict[str, int] = defaultdict(int)
+    for sample in store.samples():
+        values[(sample.scenario_id, sample.metric)].append((sample.round, sample.value))
+        if sample.flags:
+            flagged[(sample.scenario_id, sample.metric)] += 1
+
+    out: list[Judgement] = []
+    for finding in findings:
+        if finding.not_comparable:
+            out.append(Judgement(finding, "not comparable here", finding.not_comparable))
+            continue
+        a_rows, b_rows = _side_rows(finding.a, rows), _side_rows(finding.b, rows)
+        sa, sb = _pick(a_rows, b_rows)
+        missing = [s.describe() for s, r in ((finding.a, sa), (finding.b, sb)) if r is None]
+        if missing:
+            out.append(Judgement(finding, "not comparable here",
+                                 f"not in this run's results: {'; '.join(missing)}"))
+            continue
+        metric = finding.metric or KINDS[sa.workload].primary if sa.workload in KINDS else finding.metric
+        j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=f"{sa.shown} | {sa.link_label} | "
+                      f"{sa.workload_label}", b_label=f"{sb.shown} | {sb.link_label} | {sb.workload_label}",
+                      unit=metrics.get(metric).unit if metric else "",
+                      measured_in=sa.measured_in if sa.measured_in == sb.measured_in else "host and VM")
+        out.append(j)
+        failed = [r for r in (sa, sb) if r.status == "failed"]
+        if failed:
+            j.verdict, j.reason = "not comparable here", "; ".join(
+                f"{r.shown} | {r.workload_label} could not be measured here: {(r.failure or 'failed')[:200]}"
+                for r in failed)
+            continue
+        emulated = [r for r in (sa, sb) if _emulated(r)]
+        if emulated:
+            j.verdict = "not comparable here"
+            j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
+                        "a machine like the seed's, so rates and delays that depend on it are the emulator's"
+                        + ("" if sa.measured_in == sb.measured_in else "; and A and B were measured in different "
+                           "places"))
+        elif finding.needs_kernel_datapath and (stand_ins := [r for r in (sa, sb) if _userspace(r)]):
+            j.verdict = "not comparable here"
+            j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
+                f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
+        elif sa.measured_in != sb.measured_in:
+            j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
+        if not metric:
+            j.verdict, j.reason = "not comparable here", f"the workload kind {sa.workload!r} is unknown here"
+            continue
+        a_vals, b_vals = values.get((sa.id, metric), []), values.get((sb.id, metric), [])
+        if finding.per_link_rate:
+            if not (sa.link_rate_mbit and sb.link_rate_mbit):
+                j.verdict, j.reason = "not comparable here", "per_link_rate needs both links shaped to a rate"
+                continue
+            a_vals = [(r, v / sa.link_rate_mbit) for r, v in a_vals]
+            b_vals = [(r, v / sb.link_rate_mbit) for r, v in b_vals]
+            j.unit = f"{j.unit} per Mbit/s of link"
+        j.flagged = flagged.get((sa.id, metric), 0) + flagged.get((sb.id, metric), 0)
+        a, b, paired = matched(a_vals, b_vals)
+        j.n_a, j.n_b = len(a), len(b)
+        j.outliers = sum(outlier_flags(a)) + sum(outlier_flags(b)) if len(a) > 2 and len(b) > 2 else 0
+        j.mean_a = sum(a) / len(a) if a else None
+        j.mean_b = sum(b) / len(b) if b else None
+        if len(a) < 2 or len(b) < 2:
+            if j.verdict != "not comparable here":
+                j.reason = f"fewer than two valid values of {metric} on a side ({len(a)} and {len(b)}): no test"
+            continue
+        positive = metrics.get(metric).positive and min(a + b) > 0
+        if positive:
+            test = paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
+            j._tost = tost_log_ratio(a, b, margin=finding.margin_pct / 100, alpha=ALPHA, paired=paired)
+        else:
+            test = difference_ms(a, b, paired=paired)
+        j._test = test
+        j.scale, j.estimate, j.low, j.high, j.p, j.method = (test.scale, test.estimate, test.low, test.high,
+                                                             test.p, test.method)
+        if positive and finding.graded and test.low is not None:
+            from .stats import grade_range
+
+            kind = finding.graded
+            grade = grade_range(test.low, test.high, kind, len(b), len(a),
+                                baseline_ms=j.mean_a if kind == "latency" else None)
+            j.grade = grade.grade or grade.reason
+
+    # Holm over the findings that are compared here (a comparison without a test still counts)
+    family = [j for j in out if j._test is not None and j.verdict != "not comparable here"]
+    family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
+    adjusted = holm([j.p for j in family])
+    for j, p in zip(family, adjusted):
+        j.holm_p = p
+    for j in out:
+        if j.verdict == "not comparable here" or j._test is None:
+            continue
+        _decide(j, len(family))
+        if j.flagged or j.outliers:
+            j.reason += (f"; kept in the test: {j.flagged} flagged sample(s), {j.outliers} far from the rest "
+                         "(the seeds re-ran such runs; vpnlab keeps and flags them)")
+    return out
+
+
+def _decide(j: Judgement, family_size: int) -> None:
+    """The verdict of RULE from the Holm-adjusted primary test (and the TOST on ratios)."""
+    from .stats import repetitions_needed, verdict
+
+    f, test = j.finding, j._test
+    margin = f.margin_pct / 100
+    alpha = ALPHA / max(family_size, 1)   # what the rounds are planned for: Bonferroni, as conservative as Holm's first step
+    if test.p is None or j.holm_p is None:
+        j.verdict, j.reason = "inconclusive", f"no test: {test.note}"
+        return
+    significant = j.holm_p < ALPHA
+    if test.scale == "ratio":
+        decision = verdict(test, j.holm_p, j._tost, threshold=margin, alpha=ALPHA, names=("A", "B"))
+        word = decision.word   # ahead: B/A above 1 + margin; behind: below it; equivalent; undecided
+        change = 100 * (test.estimate - 1)
+        shown = (f"B/A = {test.estimate:.3g}, {abs(change):.1f}% {'higher' if change > 0 else 'lower'} "
+                 f"(Holm-adjusted p = {j.holm_p:.2g})")
+        tost = j._tost
+        equivalence = (f"TOST 90% interval of B/A {tost.low:.3g} - {tost.high:.3g}" if tost.low is not None
+                       else f"no TOST: {tost.note}")
+        if f.direction == "same":
+            if word == "equivalent":
+                j.verdict, j.reason = "reproduced", f"equivalent within ±{f.margin_pct:g}% ({equivalence})"
+            elif word in ("ahead", "behind") and (test.low > 1 + margin or test.high < 1 / (1 + margin)):
+                j.verdict = "contradicted"
+                j.reason = (f"the seed found no difference; here {shown}, its 95% interval outside "
+                            f"±{f.margin_pct:g}%")
+            else:
+                needed = _needed(test, margin, alpha, goal="equivalent")
+                j.verdict, j.rounds_needed = "inconclusive", needed
+                j.reason = (f"{shown}; equivalence within ±{f.margin_pct:g}% not shown ({equivalence}); "
+                            f"{_about(needed)} repetitions per side would show it if there is no difference")
+            return
+        wanted = "ahead" if f.direction == "higher" else "behind"
+        if word == wanted:
+            j.verdict, j.reason = "reproduced", shown
+        elif word in ("ahead", "behind"):
+            j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
+        elif word == "equivalent":
+            j.verdict = "contradicted"
+            j.reason = (f"the seed found B {f.direction} than A; here the two are equivalent within "
+                        f"±{f.margin_pct:g}% ({equivalence})")
+        else:
+            needed = _needed(test, margin, alpha, goal="detect")
+            j.verdict, j.rounds_needed = "inconclusive", needed
+            why = ("significant but not shown beyond the margin" if significant
+                   else "not significant after Holm's correction")
+            j.reason = (f"{shown}: {why}, nor equivalent within ±{f.margin_pct:g}%; {_about(needed)} repetitions "
+                        f"per side would detect a {f.margin_pct:g}% difference at the family's level "
+                        f"(alpha {alpha:.2g})")
+        return
+    # a difference B - A in the unit (a metric that can be zero): no ratio, no equivalence test
+    goes_up = test.estimate > 0
+    shown = f"B - A = {test.estimate:+.3g} (Holm-adjusted p = {j.holm_p:.2g})"
+    if f.direction == "same":
+        j.verdict, j.reason = "inconclusive", f"{shown}; equivalence is only tested on ratios"
+    elif significant and goes_up == (f.direction == "higher"):
+        j.verdict, j.reason = "reproduced", shown
+    elif significant:
+        j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
+    else:
+        needed = None
+        if j.mean_a and test.sd_round and test.df:
+            needed = repetitions_needed(test.sd_round / abs(j.mean_a), test.df, margin=max(margin, 0.1),
+                                        alpha=alpha, paired=test.paired)
+        j.verdict, j.rounds_needed = "inconclusive", needed
+        j.reason = (f"{shown}: not significant; {_about(needed)} repetitions per side would detect a difference "
+                    f"of {100 * max(margin, 0.1):g}% of A's mean")
+
+
+def _needed(test, margin: float, alpha: float, goal: str) -> int | None:
+    from .stats import repetitions_needed
+
+    if not test.sd_round or not test.df:
+        return None
+    return repetitions_needed(test.sd_round, test.df, margin=margin, alpha=alpha, goal=goal, paired=test.paired)
+
+
+def _about(needed: int | None) -> str:
+    return f"about {needed}" if needed else "more than 10,000"
+
+
+# --- the report's section ---------------------------------------------------------------------------
+
+@dataclass
+class Section:
+    rule: str
+    rows: list
+    counts: dict
+
+    @property
+    def summary(self) -> str:
+        """'3 reproduced; 1 inconclusive (4 findings)'."""
+        parts = [f"{count} {verdict}" for verdict, count in self.counts.items() if count]
+        return f"{'; '.join(parts)} ({len(self.rows)} finding{'s' if len(self.rows) != 1 else ''})"
+
+
+def against_the_original(directory: Path) -> Section | None:
+    """The report's "Against the original study": None when the run's study lists no findings."""
+    from .store import Store
+
+    from pydantic import ValidationError
+
+    store = Store.open_dir(Path(directory))
+    try:
+        judged = judge(store)
+    except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
+        return None
+    finally:
+        store.close()
+    if not judged:
+        return None
+    counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
+    return Section(RULE, judged, counts)
+
+
+__all__ = ["ALPHA", "Finding", "Findings", "Judgement", "RULE", "Section", "Side", "VERDICTS",
+           "against_the_original", "judge", "parse", "plan_problems"]

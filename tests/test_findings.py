@@ -1,0 +1,298 @@
+"""The seeds' findings as reference data and the verdict on each: generated stores whose truth is
+known give each verdict (reproduced, contradicted, inconclusive with the repetitions that would
+settle it, not comparable here), a malformed finding is refused through the real CLI naming the
+field, and every built-in seed study's findings name scenarios of its own plan."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vpnlab import findings
+from vpnlab.errors import StudyError
+from vpnlab.plan import make_plan
+from vpnlab.store import Store
+from vpnlab.study import builtin_studies, load_builtin, parse_study
+
+SEEDS = ("narayan-2008", "jaha-2014", "fave-2018", "taneja-2019", "small-business-2011")
+
+STUDY = """
+name: f
+repetitions: 6
+vpns: [{driver: none}, {driver: wireguard}, {driver: openvpn}]
+links: [{name: lan, rate_mbit: 100}]
+workloads: [{kind: tcp}, {kind: ping}]
+findings:
+  - id: wg-slower
+    quote: "WireGuard is slower"
+    where: "Table 1"
+    seed: "90 against 100 Mbit/s"
+    a: {vpn: none, workload: tcp}
+    b: {vpn: wireguard, workload: tcp}
+    direction: lower
+    seed_ratio: 0.9
+  - id: openvpn-faster
+    quote: "OpenVPN is faster than no VPN"
+    where: "Table 2"
+    seed: "110 against 100 Mbit/s"
+    a: {vpn: none, workload: tcp}
+    b: {vpn: openvpn aes-256-gcm udp, workload: tcp}
+    direction: higher
+  - id: openvpn-same-as-wg
+    quote: "the two are alike"
+    where: "Figure 3"
+    seed: "within 5%"
+    a: {vpn: wireguard, workload: ping-56B}
+    b: {vpn: openvpn aes-256-gcm udp, workload: ping-56B}
+    direction: same
+    margin_pct: 5
+  - id: wg-ping-higher
+    quote: "WireGuard adds latency"
+    where: "Figure 4"
+    seed: "1.02 x no VPN"
+    a: {vpn: none, workload: ping-56B}
+    b: {vpn: wireguard, workload: ping-56B}
+    direction: higher
+  - id: not-here
+    quote: "compression on IPsec"
+    where: "Table 5"
+    seed: "5 x"
+    direction: higher
+    not_comparable: "no IPComp option"
+"""
+
+TRUTH = {  # (vpn, kind) -> (centre, relative spread per repetition)
+    ("none", "tcp"): (100.0, 0.01), ("wireguard", "tcp"): (80.0, 0.01), ("openvpn", "tcp"): (90.0, 0.01),
+    ("none", "ping"): (1.00, 0.2), ("wireguard", "ping"): (1.02, 0.2), ("openvpn", "ping"): (1.02, 0.2),
+}
+METRIC = {"tcp": "throughput_mbps", "ping": "rtt_avg_ms"}
+
+
+def generated_store(tmp_path, study=STUDY, truth=TRUTH, rounds=6, measured_in="host", note="", seed=1):
+    """A store of `study` whose scenario (driver, kind) has lognormal values around truth's centre,
+    one per round, recorded as the runner records them."""
+    rng = np.random.default_rng(seed)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(parse_study(study))
+    assert findings.plan_problems(parse_study(study)) == []
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="f", study_text=study)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario, measured_in=measured_in)
+        if note:
+            store.add_note(scenario.id, note)
+    for round_no in range(1, rounds + 1):
+        for position, scenario in enumerate(plan.scenarios):
+            centre, spread = truth[(scenario.vpn.driver, scenario.workload.kind)]
+            value = centre * rng.lognormal(0, spread)
+            store.record_repetition(run, scenario.id, round_no, {METRIC[scenario.workload.kind]: value}, {}, [],
+                                    round_no, position)
+    return store
+
+
+def judged(store) -> dict:
+    try:
+        return {j.finding.id: j for j in findings.judge(store)}
+    finally:
+        store.close()
+
+
+def test_verdicts_from_a_store_with_known_truth(tmp_path):
+    result = judged(generated_store(tmp_path))
+    # WireGuard at 80 against 100, 1% noise: lower, as the seed says
+    wg = result["wg-slower"]
+    assert wg.verdict == "reproduced", wg.reason
+    assert wg.scale == "ratio" and wg.estimate == pytest.approx(0.8, rel=0.03)
+    assert wg.low < wg.estimate < wg.high and wg.holm_p < 0.05 and wg.n_a == wg.n_b == 6
+    assert "paired t test on log(B/A)" in wg.method
+    # OpenVPN at 90 against 100: the seed said higher, significantly lower here
+    ov = result["openvpn-faster"]
+    assert ov.verdict == "contradicted" and "higher" in ov.reason, ov.reason
+    # a 2% difference under 20% noise in 6 rounds settles nothing: how many rounds would
+    ping = result["wg-ping-higher"]
+    assert ping.verdict == "inconclusive", ping.reason
+    assert ping.rounds_needed and ping.rounds_needed > 6
+    assert str(ping.rounds_needed) in ping.reason
+    # a null finding the data cannot show either way: inconclusive, with the rounds equivalence needs
+    same = result["openvpn-same-as-wg"]
+    assert same.verdict == "inconclusive" and same.rounds_needed and same.rounds_needed > 6, same.reason
+    # a condition vpnlab cannot give: said, with its reason, and no test
+    nc = result["not-here"]
+    assert nc.verdict == "not comparable here" and nc.reason == "no IPComp option" and nc.p is None
+    # Holm over the four compared findings: every adjusted p at least the raw p
+    for j in (wg, ov, ping, same):
+        assert j.holm_p >= j.p
+
+
+def test_a_null_finding_is_reproduced_by_equivalence_and_contradicted_by_a_difference(tmp_path):
+    tight = dict(TRUTH)
+    tight[("wireguard", "ping")] = (1.0, 0.005)
+    tight[("openvpn", "ping")] = (1.0, 0.005)
+    same = judged(generated_store(tmp_path / "same", truth=tight, rounds=8))["openvpn-same-as-wg"]
+    assert same.verdict == "reproduced", same.reason
+    apart = dict(tight)
+    apart[("openvpn", "ping")] = (1.5, 0.005)
+    j = judged(generated_store(tmp_path / "apart", truth=apart, rounds=8))["openvpn-same-as-wg"]
+    assert j.verdict == "contradicted" and "outside ±5%" in j.reason, j.reason
+
+
+def test_equivalence_where_the_seed_found_a_difference_contradicts_it(tmp_path):
+    flat = dict(TRUTH)
+    flat[("wireguard", "tcp")] = (100.0, 0.002)
+    flat[("none", "tcp")] = (100.0, 0.002)
+    j = judged(generated_store(tmp_path, truth=flat, rounds=8))["wg-slower"]
+    assert j.verdict == "contradicted" and "equivalent" in j.reason, j.reason
+
+
+def test_software_emulation_is_not_comparable_here(tmp_path):
+    note = "measured in a VM (software emulation (TCG): slow, CPU-bound figures are lower bounds, kernel 6.1)"
+    wg = judged(generated_store(tmp_path, measured_in="vm", note=note))["wg-slower"]
+    assert wg.verdict == "not comparable here" and "software emulation" in wg.reason
+    assert wg.estimate == pytest.approx(0.8, rel=0.03)   # the numbers are still shown
+    assert wg.holm_p is None                             # but the finding is outside the family
+
+
+def test_a_vm_with_kvm_is_comparable(tmp_path):
+    result = judged(generated_store(tmp_path, measured_in="vm", note="measured in a VM (kvm, kernel 6.1)"))
+    assert result["wg-slower"].verdict == "reproduced"
+
+
+def test_a_failed_scenario_is_not_comparable_and_says_why(tmp_path):
+    store = generated_store(tmp_path)
+    wg = next(s for s in store.scenarios() if s.vpn_label == "wireguard" and s.workload == "tcp")
+    store.set_status(wg.id, "failed", "the tunnel never came up")
+    j = judged(store)["wg-slower"]
+    assert j.verdict == "not comparable here" and "the tunnel never came up" in j.reason
+
+
+def test_the_report_section(tmp_path):
+    from vpnlab.report import _environment
+
+    generated_store(tmp_path).close()
+    section = findings.against_the_original(tmp_path)
+    assert section.counts["reproduced"] >= 1 and section.counts["not comparable here"] == 1
+    template = _environment().get_template("findings.html.j2")
+    html = template.render(r=type("R", (), {"against": section}))
+    assert "Against the original study" in html and "wg-slower" in html and "Holm" in html
+    assert "reproduced" in html and "no IPComp option" in html
+    assert "Against the original study" not in template.render(r=type("R", (), {"against": None}))
+    assert '{% include "findings.html.j2" %}' in (_environment().loader.get_source(_environment(),
+                                                                                     "report.html.j2")[0])
+
+
+BAD = """name: bad
+vpns: [{driver: none}, {driver: wireguard}]
+workloads: [{kind: tcp}]
+findings:
+  - id: x
+    quote: q
+    where: Table 1
+    seed: s
+    a: {vpn: none, workload: tcp}
+    b: {vpn: wireguard, workload: tcp}
+    direction: faster
+"""
+
+
+def test_a_malformed_finding_exits_2_naming_the_field(tmp_path):
+    study = tmp_path / "bad.yaml"
+    study.write_text(BAD)
+    proc = subprocess.run([sys.executable, "-m", "vpnlab", "run", str(study), "--dry-run"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "findings[0].direction" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("change,field", [
+    ("    direction: faster\n", "findings[0].direction"),
+    ("    direction: lower\n    colour: red\n", "findings[0].colour"),
+    ("    direction: lower\n    seed_ratio: 1.2\n", "findings[0]: seed_ratio 1.2 does not go"),
+    ("    direction: lower\n    metric: no_such_metric\n", "findings[0].metric"),
+    ("    direction: lower\n    seed_ratio: 0.99\n", "findings[0]: margin_pct (2) is not below"),
+])
+def test_malformed_findings_name_the_field(change, field):
+    with pytest.raises(StudyError) as error:
+        parse_study(BAD.replace("    direction: faster\n", change))
+    assert field in str(error.value)
+
+
+def test_a_finding_needs_its_sides_or_a_reason_and_a_unique_id():
+    text = BAD.replace("    a: {vpn: none, workload: tcp}\n", "").replace("faster", "lower")
+    with pytest.raises(StudyError, match=r"findings\[0\]: needs both sides"):
+        parse_study(text)
+    twice = BAD.replace("faster", "lower") + BAD.split("findings:\n")[1].replace("faster", "lower")
+    with pytest.raises(StudyError, match="two findings have the id 'x'"):
+        parse_study(twice)
+
+
+def test_a_finding_naming_no_scenario_is_found():
+    study = parse_study(BAD.replace("faster", "lower").replace("vpn: wireguard", "vpn: wireguard-x"))
+    problems = findings.plan_problems(study)
+    assert len(problems) == 1 and "findings[0] (x).b.vpn" in problems[0] and "wireguard" in problems[0]
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_every_seed_study_loads_with_findings_that_name_its_scenarios(name):
+    study = load_builtin(name)
+    listed = findings.parse(study.source_text)
+    assert len(listed) >= 5, "each seed study carries its seed's findings"
+    assert findings.plan_problems(study) == []
+    for finding in listed:
+        assert finding.quote and finding.where and finding.seed
+        assert finding.not_comparable or (finding.a and finding.b)
+
+
+def test_every_builtin_study_loads():
+    for name in builtin_studies():
+        assert findings.plan_problems(load_builtin(name)) == []
+
+
+UDP_STUDY = """
+name: u
+repetitions: 6
+vpns: [{driver: none}, {driver: strongswan}]
+links: [{name: slow, rate_mbit: 2}, {name: fast, rate_mbit: 8}]
+workloads: [{kind: udp, rate_mbit: 1}, {kind: tcp}]
+findings:
+  - {id: jitter-up, quote: q, where: Figure 7, seed: 44 x, metric: udp_jitter_ms, direction: higher,
+     a: {vpn: none, link: slow, workload: udp-1M-1400B}, b: {vpn: strongswan default psk, link: slow, workload: udp-1M-1400B}}
+  - {id: ipsec-cpu, quote: q, where: Figure 4, seed: 5-12%, metric: cpu_s_per_gb, direction: lower,
+     needs_kernel_datapath: true,
+     a: {vpn: none, link: slow, workload: tcp}, b: {vpn: strongswan default psk, link: slow, workload: tcp}}
+  - {id: slow-link-utilisation, quote: q, where: Table 4.20, seed: 85% and 68%, per_link_rate: true,
+     direction: lower, seed_ratio: 0.8,
+     a: {vpn: none, link: fast, workload: tcp}, b: {vpn: none, link: slow, workload: tcp}}
+"""
+
+
+def test_differences_userspace_stand_ins_and_utilisation(tmp_path):
+    """Jitter (which can be zero) is tested as B - A in ms; a finding about a kernel data path is not
+    comparable when a userspace implementation stood in for it; per_link_rate compares utilisation."""
+    rng = np.random.default_rng(3)
+    plan = make_plan(parse_study(UDP_STUDY))
+    assert findings.plan_problems(parse_study(UDP_STUDY)) == []
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="u", study_text=UDP_STUDY)
+    for scenario in plan.scenarios:
+        scenario.implementations = ["libipsec"] if scenario.vpn.layers else ["routing"]
+        store.add_scenario(scenario)
+    for round_no in range(1, 7):
+        for position, s in enumerate(plan.scenarios):
+            vpn, rate = bool(s.vpn.layers), s.link.rate_mbit
+            values = ({"udp_jitter_ms": (0.5 if vpn else 0.1) + rng.uniform(0, 0.02)} if s.workload.kind == "udp"
+                      else {"throughput_mbps": (0.90 if rate == 2 else 0.95) * rate * rng.lognormal(0, 0.005),
+                            "cpu_s_per_gb": (20 if vpn else 5) * rng.lognormal(0, 0.05)})
+            store.record_repetition(run, s.id, round_no, values, {}, [], round_no, position)
+    result = judged(store)
+    jitter = result["jitter-up"]
+    assert jitter.verdict == "reproduced" and jitter.scale == "difference", jitter.reason
+    assert jitter.estimate == pytest.approx(0.4, abs=0.03) and "B - A" in jitter.result_text
+    cpu = result["ipsec-cpu"]
+    assert cpu.verdict == "not comparable here" and "libipsec" in cpu.reason
+    util = result["slow-link-utilisation"]
+    assert util.verdict == "reproduced" and util.estimate == pytest.approx(0.90 / 0.95, rel=0.01), util.reason
