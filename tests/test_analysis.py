@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from vpnlab.analysis import describe, matched, relative_text, summarise
+from vpnlab.analysis import matched, relative_text, summarise
 from vpnlab.plan import make_plan
-from vpnlab.stats import band
+from vpnlab.stats import band, mean_interval, stein_total_n
 from vpnlab.store import Store
 from vpnlab.study import parse_study
 
@@ -20,16 +20,16 @@ workloads: [{kind: ping}, {kind: tcp}, {kind: udp, rate_mbit: 10}]
 """
 
 
-def test_describe_matches_textbook_t_interval():
-    n, mean, sd, low, high = describe([10, 12, 14])
-    assert (n, mean, sd) == (3, 12, 2)
+def test_mean_interval_matches_textbook_t_interval():
+    result = mean_interval([10, 12, 14])
+    assert (result.n, result.estimate) == (3, 12)
     half = 4.302652729911275 * 2 / math.sqrt(3)  # t(0.975, 2)
-    assert low == pytest.approx(12 - half) and high == pytest.approx(12 + half)
+    assert result.low == pytest.approx(12 - half) and result.high == pytest.approx(12 + half)
 
 
-def test_describe_single_value_has_no_interval():
-    n, mean, sd, low, high = describe([5.0])
-    assert n == 1 and mean == 5 and math.isnan(sd) and math.isnan(low)
+def test_single_value_has_no_interval():
+    result = mean_interval([5.0])
+    assert result.n == 1 and result.estimate == 5 and result.low is None and result.high is None
 
 
 @pytest.mark.parametrize("percent,expected", [
@@ -141,3 +141,35 @@ def test_outliers_are_flagged_and_still_counted(tmp_path):
     store, ids = generated_store(tmp_path, sample, rounds=6)
     rtt = by_metric(store, ids, "ping", False)["rtt_avg_ms"]
     assert rtt.outliers == 1 and rtt.n == 6
+
+
+ADAPTIVE = STUDY.replace("repetitions: 5", "repetitions: {min: 3, max: 20, ci_target_pct: 2}")
+
+
+def test_stein_fixes_the_total_from_the_pilot_and_rounds_stay_whole(tmp_path):
+    from vpnlab.stopping import rounds_wanted, stein_note
+
+    noisy = {1: 1.0, 2: 1.1, 3: 0.92, 4: 1.0, 5: 1.0, 6: 1.0}
+
+    def sample(scenario, round_no):
+        wobble = noisy[round_no] if "wireguard" in scenario.label else 1 + 0.001 * round_no
+        return {"ping": {"rtt_avg_ms": 20 * wobble, "ping_loss_pct": 0.0},
+                "tcp": {"throughput_mbps": 900 * wobble}, "udp": {"throughput_mbps": 9.9 * wobble}}[scenario.kind.kind]
+    store, ids = generated_store(tmp_path, sample, rounds=3, study=ADAPTIVE)
+    plan = make_plan(parse_study(ADAPTIVE))
+    by_id = {s.id: s for s in plan.scenarios}
+    quiet, loud = by_id[ids[("tcp", False)]], by_id[ids[("tcp", True)]]
+    wanted = stein_total_n([900, 990, 828], 0.02, max_n=20).total_n
+    assert 3 < wanted <= 20
+    assert rounds_wanted(store, loud, plan.scenarios) == wanted
+    assert rounds_wanted(store, quiet, plan.scenarios) == wanted     # whole rounds with what it is compared with
+    met, note = stein_note(store, quiet)
+    assert "Stein's two-stage rule" in note and "pilot of 3" in note and met
+
+
+def test_stein_waits_for_the_pilot(tmp_path):
+    from vpnlab.stopping import rounds_wanted
+
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(9)), rounds=2, study=ADAPTIVE)
+    plan = make_plan(parse_study(ADAPTIVE))
+    assert all(rounds_wanted(store, s, plan.scenarios) == 3 for s in plan.scenarios)

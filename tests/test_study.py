@@ -133,7 +133,8 @@ def test_repetition_rules():
     assert (fixed.min, fixed.max, fixed.adaptive) == (4, 4, False)
     adaptive = parse_study(MINIMAL + "repetitions: {min: 3, max: 12, ci_target_pct: 2}\n").repetitions
     assert (adaptive.min, adaptive.max, adaptive.ci_target_pct) == (3, 12, 2)
-    assert "until the 95% CI half-width is within 2% of the mean" in adaptive.describe()
+    assert "Stein's two-stage rule: the first 3 fix the total for a 95% interval within 2% of the geometric mean" \
+        in adaptive.describe()
     assert "repetitions: max (2) is below min (5)" in errors_of(MINIMAL + "repetitions: {min: 5, max: 2}\n")
     assert "repetitions: expected a count" in errors_of(MINIMAL + "repetitions: 0\n")
     assert "needs min >= 2" in errors_of(MINIMAL + "repetitions: {min: 1}\n")

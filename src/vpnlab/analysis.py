@@ -85,22 +85,6 @@ def relative_text(s: Summary) -> str:
     return f"{'+' if signed and value >= 0 else ''}{fmt(value)}{unit}{interval_text}"
 
 
-def describe(values: list[float]) -> tuple[int, float, float, float, float]:
-    """n, mean, sample standard deviation, and the t-based 95% confidence interval."""
-    data = np.asarray(values, dtype=float)
-    n = len(data)
-    mean = float(data.mean())
-    if n < 2:
-        return n, mean, math.nan, math.nan, math.nan
-    sd = float(data.std(ddof=1))
-    if sd == 0:
-        return n, mean, 0.0, mean, mean
-    from scipy import stats  # here, not at the top: importing scipy takes a second the CLI need not wait
-
-    low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=sd / math.sqrt(n))
-    return n, mean, sd, float(low), float(high)
-
-
 def baseline_of(scenario: ScenarioRow, by_id: dict[str, ScenarioRow]) -> str | None:
     """The no-VPN scenario with the same topology, link and workload, measured in the same
     place (this host or the VM): a ratio across the two would mostly measure emulation.

@@ -21,12 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__, vm
-from .analysis import describe
 from .capabilities import Capabilities, tool_versions
 from .files import tail
 from .plan import Plan, Scenario, round_order
 from .repetition import run_repetition
 from .signals import Interrupted
+from .stopping import rounds_wanted, stein_note
 from .store import DB_NAME, Store
 from .testbed.state import RunState, clean_stale_runs, other_live_runs
 
@@ -161,23 +161,12 @@ class Runner:
                              f"{store.failure(scenario.id)}")
         progress.advance(time.monotonic() - started)
 
-    @staticmethod
-    def _target_met(store: Store, scenario: Scenario) -> bool:
-        """Is the primary metric's 95% CI half-width within the rule's target?"""
-        values = store.values(scenario.id, scenario.kind.primary)
-        if len(values) < max(scenario.repetitions.min, 2):
-            return False
-        n, mean, sd, low, high = describe(values)
-        return mean != 0 and 100 * (high - low) / 2 / abs(mean) <= scenario.repetitions.ci_target_pct
-
     def _needs_more(self, store: Store, scenario: Scenario) -> bool:
-        """Does this scenario still need a repetition (not failed, short of its rule)?"""
+        """Does this scenario still need a repetition (not failed, short of its rule: stopping.py)?"""
         if store.status(scenario.id) == "failed":
             return False
-        rule, done = scenario.repetitions, len(store.done_repetitions(scenario.id))
-        if done >= rule.max:
-            return False
-        return not (rule.adaptive and done >= rule.min and self._target_met(store, scenario))
+        done = len(store.done_repetitions(scenario.id))
+        return done < rounds_wanted(store, scenario, self.plan.scenarios)
 
     def _rounds(self, store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
                 progress: Progressor) -> None:
@@ -186,11 +175,13 @@ class Runner:
             round_no += 1
             for position, scenario in enumerate(round_order(self.plan.study, pending, round_no)):
                 self._repetition(store, state, run_id, scenario, round_no, position, progress)
+            for scenario in pending:  # after the whole round: Stein's totals weigh every compared pilot
+                self._settle(store, scenario)
 
     def _repetition(self, store: Store, state: RunState, run_id: int, scenario: Scenario, round_no: int,
                     position: int, progress: Progressor) -> None:
         """One repetition, stored the moment it is measured (as failed, with the reason, if it is
-        not a valid sample); the scenario fails after FAILURES_IN_A_ROW failed repetitions."""
+        not a valid sample); _settle then fails the scenario after FAILURES_IN_A_ROW failed ones."""
         rep = len(store.attempts(scenario.id)) + 1
         progress.describe(f"round {round_no}: {scenario.label}")
         log_dir = self.out_dir / "logs" / scenario.id / f"rep{rep}"  # fresh per attempt: readiness checks read these
@@ -206,7 +197,6 @@ class Runner:
         if attempt.failure:
             progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({scenario.label}) is not a "
                          f"valid sample:[/] {attempt.failure}")
-        self._settle(store, scenario)
 
     def _settle(self, store: Store, scenario: Scenario) -> None:
         """Mark a scenario failed, done or still running after a repetition."""
@@ -220,12 +210,9 @@ class Runner:
             return
         store.set_status(scenario.id, "done")
         if scenario.repetitions.adaptive:
-            met = self._target_met(store, scenario)
+            met, note = stein_note(store, scenario)
             store.set_ci_target_met(scenario.id, met)
-            if not met:
-                store.add_note(scenario.id, f"the 95% CI of {scenario.kind.primary} was still "
-                                            f"wider than {scenario.repetitions.ci_target_pct:g}% of the mean "
-                                            f"after {scenario.repetitions.max} repetitions")
+            store.add_note(scenario.id, note)
 
 
 def default_out_dir() -> Path:

@@ -148,8 +148,9 @@ class _VpnEntry(Strict):
 # --- repetitions ---------------------------------------------------------------
 
 class RepetitionRule(Strict):
-    """A fixed count (min == max, no target), or adaptive: repeat until the 95% confidence
-    interval's half-width is within `ci_target_pct` of the mean, between min and max times."""
+    """A fixed count (min == max, no target), or adaptive: Stein's two-stage rule on the log scale
+    (stopping.py): the first `min` repetitions fix how many a 95% interval within `ci_target_pct`
+    of the geometric mean needs, at most `max`."""
 
     min: int = Field(3, ge=1, le=1000)
     max: int = Field(20, ge=1, le=1000)
@@ -174,8 +175,8 @@ class RepetitionRule(Strict):
     def describe(self) -> str:
         if not self.adaptive:
             return f"{self.max} repetitions"
-        return (f"{self.min} to {self.max} repetitions, until the 95% CI half-width is within "
-                f"{self.ci_target_pct:g}% of the mean")
+        return (f"{self.min} to {self.max} repetitions by Stein's two-stage rule: the first {self.min} fix "
+                f"the total for a 95% interval within {self.ci_target_pct:g}% of the geometric mean")
 
 
 # --- the study ---------------------------------------------------------------
