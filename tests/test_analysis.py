@@ -173,3 +173,17 @@ def test_stein_waits_for_the_pilot(tmp_path):
     store, ids = generated_store(tmp_path, typical(np.random.default_rng(9)), rounds=2, study=ADAPTIVE)
     plan = make_plan(parse_study(ADAPTIVE))
     assert all(rounds_wanted(store, s, plan.scenarios) == 3 for s in plan.scenarios)
+
+
+def test_the_report_lists_outliers_and_still_counts_them(tmp_path):
+    from vpnlab import report
+
+    def sample(scenario, round_no):
+        spike = 5.0 if round_no == 4 else 1.0
+        return {"ping": {"rtt_avg_ms": 10 * spike + round_no * 0.01, "ping_loss_pct": 0.0},
+                "tcp": {"throughput_mbps": 900.0 + round_no}, "udp": {"throughput_mbps": 9.9}}[scenario.kind.kind]
+    store, _ = generated_store(tmp_path, sample, rounds=6)
+    store.close()
+    built = report.build(tmp_path)
+    lines = [line for line in built.flags if "far from the rest" in line]
+    assert len(lines) == 2 and all("1 rtt_avg_ms sample" in line and "counted" in line for line in lines)

@@ -23,6 +23,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 from . import methods, metrics  # noqa: E402
 from .analysis import Summary, fmt, relative_text, summarise  # noqa: E402
 from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
+from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
@@ -94,6 +95,8 @@ def trust(s: Summary | None) -> str:
         reasons.append(f"95% CI ±{s.ci_half_pct:.0f}%")
     if s.flagged:
         reasons.append(f"{s.flagged} flagged sample{'s' if s.flagged != 1 else ''}")
+    if s.outliers:
+        reasons.append(f"{s.outliers} outlier{'s' if s.outliers != 1 else ''} (counted)")
     return ", ".join(reasons)
 
 
@@ -160,7 +163,7 @@ def build(directory: Path) -> Report:
     last = dict(runs[-1])
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s.status == "failed"],
-                    notes=_grouped_notes(scenarios), flags=flags)
+                    notes=_grouped_notes(scenarios), flags=flags + _outlier_lines(scenarios, summaries))
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
     report.links = sorted({s.link_label for s in scenarios})
     report.rules = sorted({s.repetition_rule for s in scenarios})
@@ -195,6 +198,14 @@ def _flag_lines(store: Store) -> list[str]:
         example = next(iter(by_rep.values())).split(";")[0]
         lines.append(f"{labels[sid]}: {len(by_rep)} repetition(s) flagged ({', '.join(kinds)}), e.g. {example}")
     return lines
+
+
+def _outlier_lines(scenarios: list, summaries: dict) -> list[str]:
+    """One line per scenario and metric with samples far from the rest: flagged, never dropped."""
+    labels = {s.id: s.label for s in scenarios}
+    return [f"{labels[sid]}: {s.outliers} {s.metric} sample{'s' if s.outliers != 1 else ''} far from the rest "
+            f"(modified z-score above {OUTLIER_K:g}, median and MAD), counted in every statistic"
+            for sid, sums in summaries.items() for s in sums if s.outliers]
 
 
 def _first_workload(scenarios: list, kind: str) -> str | None:
