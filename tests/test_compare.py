@@ -211,3 +211,13 @@ def test_the_report_says_how_the_numbers_were_obtained(tmp_path):
     for phrase in ("rounds", "randomised per round", "fresh", "paired t test on log(B/A)", "Holm",
                    "geometric mean", "TOST", "Stopping", "Outliers"):
         assert phrase in methods
+
+
+def test_the_methods_paragraph_says_when_the_order_was_listed_and_which_stopping_rule_ran():
+    from vpnlab import methods
+
+    assert methods.study_order("name: s\norder: listed\n") == "listed"
+    assert methods.study_order("name: s\n") == "shuffled"
+    listed = methods.paragraph("listed", ["3 to 20 repetitions by Stein's two-stage rule: ..."])
+    assert "order the study lists" in listed and "Stein's final one" in listed
+    assert "Stein" not in methods.paragraph("shuffled", ["5 repetitions"])

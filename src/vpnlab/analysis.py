@@ -180,6 +180,24 @@ def _judge(s: Summary, base: Summary, a: list[float], b: list[float], paired: bo
         _grade(s, ratio, kind, base.n, base.mean if kind == "latency" else None, floor_ms)
 
 
+def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], study_text: str) -> None:
+    """Adaptive runs: the primary metric's interval is Stein's final one (pilot spread and df)."""
+    from .stopping import final_interval, stored_rule
+    from .workloads import KINDS
+
+    rule = stored_rule(study_text)
+    if rule is None or not rule.adaptive:
+        return
+    for sid, scenario in scenarios.items():
+        s = stat.get((sid, KINDS[scenario.workload].primary)) if scenario.workload in KINDS else None
+        if s is None:
+            continue
+        final = final_interval([v for _, v in values[(sid, s.metric)]], rule)
+        if final is not None:
+            s.ci_low, s.ci_high, s.method, s.interval_note = final.low, final.high, final.method, final.note
+            s.geometric_mean = final.estimate
+
+
 def summarise(store: Store, floor_ms: float = DEFAULT_FLOOR_MS) -> dict[str, list[Summary]]:
     """Scenario id -> one Summary per metric, from valid samples only; metrics the registry judges
     are set against the scenario's baseline (floor_ms: the smallest baseline latency graded)."""
@@ -197,6 +215,8 @@ def summarise(store: Store, floor_ms: float = DEFAULT_FLOOR_MS) -> dict[str, lis
         summary = _summary(sid, name, units[name], [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
         out[sid].append(summary)
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
+    runs = store.runs()
+    _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "")
     for (sid, name), s in stat.items():
         if not metrics.get(name).judged or scenarios[sid].is_baseline:
             continue

@@ -41,7 +41,9 @@ def paragraph(order: str, rules: list[str]) -> str:
         f"A configuration is called ahead only when its corrected p < {ALPHA:g} and the difference exceeds "
         f"{100 * THRESHOLD:g}%, equivalent only when a TOST shows it within {100 * THRESHOLD:g}%; otherwise the "
         "rounds a clear answer would need are given (power 80%, from an upper bound of the spread). "
-        f"Stopping: {'; '.join(rules) or 'fixed repetitions'}. "
+        f"Stopping: {'; '.join(rules) or 'fixed repetitions'}"
+        + (" (the primary metric's interval is then Stein's final one, from the pilot's spread and degrees "
+           "of freedom, not a stop-when-tight rule)" if any("Stein" in rule for rule in rules) else "") + ". "
         f"Outliers: from n >= {OUTLIER_MIN_N}, samples beyond {OUTLIER_K:g} modified z-scores (median and MAD) are "
         "flagged, and still counted."
     )

@@ -13,10 +13,36 @@ balanced for the paired tests.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from .plan import Scenario
-from .stats import SteinPlan, stein_interval, stein_total_n
-from .store import Store
+import yaml
+
+from .stats import Interval, SteinPlan, stein_interval, stein_total_n
+from .study import RepetitionRule
+
+if TYPE_CHECKING:
+    from .plan import Scenario
+    from .store import Store
+
+
+def stored_rule(study_text: str) -> RepetitionRule | None:
+    """The repetition rule of a stored study (as run, with any --set applied), None if unreadable."""
+    try:
+        study = yaml.safe_load(study_text)
+        rule = study.get("repetitions", 3) if isinstance(study, dict) else 3
+        return RepetitionRule.fixed(rule) if isinstance(rule, int) else RepetitionRule(**rule)
+    except (yaml.YAMLError, TypeError, ValueError):
+        return None
+
+
+def final_interval(values: list[float], rule: RepetitionRule) -> Interval | None:
+    """Stein's final interval of an adaptive scenario's primary metric (values in repetition order):
+    the geometric mean of all values, the pilot's spread and df; None without a positive pilot."""
+    pilot = values[:rule.min]
+    if not rule.adaptive or len(pilot) < max(rule.min, 2) or min(values) <= 0:
+        return None
+    plan = stein_total_n(pilot, rule.ci_target_pct / 100)
+    return stein_interval(values, plan.pilot_sd_log, plan.pilot_df)
 
 
 def pilot_plan(store: Store, scenario: Scenario) -> SteinPlan | None:
@@ -55,10 +81,10 @@ def stein_note(store: Store, scenario: Scenario) -> tuple[bool, str]:
     interval (the geometric mean's, by the pilot's spread and df)."""
     rule, metric = scenario.repetitions, scenario.kind.primary
     plan, values = pilot_plan(store, scenario), store.values(scenario.id, metric)
-    if plan is None or math.isnan(plan.pilot_sd_log):  # no pilot, or no log scale
+    final = final_interval(values, rule)
+    if plan is None or math.isnan(plan.pilot_sd_log) or final is None:  # no pilot, or no log scale
         return False, (f"adaptive repetitions: {metric} had a value at or below zero or no complete pilot, "
                        f"so Stein's rule could not run; {len(values)} repetitions, no interval target")
-    final = stein_interval(values, plan.pilot_sd_log, plan.pilot_df)
     met = final.high <= final.estimate * (1 + rule.ci_target_pct / 100)
     note = (f"adaptive repetitions by Stein's two-stage rule on the log scale: a pilot of {plan.pilot_n} "
             f"(sd of log {metric} {plan.pilot_sd_log:.3g}, {plan.pilot_df} df) fixed {plan.total_n} in all "
