@@ -57,6 +57,11 @@ class Summary:
     outliers: int = 0                  # samples far from the rest (flagged, still counted)
 
     @property
+    def centre(self) -> float:
+        """The estimate the interval is of: the geometric mean on the log scale, else the mean."""
+        return self.mean if self.geometric_mean is None else self.geometric_mean
+
+    @property
     def ci_half_pct(self) -> float:
         """CI half-width as a percentage of the mean (how tight the estimate is)."""
         if self.n < 2 or self.mean == 0 or math.isnan(self.ci_high):

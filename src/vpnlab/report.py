@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # no display: render to SVG text
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
-from . import methods, metrics  # noqa: E402
+from . import methods, recommend  # noqa: E402
 from .analysis import Summary, fmt, relative_text, summarise  # noqa: E402
 from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
@@ -111,7 +111,7 @@ def _svg(fig) -> str:
 def _whiskers(summaries: list[Summary]) -> tuple[list[float], list[list[float]]]:
     """The estimate each interval is of (the geometric mean on the log scale, else the mean) and the
     interval's distances below and above it (asymmetric on the log scale)."""
-    centres = [s.mean if s.geometric_mean is None else s.geometric_mean for s in summaries]
+    centres = [s.centre for s in summaries]
     below = [0 if math.isnan(s.ci_low) else max(0.0, c - s.ci_low) for c, s in zip(centres, summaries)]
     above = [0 if math.isnan(s.ci_high) else max(0.0, s.ci_high - c) for c, s in zip(centres, summaries)]
     return centres, [below, above]
@@ -280,12 +280,13 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
 
 
 def _interval_series(store: Store, scenarios: list[ScenarioRow]) -> dict[str, list[list[tuple[float, float]]]]:
-    """Scenario id -> per repetition, the kind's interval-by-interval series (from the raw output kept)."""
+    """Scenario id -> per valid repetition, the kind's interval-by-interval series (from the raw output kept)."""
     kinds = {s.id: KINDS[s.workload] for s in scenarios if s.workload in KINDS and KINDS[s.workload].series_tool}
+    valid = {(row.scenario_id, row.repetition) for row in store.samples()}  # no failed repetition or scenario
     out: dict[str, list] = defaultdict(list)
     for tool in {k.series_tool for k in kinds.values() if k.series_tool}:
         for row in store.raw_outputs(tool):
-            if row["scenario_id"] in kinds:
+            if row["scenario_id"] in kinds and (row["scenario_id"], row["repetition"]) in valid:
                 out[row["scenario_id"]].append(kinds[row["scenario_id"]].series(row["output"]))
     return out
 
@@ -344,53 +345,10 @@ def _comparisons(report: Report, scenarios: list, family: list) -> None:
     report.comparison_notes = study_footnotes(report.comparisons)
 
 
-def _centre(s: Summary) -> float:
-    return s.mean if s.geometric_mean is None else s.geometric_mean
-
-
-def _versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> tuple[bool, str]:
-    """Whether the study's tests single out the first-ranked against the second, and what they say:
-    "ahead" only when the Holm-corrected test is significant beyond the threshold (compare.py)."""
-    c = next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, runner_up.id}), None)
-    if c is None:
-        return False, (f"{top.vpn_label} and {runner_up.vpn_label} were not compared (fewer than two valid "
-                       "repetitions a side)")
-    return c.verdict == ("behind" if c.scenario_a == top.id else "ahead"), c.verdict_text.rstrip(".")
-
-
-def _recommendation(link: str, workload: str, where: str, scope: str, ranked: list, family: list) -> str:
-    """One recommendation: the first-ranked configuration, and whether the tests single it out."""
-    best, top = ranked[0]
-    value = f"{top.vpn_label} ({best.metric} {fmt(_centre(best))} {best.unit}" + (
-        f", {relative_text(best)} against no VPN" if best.relative is not None else "") + ")"
-    fips = "" if scope == "any" else "FIPS-only "
-    if len(ranked) == 1:
-        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}, the only one measured."
-    ahead, why = _versus(top, ranked[1][1], family)
-    if ahead:
-        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}: {why}."
-    return (f"On {link}, for {workload}{where}, the first-ranked {fips}configuration is {value}, "
-            f"but no best choice follows: {why}.")
-
-
 def _recommend(report: Report, scenarios: list, stat: dict, family: list) -> None:
-    """The first-ranked configuration per link and workload, overall and among FIPS-only ones,
-    called the best only when the study's corrected test singles it out."""
-    groups: dict[tuple[str, str, str], list] = defaultdict(list)
-    for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
-        if not s.is_baseline and s.status == "done" and s.workload in KINDS:
-            groups[(s.link_label, s.workload_label, s.measured_in)].append(s)
-    mixed = len({place for _, _, place in groups}) > 1
-    for (link, workload, place), members in sorted(groups.items()):
-        metric = KINDS[members[0].workload].primary
-        where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
-        for scope, pool in (("any", members), ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
-            ranked = [(stat[(m.id, metric)], m) for m in pool if (m.id, metric) in stat]
-            if not ranked:
-                continue
-            ranked.sort(key=lambda p: _centre(p[0]), reverse=metrics.get(metric).higher_is_better is not False)
-            text = _recommendation(link, workload, where if mixed else "", scope, ranked, family)
-            report.recommendations.append({"text": text, "warn": trust(ranked[0][0])})
+    """The recommendations (recommend.py), each marked when its figure deserves care."""
+    for text, best in recommend.recommendations(scenarios, stat, family):
+        report.recommendations.append({"text": text, "warn": trust(best)})
 
 
 def _environment() -> Environment:

@@ -1,0 +1,61 @@
+"""Recommendations that follow the tests: per link and workload (and among FIPS-only
+configurations), the first-ranked configuration is called the best only when the study's
+Holm-corrected test against the runner-up is significant beyond the practical threshold; otherwise
+the sentence says what the tests do support (equivalent within it, or not distinguishable and how
+many rounds would be needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from . import metrics
+from .analysis import Summary, fmt, relative_text
+from .compare import Comparison
+from .store import ScenarioRow
+from .workloads import KINDS
+
+def _versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> tuple[bool, str]:
+    """Whether the study's tests single out the first-ranked against the second, and what they say:
+    "ahead" only when the Holm-corrected test is significant beyond the threshold (compare.py)."""
+    c = next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, runner_up.id}), None)
+    if c is None:
+        return False, (f"{top.vpn_label} and {runner_up.vpn_label} were not compared (fewer than two valid "
+                       "repetitions a side)")
+    return c.verdict == ("behind" if c.scenario_a == top.id else "ahead"), c.verdict_text.rstrip(".")
+
+
+def _recommendation(link: str, workload: str, where: str, scope: str, ranked: list, family: list) -> str:
+    """One recommendation: the first-ranked configuration, and whether the tests single it out."""
+    best, top = ranked[0]
+    value = f"{top.vpn_label} ({best.metric} {fmt(best.centre)} {best.unit}" + (
+        f", {relative_text(best)} against no VPN" if best.relative is not None else "") + ")"
+    fips = "" if scope == "any" else "FIPS-only "
+    if len(ranked) == 1:
+        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}, the only one measured."
+    ahead, why = _versus(top, ranked[1][1], family)
+    if ahead:
+        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}: {why}."
+    return (f"On {link}, for {workload}{where}, the first-ranked {fips}configuration is {value}, "
+            f"but no best choice follows: {why}.")
+
+
+def recommendations(scenarios: list[ScenarioRow], stat: dict, family: list[Comparison]) -> list[tuple[str, Summary]]:
+    """The first-ranked configuration per link and workload, overall and among FIPS-only ones,
+    called the best only when the study's corrected test singles it out; with its summary."""
+    out = []
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
+        if not s.is_baseline and s.status == "done" and s.workload in KINDS:
+            groups[(s.link_label, s.workload_label, s.measured_in)].append(s)
+    mixed = len({place for _, _, place in groups}) > 1
+    for (link, workload, place), members in sorted(groups.items()):
+        metric = KINDS[members[0].workload].primary
+        where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
+        for scope, pool in (("any", members), ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
+            ranked = [(stat[(m.id, metric)], m) for m in pool if (m.id, metric) in stat]
+            if not ranked:
+                continue
+            ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
+            text = _recommendation(link, workload, where if mixed else "", scope, ranked, family)
+            out.append((text, ranked[0][0]))
+    return out
