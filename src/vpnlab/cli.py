@@ -16,7 +16,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, signals
+from . import __version__, results_dir, signals
 from .analysis import fmt
 from .errors import StudyError, VpnlabError
 from .signals import Interrupted
@@ -44,6 +44,12 @@ def user_errors(func):
         except Interrupted as exc:
             err.print(f"[yellow]interrupted[/] ({exc}): everything it created is removed")
             raise typer.Exit(exc.exit_code)
+        except results_dir.STORAGE_ERRORS as exc:  # a full disk, an unreadable store
+            known = results_dir.explain(exc)
+            if known is None:
+                raise
+            err.print(f"[bold red]error:[/] {known[0]}", highlight=False, markup=True, soft_wrap=True)
+            raise typer.Exit(known[1])
 
     return wrapper
 
@@ -67,16 +73,12 @@ def _load(study: str | None):
 
 
 def _stored_study(directory: Path):
-    from .store import DB_NAME, Store
+    from .store import DB_NAME
     from .study import parse_study
 
     if not (directory / DB_NAME).is_file():
         raise VpnlabError(f"{directory}: no {DB_NAME} here, nothing to resume")
-    store = Store.open_dir(directory)
-    try:
-        runs = store.runs()
-    finally:
-        store.close()
+    runs = results_dir.check_store(directory / DB_NAME)  # read-only: a foreign or damaged file stays untouched
     if not runs:
         raise VpnlabError(f"{directory}: the results store has no run to resume")
     text = runs[0]["study_text"]
@@ -135,6 +137,7 @@ def run(
         _print_plan(plan, in_vm)
         return
     out_dir = out_dir or default_out_dir()
+    held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # noqa: F841 (locked until exit)
     err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
               f"{_duration(plan.estimate_s(in_vm))}; results in {out_dir}", highlight=False)
     if in_vm:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from typing import IO
 
@@ -86,10 +87,22 @@ def comparison_rows(store: Store) -> list[dict]:
 TABLES = {"samples": rows, "summary": summary_rows, "comparisons": comparison_rows}
 
 
+def strict(data):
+    """What JSON can say: a number that is not finite (an interval of one sample, a ratio to a
+    zero baseline) becomes null, as strict JSON has no NaN or Infinity."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: strict(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict(value) for value in data]
+    return data
+
+
 def write(store: Store, fmt: str, out: IO[str] = sys.stdout, table: str = "samples") -> int:
     data = TABLES[table](store)
     if fmt == "json":
-        json.dump(data, out, indent=1)
+        json.dump(strict(data), out, indent=1, allow_nan=False)
         out.write("\n")
     else:
         fields = COLUMNS if table == "samples" else (list(data[0]) if data else [])

@@ -3,14 +3,23 @@
 Every repetition's samples, raw tool output and completion mark are committed
 in one transaction the moment they are measured, so a killed run loses at most
 the repetition in flight and `--resume` knows exactly what is left to do.
+
+A full disk stops the run without harm: SQLite rolls the transaction in flight back, the store
+raises DiskFull (an OSError, ENOSPC, naming the file), and the run is marked interrupted with
+the room a reserve file kept for that; what was committed stays intact for `--resume`. A value
+that is not a finite number (a tool printing garbage) is stored as missing, with a flag on its
+repetition, never as NaN.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
+import math
 import os
 import sqlite3
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +27,9 @@ from .metrics import unit
 
 SCHEMA_VERSION = 3
 DB_NAME = "results.sqlite"
+RESERVE_NAME = ".vpnlab-reserve"   # beside the store while a run writes: room to mark it interrupted
+RESERVE_BYTES = 128 * 1024
+LOW_SPACE_BYTES = 1024 * 1024      # below this a run does not start, nor stores a failed repetition
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -169,10 +181,89 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
+class DiskFull(OSError):
+    """The disk holding the results is full: what was committed is intact, `--resume` finishes.
+    `stopped`: a run was under way (and is marked interrupted); else nothing was started."""
+
+    def __init__(self, path: Path, detail: str = "", stopped: bool = True):
+        super().__init__(errno.ENOSPC, detail or os.strerror(errno.ENOSPC), str(path))
+        self.stopped = stopped
+
+
+def free_bytes(path: Path) -> int:
+    """Space this process may still write on the filesystem holding `path` (or its nearest
+    existing ancestor)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
+
+
+class _Connection(sqlite3.Connection):
+    """The store's connection: SQLite's "database or disk is full" comes out as DiskFull naming
+    the store, whichever statement or commit met it (the transaction is rolled back)."""
+
+    path: Path
+    full = False  # set once the disk was found full
+
+    def _translate(self, exc: sqlite3.Error) -> BaseException:
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code == sqlite3.SQLITE_FULL or (code == sqlite3.SQLITE_IOERR and free_bytes(self.path) < RESERVE_BYTES):
+            self.full = True
+            return DiskFull(self.path)
+        return exc
+
+    def execute(self, *args):
+        try:
+            return super().execute(*args)
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from exc
+
+    def executemany(self, *args):
+        try:
+            return super().executemany(*args)
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from exc
+
+    def executescript(self, *args):
+        try:
+            return super().executescript(*args)
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from exc
+
+    def __exit__(self, *exc_info):
+        try:
+            return super().__exit__(*exc_info)
+        except sqlite3.OperationalError as exc:  # the commit
+            raise self._translate(exc) from exc
+
+
+def _finite(values: dict, flags: list[str]) -> tuple[dict[str, float], list[str]]:
+    """The values that are finite numbers; each other one is left out (missing) and flagged."""
+    kept, flags = {}, list(flags)
+    for metric, value in values.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if math.isfinite(number):
+            kept[metric] = number
+        else:
+            flags.append(f"{metric} was {str(value)[:40].replace(';', ',')!r}, not a finite number: "
+                         "stored as missing")
+    return kept, flags
+
+
 class Store:
     def __init__(self, path: Path):
         self.path = path
-        self.db = sqlite3.connect(path)
+        if Path(path).is_file() and Path(path).stat().st_size:
+            from .results_dir import check_store
+
+            check_store(Path(path))  # read-only, before anything writes: refuses what is not an intact store
+        self.db = sqlite3.connect(path, factory=_Connection)
+        self.db.path = Path(path)
         self.db.row_factory = sqlite3.Row
         # WAL needs shared memory, which a VM guest's 9p share does not give: the guest asks for DELETE.
         self.db.execute(f"PRAGMA journal_mode={os.environ.get('VPNLAB_STORE_JOURNAL', 'WAL')}")
@@ -199,9 +290,20 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    @property
+    def _reserve(self) -> Path:
+        return Path(self.path).with_name(RESERVE_NAME)
+
     # -- writing -----------------------------------------------------------
     def start_run(self, *, version: str, kernel: str, hostname: str, capabilities: dict,
                   tool_versions: dict, study_name: str, study_text: str) -> int:
+        try:  # real blocks (zeros, not a hole): freed to mark the run interrupted if the disk fills
+            self._reserve.write_bytes(bytes(RESERVE_BYTES))
+        except OSError as exc:
+            self._reserve.unlink(missing_ok=True)
+            if exc.errno == errno.ENOSPC:
+                raise DiskFull(self.path, stopped=False) from exc
+            raise
         with self.db:
             cur = self.db.execute(
                 "INSERT INTO runs (started_at, status, vpnlab_version, kernel, hostname, capabilities,"
@@ -212,8 +314,21 @@ class Store:
         return cur.lastrowid
 
     def finish_run(self, run_id: int, status: str) -> None:
-        with self.db:
-            self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (now(), status, run_id))
+        """Record how the run ended. A run that ends because the disk filled ("failed" to the
+        runner) is interrupted: nothing is wrong with what it stored and `--resume` finishes it."""
+        ending = sys.exc_info()[1]
+        if status == "failed" and (self.db.full or (isinstance(ending, OSError) and ending.errno == errno.ENOSPC)):
+            status = "interrupted"
+        try:
+            try:
+                with self.db:
+                    self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (now(), status, run_id))
+            except DiskFull:
+                self._reserve.unlink(missing_ok=True)  # the room kept for this
+                with self.db:
+                    self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (now(), status, run_id))
+        finally:
+            self._reserve.unlink(missing_ok=True)
 
     def add_scenario(self, scenario, measured_in: str = "host") -> None:
         """Record a planned scenario and where it is measured ("host" or "vm"); a resumed run
@@ -260,7 +375,14 @@ class Store:
                           raw: dict[str, str], flags: list[str], round_: int | None = None,
                           position: int | None = None, failure: str | None = None) -> None:
         """Samples (with their units from the metric registry), raw output and the completion mark
-        of one repetition, atomically."""
+        of one repetition, atomically. A value that is not a finite number is stored as missing,
+        with a flag. A failed repetition on a (nearly) full disk is not stored: the full disk may
+        be why it failed, so the run stops (DiskFull) and `--resume` measures it again."""
+        values, flags = _finite(values, flags)
+        if failure and free_bytes(self.path) < LOW_SPACE_BYTES:
+            self.db.full = True
+            raise DiskFull(self.path, f"less than {LOW_SPACE_BYTES >> 20} MiB left on its disk, and a repetition "
+                                      "failed (not stored: the full disk may be why)")
         stamp = now()
         with self.db:
             self.db.executemany(

@@ -1,0 +1,197 @@
+"""The results directory is the user's data: vpnlab writes only into a new or empty directory, or
+into its own run of the same study with `--resume`, one run at a time, and reads a store only
+after checking, read-only, that it is an undamaged vpnlab store.
+
+- `claim` takes a directory for a run: it refuses (exit 2, nothing touched) an existing
+  directory that holds anything else, a run of another study, or a run of the same study without
+  `--resume`; then it holds an flock on `.vpnlab-lock` inside the directory until the process
+  ends, so a second run on the same directory is refused while the first lives (the kernel
+  drops the lock of a dead process, so a crash never blocks a later `--resume`).
+- `check_store` opens a store read-only and says what is wrong with it, if anything.
+- `explain` turns a full disk or an unreadable store met anywhere into one clear message and
+  the exit code (1 for a full disk: the run is marked interrupted and resumable; 2 otherwise).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from .errors import VpnlabError
+from .store import DB_NAME, LOW_SPACE_BYTES, RESERVE_NAME, SCHEMA_VERSION, DiskFull, free_bytes
+
+LOCK_NAME = ".vpnlab-lock"
+OURS = {LOCK_NAME, RESERVE_NAME}   # what an otherwise empty directory may hold: a claim that wrote nothing
+SQLITE_HEADER = b"SQLite format 3\x00"
+TABLES = {"meta", "runs", "scenarios", "repetitions", "samples", "raw_outputs"}
+EXIT_DISK_FULL = 1
+EXIT_BAD_STORE = 2
+
+
+class StoreError(VpnlabError, ValueError):
+    """A file that is not a vpnlab results store this vpnlab can read: not SQLite, SQLite without
+    vpnlab's tables, a newer schema, or damaged. (A ValueError too, as the schema check was.)"""
+
+
+@dataclass
+class Claim:
+    """A results directory held by this process: its lock lasts until `release` or the process ends."""
+
+    directory: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the only descriptor of the lock file drops the flock
+            self.fd = -1
+
+
+def check_store(path: Path) -> list[dict]:
+    """Check, without writing anything, that `path` is an undamaged vpnlab results store this
+    vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
+    StoreError saying what is wrong otherwise."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot be read ({exc.strerror})") from exc
+    if header != SQLITE_HEADER:
+        raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched")
+    db = None
+    try:
+        db = sqlite3.connect(_read_only(path), uri=True)
+        problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{path}: the results store is damaged ({'; '.join(problems)}); left untouched")
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not TABLES <= tables:
+            raise StoreError(f"{path}: an SQLite database but not a vpnlab results store (it has no "
+                             f"{', '.join(sorted(TABLES - tables))} table); left untouched")
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            raise StoreError(f"{path}: the results store is damaged (no schema version); left untouched") from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{path}: results schema {version}, this vpnlab reads up to {SCHEMA_VERSION}: "
+                             "use the vpnlab that wrote it (or a newer one); left untouched")
+        return [dict(zip(("id", "status", "study_name", "study_text"), r))
+                for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: the results store is damaged or unreadable ({exc}); left untouched") from exc
+    finally:
+        if db is not None:
+            db.close()
+
+
+def _read_only(path: Path) -> str:
+    """A URI that opens the store without writing: immutable (not even a lock or a -shm file) when
+    no journal or write-ahead log lies beside it, else read-only, so a WAL a crash left is read."""
+    beside = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))
+    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if beside else "&immutable=1")
+
+
+def claim(out_dir: Path, study_text: str, resume: bool) -> Claim:
+    """Take `out_dir` for a run of the study `study_text` (a new run, or `--resume`), or refuse
+    with a VpnlabError and nothing there touched; the returned claim holds the directory's lock."""
+    out_dir = Path(out_dir)
+    _admissible(out_dir, study_text, resume)
+    free = free_bytes(out_dir)
+    if free < LOW_SPACE_BYTES:
+        raise DiskFull(out_dir, f"only {free >> 10} KiB free on its disk (a run needs at least "
+                                f"{LOW_SPACE_BYTES >> 20} MiB); nothing was started", stopped=False)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise DiskFull(out_dir, stopped=False) from exc
+        raise VpnlabError(f"{out_dir}: cannot write there ({exc.strerror})") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise VpnlabError(f"{out_dir}: another vpnlab run (pid {holder}) is writing into this directory; "
+                          "wait for it to end (or stop it) before running here") from None
+    try:
+        _admissible(out_dir, study_text, resume)  # again, under the lock: a run may have come and gone
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Claim(out_dir, fd)
+
+
+def _admissible(out_dir: Path, study_text: str, resume: bool) -> None:
+    """Refuse (VpnlabError) a directory this run must not write into; reads, never writes."""
+    store = out_dir / DB_NAME
+    if resume:
+        if not store.is_file():
+            raise VpnlabError(f"{out_dir}: no {DB_NAME} here, nothing to resume")
+        runs = check_store(store)
+        if not runs:
+            raise VpnlabError(f"{out_dir}: the results store has no run to resume")
+        if runs[0]["study_text"] != study_text:
+            raise VpnlabError(f"{out_dir}: holds a run of study '{runs[0]['study_name']}', not of the study "
+                              "given; left untouched")
+        return
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise VpnlabError(f"--out {out_dir}: exists and is not a directory; choose a new or empty directory")
+    entries = sorted(set(os.listdir(out_dir)) - OURS)
+    if not entries:
+        return
+    if not store.is_file():
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise VpnlabError(f"--out {out_dir}: the directory exists and holds files that are not a vpnlab run "
+                          f"({shown}); vpnlab writes only into a new or empty directory and left it "
+                          "untouched: choose another --out")
+    try:
+        runs = check_store(store)
+    except StoreError as exc:
+        raise VpnlabError(f"--out {out_dir}: holds a {DB_NAME} that vpnlab cannot use ({exc}): "
+                          "choose another --out") from None
+    if runs and runs[0]["study_text"] == study_text:
+        if runs[-1]["status"].startswith("completed"):
+            raise VpnlabError(f"--out {out_dir}: already holds a completed run of this study (`vpnlab show "
+                              f"{out_dir}`); to measure again, choose another --out. Nothing was changed")
+        raise VpnlabError(f"--out {out_dir}: already holds an unfinished run of this study (status "
+                          f"{runs[-1]['status']}); finish it with `vpnlab run --resume {out_dir}`, or choose "
+                          "another --out. Nothing was changed")
+    what = f"a run of another study ('{runs[0]['study_name']}')" if runs else "a results store with no run"
+    raise VpnlabError(f"--out {out_dir}: holds {what}; its results are left untouched: choose another --out")
+
+
+def explain(exc: BaseException) -> tuple[str, int] | None:
+    """The message and exit code for a full disk or an unreadable store; None for other errors."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        if isinstance(exc, DiskFull) and not exc.stopped:
+            return f"{exc.filename}: the disk is full: {exc.strerror}", EXIT_DISK_FULL
+        if isinstance(exc, DiskFull):
+            directory = Path(exc.filename).parent  # the store's: the results directory
+            return (f"{exc.filename}: the disk is full: {exc.strerror}. The run stopped and is marked "
+                    "interrupted; everything stored before is intact. Free some space (or copy "
+                    f"{directory} to a bigger disk) and finish with: vpnlab run --resume {directory}",
+                    EXIT_DISK_FULL)
+        return (f"{exc.filename or 'a file'}: the disk is full (no space left on device). What was stored "
+                "before is intact; free some space, then finish the run with `vpnlab run --resume` on "
+                "its results directory, or write its report with `vpnlab report`", EXIT_DISK_FULL)
+    if isinstance(exc, sqlite3.DatabaseError) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in DAMAGED:
+        return f"the results store is damaged: {exc}", EXIT_BAD_STORE
+    return None  # anything else is a bug to see whole
+
+
+DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}  # damage met after the check (a store changed meanwhile)
+
+
+# What `explain` may explain: what the CLI catches to ask it.
+STORAGE_ERRORS = (OSError, sqlite3.DatabaseError)
