@@ -201,6 +201,9 @@ def test_sigkill_leftovers_are_cleaned_by_the_next_command(tmp_path, no_leftover
 
     vpnlab("run", "--resume", out, "--no-progress")
     assert sample_count(out) == 8
+    db = sqlite3.connect(out / "results.sqlite")
+    assert [r[0] for r in db.execute("SELECT status FROM runs ORDER BY id")] == ["killed", "completed"]
+    db.close()
 
 
 def test_resume_refuses_a_different_study(tmp_path):

@@ -92,6 +92,7 @@ class Runner:
         for line in clean_stale_runs():
             self.console.print(f"[yellow]cleaned up after a crashed {line}[/]")
         store = Store.open_dir(self.out_dir)
+        store.mark_killed_runs()
         state = RunState.create()
         for other in other_live_runs(state.run_id):
             self.console.print(f"[yellow]another vpnlab run is going on on this machine ({other}): both measure "

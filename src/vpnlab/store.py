@@ -295,6 +295,12 @@ class Store:
         return Path(self.path).with_name(RESERVE_NAME)
 
     # -- writing -----------------------------------------------------------
+    def mark_killed_runs(self) -> None:
+        """Runs still marked running were killed (SIGKILL, a power cut): the directory's lock says
+        no other process writes here now."""
+        with self.db:
+            self.db.execute("UPDATE runs SET status='killed' WHERE status='running'")
+
     def start_run(self, *, version: str, kernel: str, hostname: str, capabilities: dict,
                   tool_versions: dict, study_name: str, study_text: str) -> int:
         try:  # real blocks (zeros, not a hole): freed to mark the run interrupted if the disk fills

@@ -232,6 +232,14 @@ def clean_stale_runs() -> list[str]:
     """Tear down what crashed runs (and crashed capability probes) left behind; a line per run cleaned."""
     cleaned = []
     for state in stale_runs():
+        # Two vpnlab commands may find the same stale run: the one that renames its record first
+        # cleans it up, the other leaves it alone.
+        claimed = state.directory.with_name(f"{state.directory.name}.cleaning-{os.getpid()}")
+        try:
+            os.rename(state.directory, claimed)
+        except OSError:
+            continue
+        state.directory = claimed
         cleaned.append(f"run {state.run_id}: {len(state.namespaces)} namespaces, "
                        f"{len(state.processes)} processes, {len(state.files) + len(state.dirs)} files")
         state.teardown()
