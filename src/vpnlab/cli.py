@@ -197,7 +197,8 @@ def _compact(directory: Path) -> None:
         primary = KINDS[sc.workload].primary if sc.workload in KINDS else None
         s = next((x for x in summaries.get(sc.id, []) if x.metric == primary), None)
         if s is not None:
-            text = f"{fmt(s.mean)} {s.unit}" if sc.is_baseline else relative_text(s)
+            compared = relative_text(s)  # '-' without a baseline to compare with: the value itself
+            text = compared if compared != "-" else f"{fmt(s.mean)} {s.unit}"
             row[(sc.link_label, sc.workload_label)] = text + (f" {s.grade}" if s.grade else "")
     _table("against no VPN (primary metric of each workload; `vpnlab show` has every metric)",
            ("vpn", *(f"{link} {workload}" for link, workload in columns), "failed"),
