@@ -117,11 +117,23 @@ def matched(a: Paired, b: Paired) -> tuple[list[float], list[float], bool]:
     return [v for _, v in a], [v for _, v in b], False
 
 
+def _packets(scenario: ScenarioRow) -> float | None:
+    """The packets one repetition offers, where the workload states them: a ping's count, or a UDP
+    stream's rate x duration / datagram size."""
+    params = scenario.params
+    if "count" in params:
+        return float(params["count"])
+    if {"rate_mbit", "duration_s", "size"} <= params.keys():
+        return params["rate_mbit"] * 1e6 * params["duration_s"] / (8 * params["size"])
+    return None
+
+
 def _interval(metric: metrics.Metric, values: list[float], scenario: ScenarioRow) -> Interval:
-    """Loss of a ping (whose packet count the workload states) by Korn and Graubard's interval with
-    the repetition as the unit; every other metric by the interval that fits the quantity."""
-    if metric.judged == "points" and len(values) >= 2 and "count" in scenario.params:
-        return loss_interval(values, scenario.params["count"])
+    """Loss by Korn and Graubard's interval with the repetition as the unit (where the packets a
+    repetition offers are known); every other metric by the interval that fits the quantity."""
+    packets = _packets(scenario) if metric.judged == "points" else None
+    if packets and len(values) >= 2:
+        return loss_interval(values, packets)
     return interval(values, positive=metric.positive)
 
 
