@@ -201,3 +201,20 @@ def test_an_adaptive_run_reports_steins_final_interval(tmp_path):
     expected = stein_interval(values, pilot_sd, 2)
     assert "Stein" in tput.method and tput.n == 4
     assert (tput.ci_low, tput.ci_high) == pytest.approx((expected.low, expected.high))
+
+
+def test_steins_rounds_are_balanced_only_with_scenarios_measured_in_the_same_place(tmp_path):
+    from vpnlab.runner import Runner
+
+    noisy = {1: 1.0, 2: 1.1, 3: 0.92}
+
+    def sample(scenario, round_no):
+        wobble = noisy[round_no] if "wireguard" in scenario.label else 1 + 0.001 * round_no
+        return {"ping": {"rtt_avg_ms": 20 * wobble, "ping_loss_pct": 0.0},
+                "tcp": {"throughput_mbps": 900 * wobble}, "udp": {"throughput_mbps": 9.9 * wobble}}[scenario.kind.kind]
+    store, ids = generated_store(tmp_path, sample, rounds=3, study=ADAPTIVE)
+    plan = make_plan(parse_study(ADAPTIVE))
+    quiet = next(s for s in plan.scenarios if s.id == ids[("tcp", False)])
+    together = Runner(plan, tmp_path, caps=None, progress=False)
+    apart = Runner(plan, tmp_path, caps=None, progress=False, in_vm={ids[("tcp", True)]})
+    assert together._needs_more(store, quiet) and not apart._needs_more(store, quiet)

@@ -163,11 +163,13 @@ class Runner:
         progress.advance(time.monotonic() - started)
 
     def _needs_more(self, store: Store, scenario: Scenario) -> bool:
-        """Does this scenario still need a repetition (not failed, short of its rule: stopping.py)?"""
+        """Does this scenario still need a repetition (not failed, short of its rule: stopping.py)?
+        Its rounds are balanced with the scenarios measured in the same place (here or the VM)."""
         if store.status(scenario.id) == "failed":
             return False
         done = len(store.done_repetitions(scenario.id))
-        return done < rounds_wanted(store, scenario, self.plan.scenarios)
+        peers = [s for s in self.plan.scenarios if (s.id in self.in_vm) == (scenario.id in self.in_vm)]
+        return done < rounds_wanted(store, scenario, peers)
 
     def _rounds(self, store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
                 progress: Progressor) -> None:
