@@ -1,8 +1,16 @@
 """The tunnel stage of a scenario: bring every layer up, prove the traffic really goes through
-it encrypted, and measure what it costs once (set-up time, bytes per packet, MTU)."""
+it encrypted, and measure what it costs once (set-up time, bytes per packet, MTU).
+
+MTU of nested tunnels, decided here and nowhere else: a tunnel inside another gets the largest
+MTU whose full-size packets, once it has encapsulated them, the layer around it still carries
+without fragmenting its own outer packets on the WAN (by the drivers' `overhead()` arithmetic).
+The outermost layer keeps its driver's default. A study may set any layer's `mtu` by hand, to see
+what a wrong one costs (`wan_fragments`); the scenario's notes then say which layer is too big.
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,17 +54,43 @@ class TunnelStage:
 
 
 def bring_up(stage: TunnelStage, bed: Testbed, scenario, state: RunState, log_dir: Path) -> None:
-    """Start every layer, outermost first; record the seconds until the first packet got through."""
+    """Start every layer, outermost first, each inside one with an MTU that fits it; record the
+    seconds until the first packet got through."""
     started = time.monotonic()
+    carried = wan_mtu(bed) if scenario.vpn.layers else None  # the largest packet the path takes whole
     for layer, (config, impl) in enumerate(zip(scenario.vpn.layers, scenario.implementations)):
         left, right = bed.tunnel_sites(layer)
-        env = TunnelEnv(state, layer, log_dir, impl)
-        stage.tunnels.append(DRIVERS[config.driver].up(left, right, config.options, config.profile, env))
+        driver = DRIVERS[config.driver]
+        fits = fitting_mtu(driver, config.options, config.profile, impl, carried)
+        env = TunnelEnv(state, layer, log_dir, impl, auto_mtu=fits if layer else None)
+        tunnel = driver.up(left, right, config.options, config.profile, env)
+        stage.tunnels.append(tunnel)
+        if tunnel.mtu and tunnel.mtu > fits and (layer or getattr(config.options, "mtu", None)):
+            stage.notes.append(f"layer {layer} ({config.driver}) has MTU {tunnel.mtu}: its full-size packets do not"
+                               f" fit the {carried} bytes " + ("the WAN" if layer == 0 else f"layer {layer - 1}")
+                               + f" carries whole ({fits} would): expect IP fragments on the WAN")
+        carried = min(fits, tunnel.mtu or fits)
     if not stage.tunnels:
         return
     wait_for(lambda: first_packet(bed), SETUP_TIMEOUT_S, f"the first packet through {scenario.vpn.label}",
              stage.tunnels[-1], interval=0)
     stage.values["setup_s"] = time.monotonic() - started
+
+
+def wan_mtu(bed: Testbed) -> int:
+    """The WAN link's MTU (every link of the chain has the same)."""
+    out = bed.wan_nodes[0].run(["ip", "-j", "link", "show", f"l{bed.layout.wan}"]).stdout
+    return int(json.loads(out)[0]["mtu"])
+
+
+def fitting_mtu(driver, options, profile: str, implementation: str, path_mtu: int) -> int:
+    """The largest inner packet this layer sends across a path of `path_mtu` bytes unfragmented:
+    `path_mtu` less its overhead for a packet that size (block padding makes it depend on the size,
+    so the sizes are tried from the largest down)."""
+    mtu = path_mtu
+    while mtu > 0 and mtu + driver.full_packet_overhead(options, profile, implementation, mtu) > path_mtu:
+        mtu -= 1
+    return mtu
 
 
 def first_packet(bed: Testbed, wait_s: float = 0.2) -> bool:

@@ -1,5 +1,12 @@
 """What the IPsec drivers share (strongSwan, libreswan, L2TP/IPsec): the ESP proposals by one
-set of names, their overhead, the FIPS rule, and the programs and kernel modules ESP needs."""
+set of names, their overhead, the FIPS rule, IPComp, and the programs and kernel modules ESP needs.
+
+IPComp (RFC 3173, DEFLATE) compresses each inner packet before ESP encrypts it. A packet that
+does not shrink is sent as it is, without the IPComp header (the RFC's non-expansion policy), so
+incompressible traffic costs what plain ESP costs. Under the fips profile IPComp is allowed:
+DEFLATE is not a cryptographic algorithm, so FIPS 140 neither approves nor forbids it, and the
+profile still fixes the ESP and IKE algorithms. (Compressing before encrypting lets packet sizes
+tell something about the contents, as with TLS compression; a study of security should say so.)"""
 
 from __future__ import annotations
 
@@ -21,6 +28,9 @@ ESP_MODULES = ("esp4", "xfrm_user", "xfrm_interface", "af_key", "authenc", "auth
                "echainiv", "cbc", "ecb", "aesni_intel", "ghash_clmulni_intel", "sha1_ssse3", "sha256_ssse3",
                "sha512_ssse3", "des3_ede_x86_64", "des_generic", "sha1_generic", "md5", "chacha20poly1305",
                "chacha_x86_64", "poly1305_x86_64")
+# What IPComp needs in the VM guest: the transform, DEFLATE, and the IPIP state that receives
+# tunnel-mode packets IPComp left uncompressed.
+IPCOMP_MODULES = ("xfrm_ipcomp", "ipcomp", "deflate", "tunnel4", "xfrm4_tunnel")
 
 # ESP proposal -> (IV bytes, block/alignment bytes, ICV bytes)
 ESP = {
@@ -43,14 +53,24 @@ ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes1
 class IpsecOptions(Options):
     """What both IPsec drivers (strongSwan, libreswan) take, with the same names."""
 
+    omit_at_default = ("compression", "mtu")
+
     esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: the implementation's own)")
     auth: Literal["psk", "cert"] = "psk"
     udp_encap: bool = Field(False, description="force ESP-in-UDP (NAT-T) with kernel ESP")
+    compression: Literal["off", "on"] = Field("off", description="IPComp (DEFLATE) before ESP; needs kernel ESP")
+    mtu: int | None = Field(None, ge=576, le=9000, description="MTU of the routes into the tunnel (by hand; "
+                            "default: the implementation's, or for a tunnel inside another what fits in it)")
 
     @field_validator("esp", mode="before")
     @classmethod
     def lower_case(cls, value):
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("compression", mode="before")
+    @classmethod
+    def yaml_on_off(cls, value):
+        return ("on" if value else "off") if isinstance(value, bool) else value  # YAML 1.1: bare on/off
 
 
 def configured_esp(options: IpsecOptions, profile: str) -> str | None:

@@ -19,7 +19,7 @@ from ..files import write_secret
 from ..testbed.node import private_run
 from ..tools import Tool, find
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .ipsec import ESP_MODULES, IpsecOptions, configured_esp, esp_overhead, fips_problem
+from .ipsec import ESP_MODULES, IPCOMP_MODULES, IpsecOptions, configured_esp, esp_overhead, fips_problem
 from .pki import OPENSSL, make_pki
 
 PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
@@ -61,7 +61,7 @@ class Libreswan(Driver):
     # the privately unpacked package comes without its dependencies: its libraries
     packages = ("libnss3-tools", "libldns3", "libevent-core-2.1-7", "libevent-pthreads-2.1-7", "libcurl3-nss",
                 "libunbound8", "libcap-ng0")
-    guest_modules = ESP_MODULES
+    guest_modules = (*ESP_MODULES, *IPCOMP_MODULES)
     Options = IpsecOptions
 
     def check(self, options, profile):
@@ -69,6 +69,10 @@ class Libreswan(Driver):
 
     def describe(self, options, profile):
         parts = ["libreswan", configured_esp(options, profile) or "default", options.auth]
+        if options.compression == "on":
+            parts.append("ipcomp")
+        if options.mtu:
+            parts.append(f"mtu-{options.mtu}")
         if profile != "default":
             parts.append(profile)
         return " ".join(parts)
@@ -80,12 +84,15 @@ class Libreswan(Driver):
         return configured_esp(options, profile) or DEFAULT_ESP
 
     def overhead(self, options, profile, implementation, inner_len):
+        # The same with IPComp: an incompressible packet (the proof's random probe) is sent as it is,
+        # without an IPComp header (RFC 3173, 2.2); compressible ones shrink instead.
         return esp_overhead(self.esp_proposal(options, profile), options.udp_encap, inner_len)
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         pluto = Path(find(self.tools[0]) or PLUTO)
         libexec = pluto.parent  # whack, addconn and the updown script sit next to pluto
-        tunnel = Tunnel(env, ("udp", 4500) if options.udp_encap else ("esp", None),
+        mtu = env.mtu(options, None)  # None: the path's, as kernel ESP finds it
+        tunnel = Tunnel(env, ("udp", 4500) if options.udp_encap else ("esp", None), mtu=mtu,
                         control=[("udp", 500), ("udp", 4500)])  # IKE
         remote_access = not left.subnets
         pki = make_pki(env.secrets, right.underlay_ip, "") if options.auth == "cert" else None
@@ -99,7 +106,7 @@ class Libreswan(Driver):
             self._nss(site, home, pki, is_client)
             conf = home / "ipsec.conf"
             conf.write_text(self._conf(site, peer, is_client, remote_access, esp, profile, options.udp_encap,
-                                       pki is not None))
+                                       pki is not None, options.compression == "on", mtu))
             secrets = write_secret(home / "ipsec.secrets", "" if pki else f'@client@vpnlab @server@vpnlab : PSK "{psk}"\n')
             log = env.log(f"pluto-{site.node.role}")
             # No --config: pluto would run addconn from its built-in path to read "config setup".
@@ -129,14 +136,15 @@ class Libreswan(Driver):
             # testbed's own routes to the links behind the gateway are more specific, so they get
             # it too. The gateway has no default route to send the replies to the lease along.
             # (strongSwan needs neither: it routes from a table of its own, looked up first.)
-            left.node.ip(*(f"route replace {net} via {right.underlay_ip} src {left.tunnel_ip}"
+            limit = f" mtu {mtu}" if mtu else ""
+            left.node.ip(*(f"route replace {net} via {right.underlay_ip} src {left.tunnel_ip}{limit}"
                            for net in right.subnets))
             right.node.ip(f"route replace {left.tunnel_ip} via {left.underlay_ip}")
         return tunnel
 
     # -- configuration ---------------------------------------------------------
     @staticmethod
-    def _conf(site, peer, is_client, remote_access, esp, profile, encap, cert) -> str:
+    def _conf(site, peer, is_client, remote_access, esp, profile, encap, cert, compress=False, mtu=None) -> str:
         me, them = ("client", "server") if is_client else ("server", "client")
         lines = [f"conn {CONN}", "  ikev2=yes", "  type=tunnel", f"  left={site.underlay_ip}",
                  f"  right={peer.underlay_ip}", "  auto=add",
@@ -160,6 +168,10 @@ class Libreswan(Driver):
             lines.append(f"  esp={ESP_SYNTAX[esp]}")
         if encap:
             lines.append("  encapsulation=yes")
+        if compress:
+            lines.append("  compress=yes")
+        if mtu:  # the updown script puts it on the routes to the remote subnet
+            lines.append(f"  mtu={mtu}")
         return "\n".join(lines) + "\n"
 
     @staticmethod

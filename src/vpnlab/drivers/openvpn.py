@@ -42,6 +42,10 @@ class OpenVpnOptions(Options):
     compression: Literal["off", "lzo", "lz4-v2"] = "off"
     transport: Literal["udp", "tcp"] = "udp"
     port: int = Field(1194, ge=1, le=65535)
+    mtu: int | None = Field(None, ge=576, le=9000, description="--tun-mtu, by hand (default 1500, or for a tunnel "
+                            "inside another what fits in it); TCP's MSS is clamped to fit it")
+
+    omit_at_default = ("mtu",)
 
     @field_validator("cipher", "auth", mode="before")
     @classmethod
@@ -83,6 +87,8 @@ class OpenVpn(Driver):
         parts = ["openvpn", cipher.lower() + (f"-{auth.lower()}" if auth else ""), options.transport]
         if options.compression != "off":
             parts.append(options.compression)
+        if options.mtu:
+            parts.append(f"mtu-{options.mtu}")
         if profile != "default":
             parts.append(profile)
         return " ".join(parts)
@@ -107,7 +113,8 @@ class OpenVpn(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         cipher, auth = effective(options, profile)
         dev = f"vo{env.unique}"
-        tunnel = Tunnel(env, (options.transport, options.port), mtu=1500)
+        mtu = env.mtu(options, None)  # None: OpenVPN's own 1500, with MSS clamped for 1492-byte outer packets
+        tunnel = Tunnel(env, (options.transport, options.port), mtu=mtu or 1500)
         pki = make_pki(env.secrets, right.underlay_ip, "")
         common = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
                   "--dh", "none", "--ca", pki.ca, "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
@@ -118,6 +125,8 @@ class OpenVpn(Driver):
             common += ["--providers", "legacy", "default"]
         if options.compression != "off":
             common += ["--allow-compression", "yes", "--compress", options.compression]
+        if mtu:
+            common += ["--tun-mtu", mtu, "--mssfix", mtu, "fixed"]  # TCP segments that fill the MTU, no more
         if profile == "fips":
             common += ["--tls-version-min", "1.2", "--tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384",
                        "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--ecdh-curve", "prime256v1"]

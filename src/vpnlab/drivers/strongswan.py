@@ -2,6 +2,9 @@
 
 The data plane is kernel ESP where the kernel has it, otherwise strongSwan's
 userspace ESP (kernel-libipsec, over a TUN device, always UDP-encapsulated).
+IPComp needs kernel ESP: kernel-libipsec cannot allocate an IPComp CPI (its get_cpi answers
+NOT_SUPPORTED), and charon then logs "unable to allocate a CPI from kernel, IPComp disabled"
+and carries on uncompressed, so `compression: on` never runs on libipsec.
 Remote access gives the client a virtual IP from a pool; site-to-site joins
 the two LANs. Each charon runs in its gateway's namespace with a private /run
 (its pid file is fixed there) and its own vici socket.
@@ -9,6 +12,8 @@ the two LANs. Each charon runs in its gateway's namespace with a private /run
 
 from __future__ import annotations
 
+import json
+import re
 import secrets as random_secrets
 import shutil
 from pathlib import Path
@@ -18,12 +23,15 @@ from ..errors import CommandError, TunnelError
 from ..files import write_secret
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .ipsec import (CHARON, ESP_MODULES, IPSEC_PACKAGES, IPSEC_TOOLS, IpsecOptions, configured_esp, esp_overhead,
-                    fips_problem)
+from .ipsec import (CHARON, ESP_MODULES, IPCOMP_MODULES, IPSEC_PACKAGES, IPSEC_TOOLS, IpsecOptions, configured_esp,
+                    esp_overhead, fips_problem)
 from .pki import make_pki
 
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
 DEFAULT_ESP = "aes128gcm16"
+# kernel-libipsec's TUN device: strongSwan 5.9 fixes its MTU at 1400 and reads each packet into a
+# buffer of that size, so it can be lowered (with `ip link`) but not raised.
+LIBIPSEC_MTU = 1400
 FIPS_IKE = "aes256-sha256-ecp256"
 
 PLUGINS = ("random nonce openssl aes sha1 sha2 md5 hmac gcm chapoly curve25519 kdf pem pkcs1 pkcs8 x509 "
@@ -39,14 +47,25 @@ class StrongSwan(Driver):
     summary = "IPsec IKEv2 (strongSwan): kernel ESP or userspace libipsec, PSK or certificates"
     tools = IPSEC_TOOLS
     packages = IPSEC_PACKAGES
-    guest_modules = ESP_MODULES
+    guest_modules = (*ESP_MODULES, *IPCOMP_MODULES)
     Options = StrongSwanOptions
 
     def check(self, options, profile):
+        if options.implementation == "libipsec":
+            if options.compression == "on":
+                return ("options.compression: IPComp needs kernel ESP: strongSwan's userspace ESP (kernel-libipsec) "
+                        "cannot allocate an IPComp CPI and would send everything uncompressed; use implementation "
+                        "auto or kernel (the VM backend has kernel ESP)")
+            if options.mtu and options.mtu > LIBIPSEC_MTU:
+                return f"options.mtu: kernel-libipsec's TUN device carries at most {LIBIPSEC_MTU} bytes per packet"
         return fips_problem(options, profile)
 
     def describe(self, options, profile):
         parts = ["strongswan", configured_esp(options, profile) or "default", options.auth]
+        if options.compression == "on":
+            parts.append("ipcomp")
+        if options.mtu:
+            parts.append(f"mtu-{options.mtu}")
         if options.implementation != "auto":
             parts.append(options.implementation)
         if profile != "default":
@@ -54,22 +73,31 @@ class StrongSwan(Driver):
         return " ".join(parts)
 
     def implementations(self, options):
-        return [
-            Implementation("kernel", features=("esp",), tools=("charon", "swanctl")),
-            Implementation("libipsec", features=("tun",), tools=("charon", "swanctl")),
-        ]
+        kernel = Implementation("kernel", features=("esp",), tools=("charon", "swanctl"))
+        if options.compression == "on":  # IPComp: kernel ESP only (see the module's docstring)
+            return [kernel]
+        return [kernel, Implementation("libipsec", features=("tun",), tools=("charon", "swanctl"))]
 
     def esp_proposal(self, options, profile) -> str:
         return configured_esp(options, profile) or DEFAULT_ESP
 
     def overhead(self, options, profile, implementation, inner_len):
+        # The same with IPComp: an incompressible packet (the proof's random probe) is sent as it is,
+        # without an IPComp header (RFC 3173, 2.2); compressible ones shrink instead.
         return esp_overhead(self.esp_proposal(options, profile), implementation == "libipsec" or options.udp_encap,
                             inner_len)
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         libipsec = env.implementation == "libipsec"
         encap = libipsec or options.udp_encap
-        tunnel = Tunnel(env, ("udp", 4500) if encap else ("esp", None), mtu=1400 if libipsec else None,
+        mtu = env.mtu(options, None)  # None: libipsec's TUN keeps its 1400, kernel ESP follows the path
+        if libipsec and mtu and mtu > LIBIPSEC_MTU:
+            if options.mtu:
+                raise TunnelError(f"strongSwan: options.mtu: kernel-libipsec's TUN device carries at most "
+                                  f"{LIBIPSEC_MTU} bytes per packet, not {mtu}")
+            mtu = LIBIPSEC_MTU  # an automatic MTU above it: smaller packets still fit
+        tunnel = Tunnel(env, ("udp", 4500) if encap else ("esp", None),
+                        mtu=mtu or (LIBIPSEC_MTU if libipsec else None),
                         control=[("udp", 500), ("udp", 4500)])  # IKE
         remote_access = not left.subnets
         folder = env.secrets
@@ -91,16 +119,20 @@ class StrongSwan(Driver):
             else:
                 local_ts, remote_ts = site.prefix, peer.prefix
             write_secret(home / "swanctl.conf", self._swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts,
-                                                  esp, profile, encap, psk if not pki else None))
+                                                  esp, profile, encap, psk if not pki else None,
+                                                  options.compression == "on"))
             homes.append((site, home))
-        start_charons(homes, env, tunnel, libipsec, child="net")
+        start_charons(homes, env, tunnel, libipsec, child="net", mtu=mtu)
         return tunnel
 
     # -- configuration ---------------------------------------------------------
     @staticmethod
-    def _strongswan_conf(vici: Path, libipsec: bool) -> str:
+    def _strongswan_conf(vici: Path, libipsec: bool, mtu: int | None = None) -> str:
         # The first kernel interface loaded handles the SAs: libipsec must come before netlink.
         plugins = ("kernel-libipsec " if libipsec else "") + PLUGINS
+        # kernel-netlink puts this MTU on the routes it installs (for kernel ESP towards the remote
+        # subnets, for libipsec into its TUN device, whose own MTU start_charons sets).
+        netlink_mtu = f"\n    kernel-netlink {{\n      mtu = {mtu}\n    }}" if mtu else ""
         return f"""charon {{
   load_modular = no
   load = {plugins}
@@ -119,13 +151,14 @@ class StrongSwan(Driver):
     }}
     kernel-libipsec {{
       allow_peer_ts = yes
-    }}
+    }}{netlink_mtu}
   }}
 }}
 """
 
     @staticmethod
-    def _swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts, esp, profile, encap, psk) -> str:
+    def _swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts, esp, profile, encap, psk,
+                      ipcomp: bool = False) -> str:
         my_id, peer_id = ("client", "server") if is_client else ("server", "client")
         lines = ["connections {", "  net {", "    version = 2",
                  f"    local_addrs = {site.underlay_ip}", f"    remote_addrs = {peer.underlay_ip}"]
@@ -145,6 +178,8 @@ class StrongSwan(Driver):
                   "        mode = tunnel"]
         if esp:
             lines.append(f"        esp_proposals = {esp}")
+        if ipcomp:
+            lines.append("        ipcomp = yes")
         lines += ["      }", "    }", "  }", "}"]
         if remote_access and not is_client:
             lines += ["pools {", "  clients {", f"    addrs = {peer.tunnel_ip}/32", "  }", "}"]
@@ -162,12 +197,13 @@ class StrongSwan(Driver):
             raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
 
 
-def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, child: str) -> None:
+def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, child: str,
+                  mtu: int | None = None) -> None:
     """One charon per (site, home) with the swanctl.conf already in `home`, gateway first:
     start them, load their configuration, and have the last one (the client) initiate `child`."""
     for site, home in homes:
         conf = home / "strongswan.conf"
-        conf.write_text(StrongSwan._strongswan_conf(home / "charon.vici", libipsec))
+        conf.write_text(StrongSwan._strongswan_conf(home / "charon.vici", libipsec, mtu))
         log = env.log(f"charon-{site.node.role}")
         proc = site.node.spawn(private_run([CHARON], keep=env.state.directory), log,
                                env={"STRONGSWAN_CONF": str(conf)}, what="charon")
@@ -181,6 +217,10 @@ def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, c
             return False
 
     wait_for(lambda: all(answering(*h) for h in homes), 15, "charon's vici sockets", tunnel)
+    if libipsec and mtu:  # the plugin created its TUN device as charon started
+        for site, _ in homes:
+            names = [link["ifname"] for link in json.loads(site.node.run(["ip", "-j", "link", "show"]).stdout)]
+            site.node.ip(*(f"link set dev {name} mtu {mtu}" for name in names if re.fullmatch(r"ipsec\d+", name)))
     for site, home in homes:
         StrongSwan._swanctl(site, home, ["--load-all"], tunnel)
     StrongSwan._swanctl(*homes[-1], ["--initiate", "--child", child, "--timeout", "20"], tunnel)

@@ -12,12 +12,16 @@ from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
 HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
+DEFAULT_MTU = 1420  # wg-quick's: 1500 less the header over IPv6
 
 
 class WireGuardOptions(Options):
     implementation: Literal["auto", "kernel", "wireguard-go"] = "auto"
     port: int = Field(51820, ge=1, le=65535)
-    mtu: int = Field(1420, ge=1280, le=9000)
+    mtu: int | None = Field(None, ge=1280, le=9000, description=f"by hand; default {DEFAULT_MTU}, or for a tunnel "
+                            "inside another what fits in it")
+
+    omit_at_default = ("mtu",)
 
 
 class WireGuard(Driver):
@@ -35,7 +39,8 @@ class WireGuard(Driver):
         return None
 
     def describe(self, options, profile):
-        return "wireguard" if options.implementation == "auto" else f"wireguard {options.implementation}"
+        parts = ["wireguard"] + ([f"mtu-{options.mtu}"] if options.mtu else [])
+        return " ".join(parts + ([options.implementation] if options.implementation != "auto" else []))
 
     def implementations(self, options):
         return [
@@ -44,12 +49,16 @@ class WireGuard(Driver):
         ]
 
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
-        return HEADER + (-inner_len) % 16  # the plaintext is padded to a multiple of 16
+        return HEADER + (-inner_len) % 16  # the plaintext is padded to a multiple of 16 ...
+
+    def full_packet_overhead(self, options, profile, implementation, mtu: int) -> int:
+        return HEADER  # ... but never beyond the MTU
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         # Interface names double as wireguard-go socket names, so they must be unique machine-wide.
         names = (f"vw{env.unique}a", f"vw{env.unique}b")
-        tunnel = Tunnel(env, ("udp", options.port), options.mtu)
+        mtu = env.mtu(options, DEFAULT_MTU)
+        tunnel = Tunnel(env, ("udp", options.port), mtu)
         keys = {}
         for site, dev in ((left, names[0]), (right, names[1])):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
@@ -74,6 +83,6 @@ class WireGuard(Driver):
             if site is left:  # the client knows where the gateway is; the gateway learns the client
                 argv += ["endpoint", f"{peer.underlay_ip}:{options.port}"]
             site.node.run(argv)
-            site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} mtu {options.mtu} up")
+            site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} mtu {mtu} up")
             route_into(site.node, peer.subnets, dev)
         return tunnel

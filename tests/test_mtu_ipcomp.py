@@ -1,0 +1,101 @@
+"""Nested tunnels and IPComp with real traffic: the automatic inner MTU leaves the WAN without IP
+fragments and a wrong one fills it with them (network namespaces); IPComp shrinks text on the WAN
+(strongSwan and libreswan with kernel ESP: in the VM where this kernel has none, as here).
+
+The arithmetic and the options are checked without traffic in test_mtu_ipcomp_units.py."""
+
+import sqlite3
+
+import pytest
+
+from vpnlab import vm
+from vpnlab.capabilities import detect
+from vpnlab.plan import check_plan, make_plan, place
+from vpnlab.runner import Runner
+from vpnlab.study import parse_study
+
+pytestmark = pytest.mark.integration
+
+
+def results(folder):
+    """(status and failure, notes, {metric: value}) per VPN label."""
+    db = sqlite3.connect(folder / "results.sqlite")
+    status = {label: f"{st} {failure or ''}" for label, st, failure in
+              db.execute("SELECT vpn_label, status, failure FROM scenarios")}
+    notes = dict(db.execute("SELECT vpn_label, coalesce(notes, '') FROM scenarios"))
+    values: dict = {}
+    for label, metric, value in db.execute("SELECT sc.vpn_label, s.metric, avg(s.value) FROM samples s"
+                                           " JOIN scenarios sc ON sc.id = s.scenario_id GROUP BY 1, 2"):
+        values.setdefault(label, {})[metric] = value
+    db.close()
+    assert all(s.startswith("done") for s in status.values()), status
+    return notes, values
+
+
+def test_nested_tunnel_with_the_automatic_mtu_sends_no_fragments_and_a_wrong_one_does(tmp_path, no_leftovers):
+    study = parse_study("""
+name: nested-mtu
+topology: site-to-site
+repetitions: 1
+vpns:
+  - {driver: openvpn, inner: {driver: openvpn, options: {port: 1195}}}
+  - {driver: openvpn, inner: {driver: openvpn, options: {port: 1195, mtu: 1500}}}
+  - {driver: openvpn, inner: {driver: wireguard}}
+links: [{rate_mbit: 100}]
+workloads: [{kind: tcp, duration_s: 3, omit_s: 0}]
+""")
+    plan = make_plan(study)
+    caps = detect()
+    assert check_plan(plan, caps) == {}
+    Runner(plan, tmp_path, caps, progress=False).run()
+    notes, values = results(tmp_path)
+    right, wrong = (values["openvpn aes-256-gcm udp in openvpn aes-256-gcm udp"],
+                    values["openvpn aes-256-gcm udp mtu-1500 in openvpn aes-256-gcm udp"])
+    wireguard = values["wireguard in openvpn aes-256-gcm udp"]
+    # the outer OpenVPN carries 1500 - 52 bytes whole; the inner one takes its own 52 from that,
+    # WireGuard its 60
+    assert right["tunnel_mtu"] == 1448 - 52 and wireguard["tunnel_mtu"] == 1448 - 60
+    assert right["wan_fragments"] == 0 and wireguard["wan_fragments"] == 0
+    assert right["overhead_bytes"] == right["overhead_model_bytes"] == 104
+    # 1500-byte inner packets become 1604-byte outer ones: every one is cut in two on the WAN
+    assert wrong["tunnel_mtu"] == 1500
+    assert wrong["wan_fragments"] > 1000
+    assert wrong["wan_avg_packet_bytes"] < right["wan_avg_packet_bytes"]
+    assert "layer 1 (openvpn) has MTU 1500" in notes["openvpn aes-256-gcm udp mtu-1500 in openvpn aes-256-gcm udp"]
+    assert notes["openvpn aes-256-gcm udp in openvpn aes-256-gcm udp"] == ""
+    print(f"\nautomatic MTU: {right['throughput_mbps']:.1f} Mbit/s, {right['wan_bytes_per_byte']:.3f} B/B;"
+          f" MTU 1500: {wrong['throughput_mbps']:.1f} Mbit/s, {wrong['wan_bytes_per_byte']:.3f} B/B,"
+          f" {wrong['wan_fragments']:.0f} fragments")
+
+
+def test_ipcomp_shrinks_text_on_the_wan_in_the_vm(tmp_path, no_leftovers):
+    """IPComp needs kernel ESP (strongSwan's libipsec cannot do it): here that means the VM."""
+    problem = vm.available()
+    if problem:
+        pytest.skip(problem)
+    study = parse_study("""
+name: ipcomp
+topology: site-to-site
+repetitions: 1
+vpns:
+  - {driver: strongswan, options: {esp: aes128-sha256, compression: ["off", "on"]}}
+  - {driver: libreswan, options: {esp: aes128-sha256, compression: on}}
+workloads: [{kind: transfer, protocol: http, data: text, size: 2M}]
+""")
+    plan = make_plan(study)
+    caps, problems, in_vm = place(plan, "vm")
+    assert problems == {}
+    Runner(plan, tmp_path, caps, progress=False, in_vm=in_vm).run()
+    notes, values = results(tmp_path)
+    off = values["strongswan aes128-sha256 psk"]
+    on = {"strongswan": values["strongswan aes128-sha256 psk ipcomp"],
+          "libreswan": values["libreswan aes128-sha256 psk ipcomp"]}
+    # without compression every payload byte costs more than a byte on the wire; text compresses
+    # to about half with DEFLATE, so with IPComp it costs less than one
+    assert off["wan_bytes_per_byte"] > 1
+    for name, measured in on.items():
+        assert measured["wan_bytes_per_byte"] < 0.9 * off["wan_bytes_per_byte"], name
+        # the proof's random probe is incompressible: sent as it is, the overhead is plain ESP's
+        assert measured["overhead_bytes"] == measured["overhead_model_bytes"] == off["overhead_bytes"], name
+    print(f"\nbytes per byte, text: off {off['wan_bytes_per_byte']:.3f},"
+          + ", ".join(f" {n} on {m['wan_bytes_per_byte']:.3f}" for n, m in on.items()))
