@@ -118,6 +118,8 @@ def test_loss_is_judged_in_points_and_not_graded(tmp_path):
     assert loss.relative_kind == "pp" and loss.grade == "" and "percentage points" in loss.grade_reason
     assert not math.isinf(loss.relative)
     assert "repetition as the unit" in loss.method or "Poisson bound" in loss.method   # bursts, not pooled packets
+    jitter = by_metric(store, ids, "udp", True)["udp_jitter_ms"]
+    assert jitter.grade == "" and "below the 1 ms floor" in jitter.grade_reason and jitter.added is not None
     ping_loss = by_metric(store, ids, "ping", True)["ping_loss_pct"]
     assert ping_loss.ci_low == 0 and ping_loss.ci_high > 0          # no loss seen: 0 up to a bound, not "0 .. 0"
 

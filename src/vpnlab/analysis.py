@@ -162,8 +162,9 @@ def _ratio(a: list[float], b: list[float], paired: bool):
 def _grade(s: Summary, ratio, kind: str, n_base: int, baseline: float | None = None,
            floor_ms: float = DEFAULT_FLOOR_MS) -> None:
     """Jaha's band(s) of the ratio's interval (of the estimate when there is no interval)."""
-    if ratio is None:
-        s.grade_reason = "a value at or below zero: no ratio to the baseline to grade"
+    if ratio is None:  # the n and floor rules still say why first: they refuse a grade whatever the ratio
+        refused = grade_range(1.0, 1.0, kind, s.n, n_base, baseline_ms=baseline, floor_ms=floor_ms).reason
+        s.grade_reason = refused or "a value at or below zero: no ratio to the baseline to grade"
         return
     low, high = (ratio.low, ratio.high) if ratio.low is not None else (ratio.estimate, ratio.estimate)
     result = grade_range(low, high, kind, s.n, n_base, baseline_ms=baseline, floor_ms=floor_ms)
