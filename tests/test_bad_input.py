@@ -90,7 +90,7 @@ CASES = [
          cli=False),
     # accepted silently
     Case("vpns-differ-only-in-label", "name: t\nvpns: [{driver: none}, {driver: wireguard, label: a}, "
-         "{driver: wireguard, label: b, options: {mtu: 1420}}]\nworkloads: [{kind: ping}]\n",
+         "{driver: wireguard, label: b, options: {port: 51820}}]\nworkloads: [{kind: ping}]\n",
          ("vpns[2] ('b') and vpns[1] ('a') are the same configuration",), real=True),
     Case("vpn-sweep-repeats", "name: t\nvpns: [{driver: none}, {driver: openvpn, label: o, "
          "options: {cipher: [AES-128-GCM, AES-128-GCM]}}]\nworkloads: [{kind: ping}]\n",

@@ -109,8 +109,10 @@ class Tcp(WorkloadKind):
         if options.reverse:
             args.append("-R")
         data, raw = iperf.client(ctx, args, options.duration_s + options.omit_s)
+        # what moved while the CPU meter and the WAN counters ran: the warm-up's bytes too
+        warm_up = sum(i["sum"]["bytes"] for i in data.get("intervals", []) if i["sum"].get("omitted"))
         return Measurement(parse(data), raw, "iperf3", retransmit_flags(data),
-                           carried_bytes=data["end"]["sum_received"]["bytes"])
+                           carried_bytes=data["end"]["sum_received"]["bytes"] + warm_up)
 
     def series(self, raw: str):
         return iperf.raw_series(raw)
