@@ -251,4 +251,4 @@ workloads: [{{kind: tcp, duration_s: 2, omit_s: 1}}]
     db.close()
     assert (count, ci_met) == (reps, met)
     assert "3 to 5 repetitions" in rule
-    assert ("still wider than" in notes) == (not met)
+    assert ("wider than the target" in notes) == (not met)

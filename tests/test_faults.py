@@ -113,6 +113,7 @@ workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]
 
 
 def _start(tmp_path, preexec, prefix=()):
+    tmp_path.mkdir(exist_ok=True)
     study = tmp_path / "s.yaml"
     study.write_text(LONG)
     out = tmp_path / "out"
@@ -168,7 +169,7 @@ def test_an_inherited_ignore_is_respected(tmp_path, no_leftovers):
 @pytest.mark.integration
 def test_a_signal_during_the_capability_probe_leaves_nothing(tmp_path, no_leftovers):
     for delay in (0.6, 0.9, 1.2):   # somewhere between start-up and the first testbed
-        proc, _ = _start(tmp_path, _default_dispositions)
+        proc, _ = _start(tmp_path / f"after-{delay}", _default_dispositions)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)

@@ -29,8 +29,8 @@ def test_latency_under_load_and_bytes_on_the_wire(tmp_path, no_leftovers):
         "SELECT sc.vpn, sc.workload, s.metric, s.value FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id")}
     db.close()
     for vpn in ("none", "wireguard"):
-        # a full 20 Mbit/s bottleneck with a 50 ms buffer: the round trip grows by tens of ms
-        assert values[(vpn, "tcp", "rtt_under_load_ms")] > values[(vpn, "ping", "rtt_avg_ms")] + 5
+        # a TCP flow queues in the 20 Mbit/s bottleneck's buffer: the round trip grows several-fold
+        assert values[(vpn, "tcp", "rtt_under_load_ms")] > 3 * values[(vpn, "ping", "rtt_avg_ms")] + 1
         assert values[(vpn, "tcp", "wan_fragments")] == 0
         assert values[(vpn, "tcp", "wan_avg_packet_bytes")] <= 1514  # frames, not offload super-packets
     # every payload byte costs more on the wire through the tunnel: at least its 60-byte header per

@@ -1,6 +1,7 @@
 """The HTML report of a real (small) run: its contents, and how a real browser shows it."""
 
 import json
+from types import SimpleNamespace
 import os
 import re
 import shutil
@@ -96,7 +97,7 @@ def test_report_in_headless_chromium(results, tmp_path):
 
 def test_a_note_shared_by_many_scenarios_is_listed_once():
     vm_note = "measured in a VM (software emulation (TCG): slow)"
-    scenarios = [{"vpn_label": vpn, "link_label": "l", "workload_label": "w", "notes": notes}
+    scenarios = [SimpleNamespace(label=f"{vpn} | l | w", notes=notes)
                  for vpn, notes in (("a", vm_note), ("b", f"{vm_note}; overhead 80 B measured"), ("c", ""))]
     assert report._grouped_notes(scenarios) == [(vm_note, ["a | l | w", "b | l | w"]),
                                                 ("overhead 80 B measured", ["b | l | w"])]

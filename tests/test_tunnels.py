@@ -71,7 +71,7 @@ def test_wireguard_carries_traffic_encrypted(state, topology, tmp_path):
     assert proof.ok, proof.problems
     assert not proof.marker_in_clear and proof.outer_packets == proof.packets > 0
     driver = REGISTRY["wireguard"]
-    assert proof.overhead_bytes == driver.overhead(driver.Options(), "default", tunnel.implementation, PROBE_INNER_LEN) == 60 + 12
+    assert proof.overhead_bytes == driver.overhead(driver.Options(), "default", tunnel.env.implementation, PROBE_INNER_LEN) == 60 + 12
     tunnel.down()
 
 
@@ -95,8 +95,8 @@ def test_nested_wireguard_in_wireguard(state, tmp_path):
     proof = prove(bed, outer.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
     assert proof.ok, proof.problems
     driver, options = REGISTRY["wireguard"], REGISTRY["wireguard"].Options()
-    inner_ovh = driver.overhead(options, "default", inner.implementation, PROBE_INNER_LEN)
-    assert proof.overhead_bytes == inner_ovh + driver.overhead(options, "default", outer.implementation, PROBE_INNER_LEN + inner_ovh)
+    inner_ovh = driver.overhead(options, "default", inner.env.implementation, PROBE_INNER_LEN)
+    assert proof.overhead_bytes == inner_ovh + driver.overhead(options, "default", outer.env.implementation, PROBE_INNER_LEN + inner_ovh)
     inner.down()
     outer.down()
 

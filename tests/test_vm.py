@@ -251,10 +251,10 @@ workloads: [{kind: ping, count: 20, interval_s: 0.05}]
     assert check_plan(plan, caps) == {}
     Runner(plan, tmp_path, caps, progress=False, in_vm=in_vm).run()
     store = Store.open_dir(tmp_path)
-    rows = {r["id"]: r for r in store.scenarios()}
-    assert {sid: (r["status"], r["measured_in"]) for sid, r in rows.items()} == {
+    rows = {r.id: r for r in store.scenarios()}
+    assert {sid: (r.status, r.measured_in) for sid, r in rows.items()} == {
         base.id: ("done", "host"), vpn.id: ("done", "vm"), twin.id: ("done", "vm")}
-    assert rows[twin.id]["vpn_label"] == "none (in the VM)"
+    assert rows[twin.id].vpn_label == "none (in the VM)"
     rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
     assert rtt[vpn.id].relative == pytest.approx(rtt[vpn.id].geometric_mean / rtt[twin.id].geometric_mean)
     store.close()

@@ -3,6 +3,7 @@ vsftpd (FTP). The sink serves, the source downloads and times the transfer."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -63,8 +64,11 @@ def data_dir(ctx: WorkloadContext) -> Path:
 
 
 def private_dir(ctx: WorkloadContext, name: str) -> Path:
+    """A server's own folder, fresh for each testbed (a repetition's testbed reuses the names of
+    the one before it, whose keys and configuration must not be taken for its own)."""
     folder = ctx.bed.state.secrets_dir / f"{name}-{ctx.bed.nodes[0].namespace}"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700)
     return folder
 
 
