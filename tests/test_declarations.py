@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vpnlab import metrics, tools
+from vpnlab import metrics
 from vpnlab.drivers import REGISTRY as DRIVERS
 from vpnlab.workloads import KINDS
 

@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from hosts_harness import CONTROLLER_ADDRESS, lab  # noqa: F401  (lab is the fixture)
-from vpnlab import hosts
 from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line, root_qdisc_device

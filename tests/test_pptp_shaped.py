@@ -24,14 +24,14 @@ from vpnlab.study import parse_study
 STUDY = """
 name: pptp-shaped
 topology: remote-access
-repetitions: 2
+repetitions: 1
 vpns: [{driver: none}, {driver: pptp}]
 links: [{name: 2mbit, rate_mbit: 2}]
 workloads: [{kind: tcp, duration_s: 4, omit_s: 1, reverse: true}]
 """
 # Before the fix PPTP got at most 67% of no VPN this way (4 samples, with and without 10 ms of
 # delay), after it at least 86% (97-98% without delay): 80% tells the two apart and leaves 17
-# points for a busy machine. PPTP's own ceiling here is 1348 of 1458 bytes per frame against no
+# points for a busy machine, also from one 4-second sample each (a VM repetition costs a minute). PPTP's own ceiling here is 1348 of 1458 bytes per frame against no
 # VPN's 1448 of 1514, 97%.
 SHARE = 0.8
 
@@ -58,7 +58,7 @@ def test_pptp_carries_tcp_over_a_shaped_link_about_as_well_as_no_vpn(tmp_path, n
     for row in store.scenarios():
         assert row.status == "done", (row.vpn_label, row.failure)
         values = store.values(row.id, "throughput_mbps")
-        assert len(values) == 2, (row.vpn_label, values)
+        assert len(values) == 1, (row.vpn_label, values)
         goodput[row.vpn_label] = sum(values) / len(values)
     store.close()
     none, pptp = goodput["none"], goodput["pptp mppe-128"]

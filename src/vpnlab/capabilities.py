@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .testbed.state import PROBE_PREFIX
 from .tools import declared, find, version

@@ -25,7 +25,6 @@ for the others. Nothing here changes a condition or a number: it only reads the 
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,7 +275,6 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
     if not findings:
         return []
     rows = store.scenarios()
-    by_id = {r.id: r for r in rows}
     values: dict[tuple[str, str], list] = defaultdict(list)
     flagged: dict[str, int] = defaultdict(int)
     for sample in store.samples():

@@ -3,41 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import sys
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from ..console import out, user_errors
 from ..errors import VpnlabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Real hosts from an Ansible inventory: list, prepare, doctor, clean.")
-out = Console(width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
-
 EXIT_HOSTS_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 INVENTORY = typer.Option(..., "--inventory", "-i", help="Ansible inventory (YAML, INI, directory ...)")
 LIMIT = typer.Option(None, "--limit", "-l", help="only these hosts or groups, comma-separated")
-
-
-def user_errors(func):
-    """A VpnlabError is one clear message and exit 2, as in the main command line."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except VpnlabError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(EXIT_BAD_INPUT)
-
-    return wrapper
 
 
 def _hosts(inventory: str, pattern: Optional[str]):

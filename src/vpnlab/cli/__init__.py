@@ -1,0 +1,23 @@
+"""The `vpnlab` command line: one module per group of commands, all on one typer app."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import __version__, signals
+from . import machine, results, run  # noqa: F401  (their commands register themselves on the app)
+from ..console import out
+from .common import app
+
+
+@app.callback(invoke_without_command=True)
+def main(version: bool = typer.Option(False, "--version", help="print the version and exit")):
+    signals.install()  # before anything is created, until the program exits
+    if version:
+        out.print(f"vpnlab {__version__}")
+        raise typer.Exit()
+
+
+from ..hosts.cli import app as hosts_app  # noqa: E402
+
+app.add_typer(hosts_app, name="hosts")

@@ -1,0 +1,186 @@
+"""`vpnlab run`: a study (a file, a built-in, or a stored one to resume) from plan to report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .. import results_dir
+from ..analysis import fmt
+from ..errors import StudyError, VpnlabError
+from ..signals import Interrupted
+from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, user_errors
+from .common import app, duration, need_root, print_table
+
+
+def load_study_arg(study: str | None):
+    from ..study import builtin_studies, load_builtin, load_study
+
+    if study is None:
+        return load_builtin("default"), True
+    if not Path(study).exists():
+        name = study.removeprefix("builtin:")
+        if name in builtin_studies():
+            return load_builtin(name), name == "default"
+        raise StudyError(f"{study}: no such study file (built-in studies: {', '.join(sorted(builtin_studies()))})")
+    return load_study(study), False
+
+
+def _stored_study(directory: Path):
+    from ..store import DB_NAME
+    from ..study import parse_study
+
+    if not (directory / DB_NAME).is_file():
+        raise VpnlabError(f"{directory}: no {DB_NAME} here, nothing to resume")
+    runs = results_dir.check_store(directory / DB_NAME)  # read-only: a foreign or damaged file stays untouched
+    if not runs:
+        raise VpnlabError(f"{directory}: the results store has no run to resume")
+    text = runs[0]["study_text"]
+    return parse_study(text, f"{directory}/study (stored)"), text
+
+
+@app.command()
+@user_errors
+def run(
+    study: Optional[str] = typer.Argument(None, help="study YAML file, or the name of a built-in study (default: 'default')"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory (default ./vpnlab-results/<timestamp>)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its estimated duration; create nothing"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted run in this results directory"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
+    backend: str = typer.Option("auto", "--backend",
+                                help="auto: a VM only for what this kernel cannot run; netns: all here; vm: all in the VM"),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="PATH=VALUE: change a study field for this run, "
+                                             "such as workloads[0].size=715M (repeatable)"),
+):
+    """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
+    from .. import overrides
+    from ..plan import BACKENDS, make_plan, place
+    from ..study import parse_study
+    from ..runner import Runner, default_out_dir
+
+    if resume is not None:
+        loaded, text = _stored_study(resume)
+        if study is not None:
+            given, _ = load_study_arg(study)
+            if given.source_text != text:
+                raise StudyError(f"{study}: differs from the study stored in {resume}; resume takes the stored one")
+        out_dir, is_default = resume, loaded.name == "default"
+    else:
+        loaded, is_default = load_study_arg(study)
+    if sets:  # the overridden study is a study of its own: shown, stored, compared on --resume
+        if resume is not None:
+            raise StudyError("--set: a resumed run takes the study stored with it, overrides included")
+        loaded = parse_study(overrides.apply(loaded.source_text, sets), f"{loaded.source_path} with --set")
+    plan = make_plan(loaded)
+    if backend not in BACKENDS:
+        raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if dry_run and os.geteuid() != 0:
+        _print_plan(plan, None)
+        return
+    need_root("vpnlab run")
+    caps, problems, in_vm = place(plan, backend)
+    if problems and is_default:
+        # The default study means "every VPN this machine can run": drop the others, say so.
+        for p in problems.values():
+            err.print(f"[yellow]skipped:[/] {p}", highlight=False)
+        plan.drop(problems)
+    elif problems:
+        raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems.values())
+                          + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
+    if dry_run:  # exactly what the run would do: the same placement, twins and estimate
+        _print_plan(plan, in_vm)
+        return
+    out_dir = out_dir or default_out_dir()
+    held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # noqa: F841 (locked until exit)
+    err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
+              f"{duration(plan.estimate_s(in_vm))}; results in {out_dir}", highlight=False)
+    if in_vm:
+        err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
+    runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm)
+    try:
+        runner.run()
+    except (KeyboardInterrupt, Interrupted) as exc:
+        err.print(f"[yellow]interrupted[/]: everything it created is removed; "
+                  f"finish later with: vpnlab run --resume {out_dir}")
+        raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
+    _finish(out_dir)
+    if runner.failures:
+        raise typer.Exit(EXIT_SCENARIOS_FAILED)
+
+
+def _finish(out_dir: Path) -> None:
+    """Summary and report; a signal meanwhile leaves the run marked interrupted, with the way to
+    write the report later, never a 'completed' run without its report."""
+    from ..report import write as write_report
+    from ..store import Store
+
+    try:
+        _compact(out_dir)
+        out.print(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {write_report(out_dir)}")
+    except Interrupted as exc:
+        store = Store.open_dir(out_dir)
+        try:
+            store.finish_run(store.runs()[-1]["id"], "interrupted")
+        finally:
+            store.close()
+        err.print(f"[yellow]interrupted[/] while writing the report: every sample is stored; "
+                  f"write the report with: vpnlab report {out_dir}")
+        raise typer.Exit(exc.exit_code)
+
+
+def _compact(directory: Path) -> None:
+    """The end of a run at a glance: a row per VPN, a column per link and workload with the
+    workload's primary metric against no VPN (interval, grade where the data give one), failures."""
+    from ..analysis import relative_text, summarise
+    from ..store import Store
+    from ..workloads import KINDS
+
+    store = Store.open_dir(directory)
+    try:
+        summaries, scenarios = summarise(store), store.scenarios()
+    finally:
+        store.close()
+    columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))
+    rows: dict[str, dict] = {}
+    for sc in scenarios:
+        row = rows.setdefault(sc.shown, {"failed": 0})
+        if sc.status == "failed":
+            row["failed"] += 1
+            row[(sc.link_label, sc.workload_label)] = "[red]failed[/]"
+            continue
+        primary = KINDS[sc.workload].primary if sc.workload in KINDS else None
+        s = next((x for x in summaries.get(sc.id, []) if x.metric == primary), None)
+        if s is not None:
+            compared = relative_text(s)  # '-' without a baseline to compare with: the value itself
+            text = compared if compared != "-" else f"{fmt(s.mean)} {s.unit}"
+            row[(sc.link_label, sc.workload_label)] = text + (f" {s.grade}" if s.grade else "")
+    print_table("against no VPN (primary metric of each workload; `vpnlab show` has every metric)",
+           ("vpn", *(f"{link} {workload}" for link, workload in columns), "failed"),
+           [(vpn, *(row.get(c, "-") for c in columns), str(row["failed"])) for vpn, row in rows.items()])
+
+
+def _reps(rule) -> str:
+    return f"{rule.min}..{rule.max} (CI {rule.ci_target_pct:g}%)" if rule.adaptive else str(rule.max)
+
+
+def _print_plan(plan, in_vm: set[str] | None) -> None:
+    """The plan as the run will carry it out; `in_vm` None: placement unknown (not root)."""
+    table = Table(title=f"plan of study '{plan.study.name}' ({plan.study.topology})")
+    for col in ("#", "id", "vpn", "link", "workload", "reps", "runs", "est."):
+        table.add_column(col)
+    placed = in_vm or set()
+    for s in plan.scenarios:
+        where = "?" if in_vm is None else ("VM" if s.id in placed else "here")
+        table.add_row(str(s.index), s.id, s.vpn_label, s.link.label, s.workload.label,
+                      _reps(s.repetitions), where, duration(s.estimate_s(s.id in placed)))
+    out.print(table)
+    adaptive = " (adaptive repetitions: at least)" if plan.study.repetitions.adaptive else ""
+    vm = f", {len(placed)} of them in a VM (its boot included)" if placed else ""
+    unknown = "; run as root to see which scenarios go to the VM" if in_vm is None else ""
+    out.print(f"{len(plan.scenarios)} scenarios{vm}, estimated{adaptive} {duration(plan.estimate_s(placed))}"
+              f"{unknown}. Nothing was created.")
