@@ -88,3 +88,28 @@ def no_leftovers():
     yield
     assert our_namespaces() - before_ns == set(), "namespaces left behind"
     assert default_namespace_snapshot() == before, "the default namespace changed"
+
+
+@pytest.fixture
+def state(no_leftovers):
+    """A run's state record for a test that builds testbeds itself; torn down after it."""
+    from vpnlab.testbed.state import RunState
+
+    st = RunState.create()
+    yield st
+    st.teardown()
+
+
+def sample_count(out: Path) -> int:
+    """Repetitions stored so far in a results directory (0 before its tables exist)."""
+    import sqlite3
+
+    if not (out / "results.sqlite").exists():
+        return 0
+    db = sqlite3.connect(out / "results.sqlite")
+    try:
+        return db.execute("SELECT count(*) FROM repetitions").fetchone()[0]
+    except sqlite3.OperationalError:  # the run has created the file but not yet its tables
+        return 0
+    finally:
+        db.close()

@@ -19,18 +19,10 @@ from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.study import Link
-from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout, Testbed
 from vpnlab.tunnels import first_packet
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def state(no_leftovers):
-    st = RunState.create()
-    yield st
-    st.teardown()
 
 
 def up(state, tmp_path, driver_name, rate_mbit, **options):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import our_namespaces
+from conftest import our_namespaces, sample_count
 from vpnlab.testbed.state import STATE_ROOT
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
@@ -43,16 +43,6 @@ def vpnlab(*args, check=True, **kwargs):
     if check and proc.returncode != 0:
         raise AssertionError(f"vpnlab {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
-
-
-def sample_count(out: Path) -> int:
-    db = sqlite3.connect(out / "results.sqlite")
-    try:
-        return db.execute("SELECT count(*) FROM repetitions").fetchone()[0]
-    except sqlite3.OperationalError:  # the run has created the file but not yet its tables
-        return 0
-    finally:
-        db.close()
 
 
 def our_processes() -> list[str]:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import sample_count
+
 VPNLAB = [sys.executable, "-m", "vpnlab"]
 DAEMONS = {"wireguard-go", "openvpn", "charon", "openconnect"}   # each userspace data plane's daemon
 CLIENTS = {"iperf3": "-c", "ping": "40"}                        # the measuring clients (not the warm-up's ping)
@@ -122,22 +124,11 @@ def _start(tmp_path, preexec, prefix=()):
     return proc, out
 
 
-def _samples(out: Path) -> int:
-    try:
-        db = sqlite3.connect(out / "results.sqlite")
-        try:
-            return db.execute("SELECT count(*) FROM repetitions").fetchone()[0]
-        finally:
-            db.close()
-    except sqlite3.OperationalError:
-        return 0
-
-
 @pytest.mark.integration
 def test_sighup_right_after_the_first_sample_ends_the_run_cleanly(tmp_path, no_leftovers):
     proc, out = _start(tmp_path, _default_dispositions)
     deadline = time.monotonic() + 120
-    while _samples(out) < 1 and time.monotonic() < deadline and proc.poll() is None:
+    while sample_count(out) < 1 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
     proc.send_signal(signal.SIGHUP)
     _, stderr = proc.communicate(timeout=60)
@@ -156,7 +147,7 @@ def test_an_inherited_ignore_is_respected(tmp_path, no_leftovers):
 
     proc, out = _start(tmp_path, nohup)
     deadline = time.monotonic() + 120
-    while _samples(out) < 1 and time.monotonic() < deadline and proc.poll() is None:
+    while sample_count(out) < 1 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGHUP)
     time.sleep(2)

@@ -11,17 +11,9 @@ from vpnlab.drivers import REGISTRY
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.proof import PROBE_INNER_LEN, prove
 from vpnlab.study import Link
-from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout, Testbed
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def state(no_leftovers):
-    st = RunState.create()
-    yield st
-    st.teardown()
 
 
 def build(state, topology, layers, link=Link(rate_mbit=100)):
