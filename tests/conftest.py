@@ -113,3 +113,12 @@ def sample_count(out: Path) -> int:
         return 0
     finally:
         db.close()
+
+
+def default_dispositions():
+    """For a child that a test signals: start it as from an interactive shell, whatever
+    dispositions the suite itself inherited (a background job ignores SIGINT, nohup SIGHUP)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import our_namespaces, sample_count
+from conftest import default_dispositions, our_namespaces, sample_count
 from vpnlab.testbed.state import STATE_ROOT
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
@@ -118,11 +118,6 @@ def test_run_show_export(tmp_path, no_leftovers):
     assert "wireguard" in compared and "+0.0%" in compared
     assert "<table>" in page.read_text()
     assert vpnlab("compare", out, tmp_path, check=False).returncode == 2
-
-
-def default_dispositions():
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def start_run(study_text, tmp_path):

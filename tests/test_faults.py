@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sample_count
+from conftest import default_dispositions, sample_count
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
 DAEMONS = {"wireguard-go", "openvpn", "charon", "openconnect"}   # each userspace data plane's daemon
@@ -99,12 +99,6 @@ def test_a_daemon_killed_mid_measurement_fails_that_repetition_only(tmp_path, no
     assert "not a valid sample" in stderr
 
 
-def _default_dispositions():
-    """The child starts as from an interactive shell, however the suite itself was started."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 LONG = """
 name: long
 repetitions: 3
@@ -126,7 +120,7 @@ def _start(tmp_path, preexec, prefix=()):
 
 @pytest.mark.integration
 def test_sighup_right_after_the_first_sample_ends_the_run_cleanly(tmp_path, no_leftovers):
-    proc, out = _start(tmp_path, _default_dispositions)
+    proc, out = _start(tmp_path, default_dispositions)
     deadline = time.monotonic() + 120
     while sample_count(out) < 1 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
@@ -142,7 +136,7 @@ def test_sighup_right_after_the_first_sample_ends_the_run_cleanly(tmp_path, no_l
 @pytest.mark.integration
 def test_an_inherited_ignore_is_respected(tmp_path, no_leftovers):
     def nohup():
-        _default_dispositions()
+        default_dispositions()
         signal.signal(signal.SIGHUP, signal.SIG_IGN)   # what nohup does
 
     proc, out = _start(tmp_path, nohup)
@@ -160,7 +154,7 @@ def test_an_inherited_ignore_is_respected(tmp_path, no_leftovers):
 @pytest.mark.integration
 def test_a_signal_during_the_capability_probe_leaves_nothing(tmp_path, no_leftovers):
     for delay in (0.6, 0.9, 1.2):   # somewhere between start-up and the first testbed
-        proc, _ = _start(tmp_path / f"after-{delay}", _default_dispositions)
+        proc, _ = _start(tmp_path / f"after-{delay}", default_dispositions)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
