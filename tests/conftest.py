@@ -59,8 +59,38 @@ def only_declared_programs(tmp_path_factory, monkeypatch):
 
 
 def our_namespaces() -> set[str]:
+    """vpnlab's namespaces, except those of another vpnlab that is running now (a second session
+    on this machine): only what this test or its children created can be its leftover."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.startswith("vl")}
+    names = {line.split()[0] for line in out.splitlines() if line.startswith("vl")}
+    return {n for n in names if not _foreign(n)}
+
+
+def _descends_from_us(pid: int) -> bool:
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def _foreign(namespace: str) -> bool:
+    """Does this namespace belong to a live vpnlab that this test session did not start?"""
+    from vpnlab.testbed.state import PROBE_PREFIX, STATE_ROOT, RunState
+
+    if namespace.startswith(PROBE_PREFIX):
+        owner = namespace[len(PROBE_PREFIX):]
+        return owner.isdigit() and Path(f"/proc/{owner}").exists() and not _descends_from_us(int(owner))
+    record = STATE_ROOT / namespace[2:].split("-", 1)[0]
+    try:
+        state = RunState.load(record)
+    except (OSError, ValueError, KeyError):
+        return False
+    return state.owner_alive() and not _descends_from_us(state.owner_pid)
 
 
 def default_namespace_snapshot() -> dict[str, str]:
