@@ -220,3 +220,112 @@ def test_steins_rounds_are_balanced_only_with_scenarios_measured_in_the_same_pla
     together = Runner(plan, tmp_path, caps=None, progress=False)
     apart = Runner(plan, tmp_path, caps=None, progress=False, in_vm={ids[("tcp", True)]})
     assert together._needs_more(store, quiet) and not apart._needs_more(store, quiet)
+
+
+def test_a_round_one_side_failed_is_left_out_of_the_pair():
+    a = [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    assert matched(a, [(4, 8.0), (1, 5.0), (2, 6.0)]) == ([1.0, 2.0, 4.0], [5.0, 6.0, 8.0], True)
+    assert matched(a, [(1, 5.0), (2, 6.0)])[2] is False            # two shared rounds of four: unpaired
+    assert matched(a, [(1, 5.0), (1, 6.0), (2, 7.0), (3, 8.0)])[2] is False   # two values in one round
+
+
+def test_pairing_on_the_completed_rounds_keeps_its_coverage():
+    """Rounds shift both sides alike (drift); each round loses B's side with probability 1/4. The
+    paired interval on the rounds both completed covers the true ratio about 95% of the time."""
+    from vpnlab.stats import paired_log_ratio
+
+    rng, truth, hits, paired_runs = np.random.default_rng(11), 0.9, 0, 0
+    for _ in range(3000):
+        drift = rng.normal(0, 0.3, 6)
+        a = [(r, float(np.exp(drift[r] + rng.normal(0, 0.05)))) for r in range(6)]
+        b = [(r, float(truth * np.exp(drift[r] + rng.normal(0, 0.05)))) for r in range(6) if rng.random() > 0.25]
+        x, y, paired = matched(a, b)
+        if paired and len(y) < 6:   # only the studies with an incomplete round
+            paired_runs += 1
+            test = paired_log_ratio(x, y)
+            hits += test.low <= truth <= test.high
+    assert paired_runs > 1500 and 0.93 <= hits / paired_runs <= 0.97, (paired_runs, hits / paired_runs)
+
+
+def test_the_study_sets_the_latency_floor(tmp_path):
+    study = STUDY + "analysis: {latency_floor_ms: 0.05}\n"
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(12)), study=study)
+    rtt = by_metric(store, ids, "ping", True)["rtt_avg_ms"]
+    assert rtt.grade == "very weak" and rtt.relative == pytest.approx(10, rel=0.2)
+
+
+def spiky(scenario, round_no):
+    spike = 5.0 if round_no == 4 else 1.0
+    return {"ping": {"rtt_avg_ms": 10 * spike + round_no * 0.01, "ping_loss_pct": 0.0},
+            "tcp": {"throughput_mbps": 900.0 + round_no}, "udp": {"throughput_mbps": 9.9}}[scenario.kind.kind]
+
+
+def test_flagged_samples_are_left_out_only_when_the_study_says_so(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    counted, ids = generated_store(tmp_path / "a", spiky, rounds=6)
+    left_out, _ = generated_store(tmp_path / "b", spiky, rounds=6,
+                                  study=STUDY + "analysis: {flagged_samples: exclude}\n")
+    rtt = by_metric(counted, ids, "ping", False)["rtt_avg_ms"]
+    assert (rtt.n, rtt.set_aside, rtt.outliers) == (6, 0, 1)
+    rtt = by_metric(left_out, ids, "ping", False)["rtt_avg_ms"]
+    assert (rtt.n, rtt.set_aside) == (5, 1) and rtt.centre < 11
+
+
+def test_samples_taken_while_the_machine_was_busy_are_flagged(tmp_path):
+    from vpnlab.judging import DISTURBED, stored_settings, values_of
+
+    study = STUDY + "analysis: {flagged_samples: exclude}\n"
+    plan = make_plan(parse_study(study))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=study)
+    tcp = next(s for s in plan.scenarios if s.kind.kind == "tcp")
+    store.add_scenario(tcp)
+    for r in range(1, 4):
+        flags = [f"{DISTURBED}another vpnlab run shared this machine (x)"] if r == 2 else ["retransmissions: 3"]
+        store.record_repetition(run, tcp.id, r, {"throughput_mbps": 900.0 + r}, {}, flags, r, 0)
+    values, flagged = values_of(store, stored_settings(store))
+    assert flagged[(tcp.id, "throughput_mbps")] == 1                       # retransmissions are not a disturbance
+    assert [v for _, v in values[(tcp.id, "throughput_mbps")]] == [901.0, 903.0]
+
+
+def test_the_report_shows_flagged_samples_both_ways(tmp_path):
+    from vpnlab import report
+
+    store, _ = generated_store(tmp_path, spiky, rounds=6)
+    store.close()
+    built = report.build(tmp_path)
+    assert built.flagged_counted == "counted"
+    rtt_rows = [row for row in built.flagged_both_ways if row[1] == "rtt_avg_ms"]
+    assert len(rtt_rows) == 2 and all(row[2] == "1" and "n = 6" in row[3] and "n = 5" in row[4] for row in rtt_rows)
+    html = report.render(tmp_path)
+    assert "Flagged samples, counted and left out" in html and "<b>counted</b>" in html
+
+
+def test_a_seed_grading_is_shown_beside_vpnlabs_with_its_caveats(tmp_path):
+    from vpnlab import report
+
+    study = STUDY + "analysis: {seed_grading: jaha-2014}\n"
+    store, _ = generated_store(tmp_path, typical(np.random.default_rng(13)), study=study)
+    store.close()
+    built = report.build(tmp_path)
+    headings, rows = next(iter(built.seed_table_vi.values()))
+    cells = dict(zip(headings, rows[0][1]))
+    assert cells["RTT"].text.endswith("(very weak)") and "below the 1 ms floor" in cells["RTT"].warn
+    assert "(excellent)" in cells["TCP throughput"].text
+    vpnlab_cells = dict(zip(*next(iter(built.table_vi.values()))[0:1], next(iter(built.table_vi.values()))[1][0][1]))
+    assert "very weak" not in vpnlab_cells["RTT"].text                      # vpnlab's own: ungraded below the floor
+    assert "as the seed gave them" in report.render(tmp_path)
+    (tmp_path / "plain").mkdir()
+    plain, _ = generated_store(tmp_path / "plain", typical(np.random.default_rng(13)))
+    plain.close()
+    assert report.build(tmp_path / "plain").seed_table_vi == {}
+
+
+def test_a_malformed_analysis_block_names_the_field():
+    from vpnlab.errors import StudyError
+
+    with pytest.raises(StudyError, match=r"analysis\.flagged_samples"):
+        parse_study(STUDY + "analysis: {flagged_samples: drop}\n")
+    with pytest.raises(StudyError, match=r"analysis\.latency_floor: unknown field"):
+        parse_study(STUDY + "analysis: {latency_floor: 2}\n")

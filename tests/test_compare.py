@@ -218,6 +218,16 @@ def test_the_methods_paragraph_says_when_the_order_was_listed_and_which_stopping
 
     assert methods.study_order("name: s\norder: listed\n") == "listed"
     assert methods.study_order("name: s\n") == "shuffled"
-    listed = methods.paragraph("listed", ["3 to 20 repetitions by Stein's two-stage rule: ..."])
+    listed = methods.paragraph("name: s\norder: listed\n", ["3 to 20 repetitions by Stein's two-stage rule: ..."])
     assert "order the study lists" in listed and "Stein's final one" in listed
-    assert "Stein" not in methods.paragraph("shuffled", ["5 repetitions"])
+    assert "Stein" not in methods.paragraph("name: s\n", ["5 repetitions"])
+
+
+def test_the_methods_paragraph_states_the_studys_own_analysis_settings():
+    from vpnlab import methods
+
+    default = methods.paragraph("name: s\n", ["5 repetitions"])
+    assert "at least 1 ms" in default and "exceeds 2%" in default and "that they count" in default
+    own = methods.paragraph("name: s\nanalysis: {latency_floor_ms: 5, threshold_pct: 3, flagged_samples: exclude}\n",
+                            ["5 repetitions"])
+    assert "at least 5 ms" in own and "exceeds 3%" in own and "are left out" in own

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import metrics
+from .judging import AnalysisSettings, Paired, stored_settings, values_of
 from .stats import (Interval, difference_ms, grade_range, interval, loss_interval, outlier_flags,
                     paired_log_ratio, welch_log_ratio)
-from .stats.grades import DEFAULT_FLOOR_MS
 from .stats.intervals import LOG_T
 from .store import ScenarioRow, Store
 
-Paired = list[tuple[int | None, float]]   # (round, value) per repetition
+MIN_BLOCKS = 3   # shared rounds a paired comparison needs when some rounds are incomplete
 
 
 @dataclass
@@ -54,7 +54,8 @@ class Summary:
     added_high: float | None = None
     added_method: str = ""
     grade_reason: str = ""
-    outliers: int = 0                  # samples far from the rest (flagged, still counted)
+    outliers: int = 0                  # samples far from the rest (flagged; counted unless set aside)
+    set_aside: int = 0                 # flagged samples left out (the study's `flagged_samples: exclude`)
 
     @property
     def centre(self) -> float:
@@ -106,14 +107,15 @@ def baseline_of(scenario: ScenarioRow, by_id: dict[str, ScenarioRow]) -> str | N
 
 
 def matched(a: Paired, b: Paired) -> tuple[list[float], list[float], bool]:
-    """The values of two scenarios, ordered by round and paired when both have one value in each of
-    the same rounds; otherwise all values, unpaired (the tests then fall back to Welch's)."""
+    """The values of two scenarios paired by round: the rounds both completed (complete blocks; a
+    round where one side failed is left out of the pair), when each side has one value per round and
+    at least MIN_BLOCKS rounds are shared (or all of them are); otherwise all values, unpaired (the
+    tests then fall back to Welch's)."""
     rounds_a, rounds_b = dict(a), dict(b)
-    paired = (None not in rounds_a and len(rounds_a) == len(a) and len(rounds_b) == len(b)
-              and rounds_a.keys() == rounds_b.keys())
-    if paired:
-        order = sorted(rounds_a)
-        return [rounds_a[r] for r in order], [rounds_b[r] for r in order], True
+    shared = sorted(rounds_a.keys() & rounds_b.keys()) if None not in rounds_a | rounds_b else []
+    whole = len(rounds_a) == len(a) and len(rounds_b) == len(b)
+    if whole and shared and (len(shared) >= MIN_BLOCKS or len(shared) == len(a) == len(b)):
+        return [rounds_a[r] for r in shared], [rounds_b[r] for r in shared], True
     return [v for _, v in a], [v for _, v in b], False
 
 
@@ -159,8 +161,7 @@ def _ratio(a: list[float], b: list[float], paired: bool):
     return paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
 
 
-def _grade(s: Summary, ratio, kind: str, n_base: int, baseline: float | None = None,
-           floor_ms: float = DEFAULT_FLOOR_MS) -> None:
+def _grade(s: Summary, ratio, kind: str, n_base: int, baseline: float | None, floor_ms: float) -> None:
     """Jaha's band(s) of the ratio's interval (of the estimate when there is no interval)."""
     if ratio is None:  # the n and floor rules still say why first: they refuse a grade whatever the ratio
         refused = grade_range(1.0, 1.0, kind, s.n, n_base, baseline_ms=baseline, floor_ms=floor_ms).reason
@@ -216,21 +217,22 @@ def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], study_te
             s.geometric_mean = final.estimate
 
 
-def summarise(store: Store, floor_ms: float = DEFAULT_FLOOR_MS) -> dict[str, list[Summary]]:
-    """Scenario id -> one Summary per metric, from valid samples only; metrics the registry judges
-    are set against the scenario's baseline (floor_ms: the smallest baseline latency graded)."""
+def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[str, list[Summary]]:
+    """Scenario id -> one Summary per metric, from valid samples only (and without the flagged ones
+    where the study says so); metrics the registry judges are set against the scenario's baseline.
+    The settings are the study's (`analysis:`), unless given."""
+    settings = settings or stored_settings(store)
     scenarios = {row.id: row for row in store.scenarios()}
-    values: dict[tuple[str, str], Paired] = defaultdict(list)
-    units: dict[str, str] = {}
+    values, far_or_busy = values_of(store, settings)
     flagged: dict[tuple[str, str], int] = defaultdict(int)
     for row in store.samples():
-        key = (row.scenario_id, row.metric)
-        values[key].append((row.round, row.value))
-        units[row.metric] = row.unit
-        flagged[key] += bool(row.flags)
+        flagged[(row.scenario_id, row.metric)] += bool(row.flags)
     out: dict[str, list[Summary]] = defaultdict(list)
     for (sid, name), pairs in sorted(values.items()):
-        summary = _summary(sid, name, units[name], [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
+        if not pairs:
+            continue  # every sample flagged and left out
+        summary = _summary(sid, name, metrics.unit(name), [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
+        summary.set_aside = 0 if settings.counts_flagged else far_or_busy[(sid, name)]
         out[sid].append(summary)
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
     runs = store.runs()
@@ -243,5 +245,5 @@ def summarise(store: Store, floor_ms: float = DEFAULT_FLOOR_MS) -> dict[str, lis
             s.grade_reason = "no valid no-VPN baseline measured in the same place"
             continue
         a, b, paired = matched(values[(base, name)], values[(sid, name)])
-        _judge(s, stat[(base, name)], a, b, paired, floor_ms)
+        _judge(s, stat[(base, name)], a, b, paired, settings.latency_floor_ms)
     return out

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import metrics
-from .analysis import Paired, fmt, matched
+from .analysis import fmt, matched
+from .judging import AnalysisSettings, stored_settings, values_of
 from .stats import holm as holm_adjust
 from .stats import paired_log_ratio, secondary_tests, tost_log_ratio, verdict, welch_log_ratio
 from .store import ScenarioRow, Store
 from .workloads import KINDS
 
 ALPHA = 0.05
-THRESHOLD = 0.02   # the smallest relative difference worth calling "ahead"; also TOST's margin
+THRESHOLD = AnalysisSettings().threshold   # by default; a study sets its own (analysis: threshold_pct)
 
 
 @dataclass
@@ -69,11 +70,12 @@ class Comparison:
     rank_test: str = ""
     rank_note: str = ""
     in_family: bool = True
-    equivalent: bool = False    # TOST: B/A within 1 +- THRESHOLD
+    equivalent: bool = False    # TOST: B/A within 1 +- threshold
     tost_p: float | None = None
     verdict: str = ""           # ahead, behind (B against A), equivalent, undecided, identical
     verdict_text: str = ""
     rounds_needed: int | None = None
+    threshold: float = THRESHOLD  # the study's practical threshold (analysis: threshold_pct)
 
 
 def hedges_g(a: np.ndarray, b: np.ndarray) -> float:
@@ -91,7 +93,7 @@ def primary_test(a: list[float], b: list[float], paired: bool):
     return paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
 
 
-def tested(a: list[float], b: list[float], paired: bool = False):
+def tested(a: list[float], b: list[float], paired: bool = False, threshold: float = THRESHOLD):
     """The primary test, its secondary tests and the TOST on two samples of a positive quantity
     (paired: ordered by round, one value each): the fields of a comparison, the primary test and
     the TOST. Needs at least two values on each side."""
@@ -100,7 +102,7 @@ def tested(a: list[float], b: list[float], paired: bool = False):
         raise ValueError("a comparison needs at least two repetitions on each side")
     test = primary_test(a, b, paired)
     above, below, rank = secondary_tests(a, b, paired=paired, log_scale=True, alpha=ALPHA)
-    tost = tost_log_ratio(a, b, margin=THRESHOLD, alpha=ALPHA, paired=paired)
+    tost = tost_log_ratio(a, b, margin=threshold, alpha=ALPHA, paired=paired)
 
     def pct(ratio):
         return math.nan if ratio is None else 100 * (ratio - 1)
@@ -141,29 +143,23 @@ def differs_in_one_thing(a: dict, b: dict) -> bool:
     return diffs == 1
 
 
-def _primary_values(store: Store) -> dict[tuple[str, str], Paired]:
-    values: dict[tuple[str, str], Paired] = defaultdict(list)
-    for row in store.samples():
-        values[(row.scenario_id, row.metric)].append((row.round, row.value))
-    return values
-
-
-def _comparison(sa: ScenarioRow, sb: ScenarioRow, values: dict) -> tuple[Comparison, tuple] | None:
+def _comparison(sa: ScenarioRow, sb: ScenarioRow, values: dict,
+                threshold: float = THRESHOLD) -> tuple[Comparison, tuple] | None:
     """The comparison of two scenarios on their kind's primary metric with its primary test and TOST,
     or None when a side has fewer than two valid values (or a value at or below zero)."""
     metric = KINDS[sa.workload].primary
     a, b, paired = matched(values.get((sa.id, metric), []), values.get((sb.id, metric), []))
     if len(a) < 2 or len(b) < 2 or min(a + b) <= 0:
         return None
-    fields, test, tost = tested(a, b, paired)
+    fields, test, tost = tested(a, b, paired, threshold)
     return Comparison(metric, sa.link_label, sa.workload_label, sa.vpn_label, sb.vpn_label, **fields,
                       scenario_a=sa.id, scenario_b=sb.id, link_label=sa.link_label,
-                      workload_label=sa.workload_label), (test, tost)
+                      workload_label=sa.workload_label, threshold=threshold), (test, tost)
 
 
 def _decide(c: Comparison, test, tost) -> None:
     """The verdict of the recommendation rule (stats.verdict) from the corrected primary test."""
-    decision = verdict(test, c.holm_p, tost, threshold=THRESHOLD, alpha=ALPHA,
+    decision = verdict(test, c.holm_p, tost, threshold=c.threshold, alpha=ALPHA,
                        higher_is_better=metrics.get(c.metric).higher_is_better is not False,
                        names=(c.a, c.b))
     c.verdict, c.verdict_text, c.rounds_needed = decision.word, decision.sentence, decision.rounds_needed
@@ -182,10 +178,12 @@ def _family_pairs(scenarios: list[ScenarioRow]) -> list[tuple[ScenarioRow, Scena
 
 def comparison_family(store: Store) -> list[Comparison]:
     """Every comparison the study defines, tested, Holm-corrected together and decided. A pair
-    without two valid values a side is left out but still counts in the family's size."""
-    values = _primary_values(store)
+    without two valid values a side is left out but still counts in the family's size. The
+    threshold and the flagged samples counted are the study's (judging.py)."""
+    settings = stored_settings(store)
+    values = values_of(store, settings)[0]
     pairs = _family_pairs(store.scenarios())
-    done = [result for sa, sb in pairs if (result := _comparison(sa, sb, values))]
+    done = [result for sa, sb in pairs if (result := _comparison(sa, sb, values, settings.threshold))]
     holm([c for c, _ in done], untested=len(pairs) - len(done))
     for c, (test, tost) in done:
         _decide(c, test, tost)
@@ -211,9 +209,10 @@ def study_comparisons(store: Store, pairs: list[tuple[str, str]] | None = None) 
     the family (one side without a VPN) is tested but not corrected, and gets no verdict."""
     out = printed(comparison_family(store), store.scenarios(), pairs)
     if pairs:
-        values = _primary_values(store)
+        settings = stored_settings(store)
+        values = values_of(store, settings)[0]
         for sa, sb in _outside_family(store.scenarios(), pairs):
-            if result := _comparison(sa, sb, values):
+            if result := _comparison(sa, sb, values, settings.threshold):
                 c = result[0]
                 c.holm_p, c.in_family = None, False
                 c.note = "outside the study's family (a side without a VPN): p uncorrected, no verdict"
@@ -304,12 +303,13 @@ def study_rows(comparisons: list[Comparison]) -> list[list[str]]:
 def study_footnotes(comparisons: list[Comparison]) -> list[str]:
     """What the columns of study_rows mean, for the reader of the table."""
     methods = sorted({c.method for c in comparisons})
+    threshold = comparisons[0].threshold if comparisons else THRESHOLD
     notes = [f"primary test: {'; '.join(methods)} (paired by round when both were measured in the same "
              "rounds, else Welch on logs); B vs A is the ratio of geometric means minus 1",
              "* significant at 0.05 after Holm's correction over every comparison of VPN configurations the "
              "study defines (the same whatever is printed)",
              f"verdict: ahead/behind only when the Holm-corrected p < {ALPHA:g} and the difference exceeds "
-             f"{100 * THRESHOLD:g}%; equivalent only when a TOST shows it within {100 * THRESHOLD:g}%",
+             f"{100 * threshold:g}%; equivalent only when a TOST shows it within {100 * threshold:g}%",
              "† secondary tests, uncorrected: one-sided t on logs, and the rank test "
              "(Wilcoxon signed-rank when paired, Mann-Whitney U otherwise)"]
     notes += [f"‡ the rank test {note}" for note in sorted({c.rank_note for c in comparisons if c.rank_note})]

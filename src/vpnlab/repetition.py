@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import VpnlabError
+from .judging import DISTURBED
 from .measure import Sample, measure
 from .testbed.state import RunState, other_live_runs
 from .testbed.topology import Layout, Testbed
@@ -55,8 +56,9 @@ def run_repetition(scenario, state: RunState, log_dir: Path) -> Attempt:
                 attempt.failure = str(exc)
             others += other_live_runs(state.run_id)
         if others:
-            attempt.sample.flags.append(f"another vpnlab run shared this machine ({', '.join(sorted(set(others)))}): "
-                                        "its load is in these CPU and throughput figures")
+            attempt.sample.flags.append(f"{DISTURBED}another vpnlab run shared this machine "
+                                        f"({', '.join(sorted(set(others)))}): its load is in these CPU and "
+                                        "throughput figures")
         attempt.failure = watch.death or still_carrying(stage, bed) or attempt.failure
         attempt.sample.values |= stage.values
     except (VpnlabError, subprocess.SubprocessError) as exc:

@@ -20,9 +20,11 @@ matplotlib.use("Agg")  # no display: render to SVG text
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
-from . import methods, recommend  # noqa: E402
-from .analysis import Summary, fmt, relative_text, summarise  # noqa: E402
+from . import methods, metrics, recommend, sensitivity  # noqa: E402
+from .analysis import Summary, baseline_of, fmt, relative_text, summarise  # noqa: E402
 from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
+from .judging import stored_settings  # noqa: E402
+from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
@@ -61,6 +63,9 @@ class Report:
     notes: list
     flags: list
     table_vi: dict = field(default_factory=dict)        # link -> (headings, rows)
+    seed_table_vi: dict = field(default_factory=dict)   # the same, graded as the seed did (analysis: seed_grading)
+    flagged_counted: str = "counted"                    # how the study counts flagged samples
+    flagged_both_ways: list = field(default_factory=list)  # rows of sensitivity.HEADINGS
     figures: list = field(default_factory=list)
     tunnel_rows: list = field(default_factory=list)
     comparisons: list = field(default_factory=list)      # the one-difference pairs, printed
@@ -97,6 +102,8 @@ def trust(s: Summary | None) -> str:
         reasons.append(f"{s.flagged} flagged sample{'s' if s.flagged != 1 else ''}")
     if s.outliers:
         reasons.append(f"{s.outliers} outlier{'s' if s.outliers != 1 else ''} (counted)")
+    if s.set_aside:
+        reasons.append(f"{s.set_aside} flagged sample{'s' if s.set_aside != 1 else ''} left out, as the study says")
     return ", ".join(reasons)
 
 
@@ -158,12 +165,15 @@ def build(directory: Path) -> Report:
         family = comparison_family(store)
         flags = _flag_lines(store)
         series = _interval_series(store, scenarios)
+        settings = stored_settings(store)
+        counted, both_ways = sensitivity.both_ways(store, summaries)
     finally:
         store.close()
     last = dict(runs[-1])
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s.status == "failed"],
                     notes=_grouped_notes(scenarios), flags=flags + _outlier_lines(scenarios, summaries))
+    report.flagged_counted, report.flagged_both_ways = counted, both_ways
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
     report.links = sorted({s.link_label for s in scenarios})
     report.rules = sorted({s.repetition_rule for s in scenarios})
@@ -173,13 +183,16 @@ def build(directory: Path) -> Report:
         report.rules.append(f"confidence target met in {met} of {len(adaptive)} adaptive scenarios")
     stat = {(sid, s.metric): s for sid, ss in summaries.items() for s in ss}
 
-    _table_vi(report, scenarios, stat)
+    report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell)
+    if settings.seed_grading == "jaha-2014":
+        report.seed_table_vi = _table_vi(scenarios, stat, report.links,
+                                         _seed_cell(scenarios, stat, settings.latency_floor_ms))
     _figures(report, scenarios, stat)
     _interval_figures(report, scenarios, series)
     _tunnels(report, scenarios, stat)
     _comparisons(report, scenarios, family)
     _recommend(report, scenarios, stat, family)
-    report.methods = methods.paragraph(methods.study_order(last.get("study_text") or ""), report.rules)
+    report.methods = methods.paragraph(last.get("study_text") or "", report.rules)
     from .findings import against_the_original  # "Against the original study": findings.py, findings.html.j2
     report.against = against_the_original(directory)
     return report
@@ -203,9 +216,11 @@ def _flag_lines(store: Store) -> list[str]:
 def _outlier_lines(scenarios: list, summaries: dict) -> list[str]:
     """One line per scenario and metric with samples far from the rest: flagged, never dropped."""
     labels = {s.id: s.label for s in scenarios}
-    return [f"{labels[sid]}: {s.outliers} {s.metric} sample{'s' if s.outliers != 1 else ''} far from the rest "
-            f"(modified z-score above {OUTLIER_K:g}, median and MAD), counted in every statistic"
-            for sid, sums in summaries.items() for s in sums if s.outliers]
+    return [f"{labels[sid]}: {s.outliers or s.set_aside} {s.metric} sample{'s' if (s.outliers or s.set_aside) != 1 else ''} "
+            f"flagged (far from the rest: modified z-score above {OUTLIER_K:g}, median and MAD; or taken while the "
+            "machine was busy), " + ("left out of every statistic, as the study says" if s.set_aside else
+                                     "counted in every statistic")
+            for sid, sums in summaries.items() for s in sums if s.outliers or s.set_aside]
 
 
 def _first_workload(scenarios: list, kind: str) -> str | None:
@@ -214,12 +229,13 @@ def _first_workload(scenarios: list, kind: str) -> str | None:
     return candidates[0][1] if candidates else None
 
 
-def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
+def _table_vi(scenarios: list, stat: dict, links: list, cell) -> dict:
+    """Link -> (headings, rows) of Table VI: per VPN, the first workload of each kind, `cell` making
+    each graded metric's cell from its scenario and summary."""
     chosen = {kind: _first_workload(scenarios, kind) for kind in KINDS}
     columns = [(kind, metric, heading) for kind in KINDS for metric, heading in KINDS[kind].graded if chosen[kind]]
-    if not columns:
-        return
-    for link in report.links:
+    tables = {}
+    for link in links if columns else []:
         rows = []
         vpns = sorted({s.vpn_label for s in scenarios if s.link_label == link and not s.is_baseline})
         for vpn in vpns:
@@ -230,19 +246,53 @@ def _table_vi(report: Report, scenarios: list, stat: dict) -> None:
                 s = stat.get((sc.id, metric)) if sc else None
                 if sc and sc.status == "failed":
                     cells.append(Cell("failed", warn=sc.failure[:200]))
-                elif s is None or relative_text(s) == "-":
-                    cells.append(Cell("-", warn=s.grade_reason if s else ""))
                 else:
-                    text = relative_text(s)
-                    worse = s.grade.split(" - ")[0]  # a range is coloured by its worse end
-                    cells.append(Cell(f"{text} ({s.grade})" if s.grade else text, colour=GRADE_COLOURS.get(worse, ""),
-                                      warn=", ".join(filter(None, [trust(s), s.grade_reason])),
-                                      css="dark" if worse in DARK_GRADES else ""))
+                    cells.append(cell(sc, s))
             measured_in_vm = any(s.vpn_label == vpn and s.link_label == link and s.measured_in == "vm"
                                  for s in scenarios)
             rows.append((f"{vpn} (in the VM, vs no VPN in the VM)" if measured_in_vm else vpn, cells))
         if rows:
-            report.table_vi[link] = ([heading for _, _, heading in columns], rows)
+            tables[link] = ([heading for _, _, heading in columns], rows)
+    return tables
+
+
+def _coloured(text: str, grade: str, warn: str) -> Cell:
+    worse = grade.split(" - ")[0]  # a range is coloured by its worse end
+    return Cell(f"{text} ({grade})" if grade else text, colour=GRADE_COLOURS.get(worse, ""), warn=warn,
+                css="dark" if worse in DARK_GRADES else "")
+
+
+def _graded_cell(sc, s: Summary | None) -> Cell:
+    """vpnlab's grade: of the ratio's interval, with the n, baseline and floor rules (stats/grades.py)."""
+    if s is None or relative_text(s) == "-":
+        return Cell("-", warn=s.grade_reason if s else "")
+    return _coloured(relative_text(s), s.grade, ", ".join(filter(None, [trust(s), s.grade_reason])))
+
+
+def _seed_cell(scenarios: list, stat: dict, floor_ms: float):
+    """The seed's own grade (Jaha 2014, Table VI): the ratio of the means to no VPN's, every metric
+    graded, latency, jitter and loss as multiples, without vpnlab's rules; where one of them would
+    withhold the grade, the cell says why the seed's grade should be read with care."""
+    by_id = {s.id: s for s in scenarios}
+
+    def cell(sc, s: Summary | None) -> Cell:
+        base = stat.get((baseline_of(sc, by_id), s.metric)) if sc and s else None
+        if base is None or base.n == 0:
+            return Cell("-", warn="no valid no-VPN baseline measured in the same place")
+        share = metrics.get(s.metric).judged == "share"
+        if base.mean <= 0:
+            return Cell("-", warn=f"no VPN's mean is {fmt(base.mean)} {s.unit}: no multiple of it")
+        ratio = s.mean / base.mean
+        caveats = [trust(s)]
+        if min(s.n, base.n) < MIN_N:
+            caveats.append(f"n = {s.n} and {base.n}: vpnlab grades from {MIN_N} on both sides")
+        if not share and s.unit == "ms" and base.mean < floor_ms:
+            caveats.append(f"no VPN's {fmt(base.mean)} ms is below the {floor_ms:g} ms floor: this multiple "
+                           "mostly grades noise (vpnlab's own table shows the added ms instead)")
+        text = f"{100 * ratio:.3g}%" if share else f"{ratio:.3g}x"
+        return _coloured(text, band(ratio, "throughput" if share else "latency"), ", ".join(filter(None, caveats)))
+
+    return cell
 
 
 def _figures(report: Report, scenarios: list, stat: dict) -> None:
@@ -358,7 +408,8 @@ def _environment() -> Environment:
 
 
 def render(directory: Path) -> str:
-    return _environment().get_template("report.html.j2").render(r=build(directory), colours=GRADE_COLOURS, dark=DARK_GRADES)
+    return _environment().get_template("report.html.j2").render(r=build(directory), colours=GRADE_COLOURS, dark=DARK_GRADES,
+                                                                       sensitivity_headings=sensitivity.HEADINGS)
 
 
 def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_valid
 
 from .drivers import REGISTRY as DRIVERS
 from .errors import StudyError
+from .judging import AnalysisSettings
 from .schema import Strict, shorten, socket_buffer_limit
 from .testbed.topology import MAX_LAYERS
 from .workloads import KINDS
@@ -193,6 +194,8 @@ class _StudyFile(Strict):
                                         description="a count, or {min, max, ci_target_pct}")
     order: Literal["listed", "shuffled"] = "shuffled"   # within each round
     seed: int = 0
+    analysis: AnalysisSettings = Field(default_factory=AnalysisSettings,
+                                       description="how the data are judged, fixed before the run (judging.py)")
     vpns: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("repetitions", mode="before")

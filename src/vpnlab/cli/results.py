@@ -47,6 +47,7 @@ def _show(directory: Path) -> None:
             ci = "-" if math.isnan(s.ci_low) else f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}"
             flag = f" ({s.flagged} flagged)" if s.flagged else ""
             flag += f" ({s.outliers} outlier{'s' if s.outliers > 1 else ''}, counted)" if s.outliers else ""
+            flag += f" ({s.set_aside} flagged, left out)" if s.set_aside else ""
             table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, relative_text(s),
                           (s.grade or ("-" if s.grade_reason else "")) + flag)
         out.print(table)
@@ -73,7 +74,7 @@ def _print_methods(study_text: str, scenarios) -> None:
     from .. import methods
 
     rules = sorted({sc.repetition_rule for sc in scenarios})
-    out.print("\n[bold]Methods.[/] " + methods.paragraph(methods.study_order(study_text or ""), rules),
+    out.print("\n[bold]Methods.[/] " + methods.paragraph(study_text or "", rules),
               highlight=False)
 
 
