@@ -231,3 +231,36 @@ def test_the_methods_paragraph_states_the_studys_own_analysis_settings():
     own = methods.paragraph("name: s\nanalysis: {latency_floor_ms: 5, threshold_pct: 3, flagged_samples: exclude}\n",
                             ["5 repetitions"])
     assert "at least 5 ms" in own and "exceeds 3%" in own and "are left out" in own
+
+
+def test_the_studys_threshold_decides_ahead_and_equivalent(tmp_path):
+    """A 5% difference is "behind" at the default 2% threshold and undecided or equivalent at 10%."""
+    from vpnlab.compare import comparison_family
+
+    global STUDY
+    share = {**SHARE, "openvpn aes-256-gcm udp fips": 0.57}
+    default = comparison_family(tcp_store(tmp_path / "a", share=share, spread=0.005, seed=3))
+    fips = next(c for c in default if c.b.endswith("fips") and c.a == "openvpn aes-256-gcm udp")
+    assert fips.verdict == "behind" and fips.threshold == 0.02
+    plain, STUDY = STUDY, STUDY + "analysis: {threshold_pct: 10}\n"
+    try:
+        wide = comparison_family(tcp_store(tmp_path / "b", share=share, spread=0.005, seed=3))
+    finally:
+        STUDY = plain
+    fips = next(c for c in wide if c.b.endswith("fips") and c.a == "openvpn aes-256-gcm udp")
+    assert fips.threshold == 0.10 and fips.verdict == "equivalent"
+
+
+def test_stats_prints_one_narrow_table_per_link_and_workload(tmp_path):
+    from typer.testing import CliRunner
+
+    from vpnlab.cli import app
+
+    tcp_store(tmp_path).close()
+    result = CliRunner().invoke(app, ["stats", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "| tcp | throughput_mbps" in result.output and "Holm p" in result.output
+    assert "rank p" not in result.output and "--secondary" in result.output
+    assert "…" not in result.output                    # no cell cut short (16 columns in one table were)
+    wide = CliRunner().invoke(app, ["stats", str(tmp_path), "--secondary"])
+    assert wide.exit_code == 0 and "rank p †" in wide.output and "Hedges g" in wide.output

@@ -287,6 +287,7 @@ def ratio_text(pct: float, low: float, high: float) -> str:
 
 STUDY_HEADINGS = ["link", "workload", "metric", "A", "B", "n", "mean A", "mean B", "B vs A [95% CI]",
                   "primary p", "Holm p", "verdict", "p(B>A) †", "p(B<A) †", "rank p †", "Hedges g"]
+SECONDARY_HEADINGS = ("p(B>A) †", "p(B<A) †", "rank p †", "Hedges g")
 
 
 def study_rows(comparisons: list[Comparison]) -> list[list[str]]:

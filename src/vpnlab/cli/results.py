@@ -181,11 +181,13 @@ def stats(
     directory: Path = typer.Argument(..., help="a results directory"),
     pair: Optional[list[str]] = typer.Option(None, "--pair", help="'LABEL A|LABEL B' to compare (repeatable); "
                                              "default: configurations of one driver that differ in one thing"),
+    secondary: bool = typer.Option(False, "--secondary", help="also the secondary tests (one-sided t, rank "
+                                   "test) and Hedges' g; `export --table comparisons` has every column"),
 ):
     """Compare configurations: the paired t test on log(B/A) per round (Welch on logs when unpaired),
     Holm-corrected over every comparison the study defines whatever is printed, with a verdict
     (ahead / equivalent / undecided); one-sided t and rank tests as secondary, uncorrected."""
-    from ..compare import STUDY_HEADINGS, study_comparisons, study_footnotes, study_rows
+    from ..compare import SECONDARY_HEADINGS, STUDY_HEADINGS, study_comparisons, study_footnotes, study_rows
     from ..store import DB_NAME, Store
 
     if not (directory / DB_NAME).is_file():
@@ -207,12 +209,24 @@ def stats(
         out.print("no comparisons: they need two configurations of one driver that differ in one thing "
                   "(or --pair), each with at least two repetitions")
         return
-    table = Table(title="comparisons (B against A; 'Holm p' corrected over the study's family)",
-                  box=box.SIMPLE_HEAD)
-    for col in STUDY_HEADINGS:
-        table.add_column(col, justify="left" if col in ("link", "workload", "metric", "A", "B", "verdict") else "right")
+    # One table per link, workload and metric, so the columns fit a terminal.
+    shown = [i for i, h in enumerate(STUDY_HEADINGS)
+             if h not in ("link", "workload", "metric") and (secondary or h not in SECONDARY_HEADINGS)]
+    groups: dict[tuple[str, str, str], list[list[str]]] = {}
     for row in study_rows(comparisons):
-        table.add_row(*row)
-    out.print(table)
+        groups.setdefault(tuple(row[:3]), []).append([row[i] for i in shown])
+    out.print("comparisons, B against A ('Holm p' corrected over the study's family)", style="bold")
+    for (link, workload, metric), rows in groups.items():
+        table = Table(title=f"{link} | {workload} | {metric}", title_justify="left", box=box.SIMPLE_HEAD)
+        for i in shown:
+            heading = STUDY_HEADINGS[i]
+            table.add_column(heading, justify="left" if heading in ("A", "B", "verdict") else "right",
+                             no_wrap=heading not in ("A", "B"))
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
     for line in study_footnotes(comparisons):
-        out.print(line, highlight=False)
+        if secondary or not line.startswith(("†", "‡")):
+            out.print(line, highlight=False)
+    if not secondary:
+        out.print("secondary tests (one-sided t, rank test) and Hedges' g: --secondary", highlight=False)
