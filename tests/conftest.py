@@ -82,9 +82,10 @@ def _foreign(namespace: str) -> bool:
     """Does this namespace belong to a live vpnlab that this test session did not start?"""
     from vpnlab.testbed.state import PROBE_PREFIX, STATE_ROOT, RunState
 
-    if namespace.startswith(PROBE_PREFIX):
-        owner = namespace[len(PROBE_PREFIX):]
-        return owner.isdigit() and Path(f"/proc/{owner}").exists() and not _descends_from_us(int(owner))
+    for prefix in (PROBE_PREFIX, "vlh"):  # a capability probe; the fake hosts of tests/hosts_harness.py
+        owner = namespace[len(prefix):].split("-", 1)[0]
+        if namespace.startswith(prefix) and owner.isdigit():
+            return Path(f"/proc/{owner}").exists() and not _descends_from_us(int(owner))
     record = STATE_ROOT / namespace[2:].split("-", 1)[0]
     try:
         state = RunState.load(record)
