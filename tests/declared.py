@@ -26,6 +26,8 @@ def programs(argv: list[str] | str) -> set[str]:
         found |= programs(_after_options(rest, assignments=True))
     elif name in ("nsenter", "unshare", "timeout", "setsid"):
         found |= programs(_after_options(rest, skip_first=name == "timeout"))
+    elif name == "taskset":  # taskset [options] LIST COMMAND...
+        found |= programs(_after_options(rest, skip_first=True))
     elif name in ("sh", "bash", "dash") and "-c" in rest:
         at = rest.index("-c")
         found |= _script_programs(rest[at + 1], rest[at + 3:])  # after the script: $0, then $1...

@@ -54,3 +54,43 @@ workloads:
     assert rate[f"{compressed} http-random-4M"] < 20
     assert rate["wireguard http-text-4M"] < 20
     assert not list(Path("/var/tmp").glob("vpnlab-*-data"))  # the generated files went with the run
+
+
+def test_several_files_totalling_a_size_are_split_evenly_and_keep_old_ids():
+    one = parse_study("name: t\nvpns: [{driver: none}]\nworkloads: [{kind: transfer, size: 1M}]\n")
+    old_key = make_plan(one).scenarios[0].key["workload"]
+    assert "files" not in old_key                                  # ids of one-file scenarios unchanged
+    many = parse_study("name: t\nvpns: [{driver: none}]\nworkloads: [{kind: transfer, size: 1000, files: 3}]\n")
+    spec = many.workloads[0]
+    assert spec.sizes == [333, 333, 334] and spec.label == "http-random-1000-in-3"
+    from vpnlab.errors import StudyError
+
+    with pytest.raises(StudyError, match=r"workloads\[0\].*each file needs a byte"):
+        parse_study("name: t\nvpns: [{driver: none}]\nworkloads: [{kind: transfer, size: 2, files: 3}]\n")
+
+
+def test_the_files_of_one_transfer_differ(tmp_path):
+    first, second = datasets.make(tmp_path, "random", 4096, 0), datasets.make(tmp_path, "random", 4096, 1)
+    assert first != second and first.read_bytes() != second.read_bytes()
+
+
+@pytest.mark.integration
+def test_several_files_over_each_protocol_in_one_session(tmp_path, no_leftovers):
+    study = parse_study("""
+name: files
+repetitions: 1
+vpns: [{driver: wireguard}]
+workloads:
+  - {kind: transfer, protocol: [http, ftp, ssh], data: text, size: 600K, files: 3}
+""")
+    plan = make_plan(study)
+    Runner(plan, tmp_path, detect(), progress=False).run()
+    db = sqlite3.connect(tmp_path / "results.sqlite")
+    status = dict(db.execute("SELECT workload_label, status || ' ' || coalesce(failure, '') FROM scenarios"))
+    raw = dict(db.execute("SELECT sc.workload_label, r.output FROM raw_outputs r JOIN scenarios sc ON sc.id = r.scenario_id"
+                          " WHERE r.repetition > 0 AND r.tool IN ('curl', 'scp')"))
+    db.close()
+    assert all(v.startswith("done") for v in status.values()), status
+    assert raw["http-text-600K-in-3"].count("204800 ") == 3          # curl: three whole files, one command
+    assert raw["ftp-text-600K-in-3"].count("204800 ") == 3
+    assert raw["ssh-text-600K-in-3"].count("root@") == 3              # scp: three sources into one folder

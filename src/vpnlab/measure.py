@@ -3,6 +3,7 @@ background traffic beside it, turned into one sample (values, raw output, flags)
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from .cpu import CpuMeter
@@ -34,7 +35,7 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
     try:
         for observer in observers:
             observer.start()
-        meter = CpuMeter(*tunnel_ends(ctx.bed, layers))
+        meter = CpuMeter(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None))
         measurement = scenario.kind.run(scenario.workload, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:
@@ -43,6 +44,8 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
         extra, account, extra_flags = background.stop() if background else ({}, "", [])
     sample = Sample(dict(measurement.values) | cpu | extra, {measurement.tool: measurement.raw},
                     measurement.flags + cpu_flags + extra_flags)
+    if getattr(meter, "record", None):
+        sample.raw["cpu"] = json.dumps(meter.record)  # the method, the placement, both methods' figures
     if background:
         sample.raw["background"] = account
     add_utilisation(sample.values, scenario.link_as_run.rate_mbit)

@@ -21,7 +21,7 @@ def study_order(study_text: str) -> str:
     return study.get("order", "shuffled") if isinstance(study, dict) else "shuffled"
 
 
-def paragraph(study_text: str, rules: list[str]) -> str:
+def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
     """The methods paragraph of the stored study; rules: the stopping rules that ran, as stored with
     the scenarios."""
     order, settings = study_order(study_text), settings_of(study_text)
@@ -45,6 +45,7 @@ def paragraph(study_text: str, rules: list[str]) -> str:
         f"A configuration is called ahead only when its corrected p < {ALPHA:g} and the difference exceeds "
         f"{threshold:g}%, equivalent only when a TOST shows it within {threshold:g}%; otherwise the "
         "rounds a clear answer would need are given (power 80%, from an upper bound of the spread). "
+        + cpu +  # how each tunnel end's CPU was counted and where the ends ran: cpu_text
         f"Stopping: {'; '.join(rules) or 'fixed repetitions'}"
         + (" (the primary metric's interval is then Stein's final one, from the pilot's spread and degrees "
            "of freedom, not a stop-when-tight rule)" if any("Stein" in rule for rule in rules) else "") + ". "
@@ -53,3 +54,38 @@ def paragraph(study_text: str, rules: list[str]) -> str:
         "the run that they " + ("count (the report also shows the results without them)." if settings.counts_flagged
                                else "are left out (the report also shows the results with them).")
     )
+
+
+def cpu_text(directory) -> str:
+    """How each tunnel end's CPU was counted and where the ends ran, over the stored repetitions
+    (each stores its method and placement as raw output 'cpu'); '' without tunnel ends."""
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from .placement import METHODS
+    from .store import Store
+
+    store = Store.open_dir(Path(directory))
+    try:
+        rows = store.db.execute("SELECT r.output, sc.measured_in FROM raw_outputs r JOIN scenarios sc ON"
+                                " sc.id = r.scenario_id WHERE r.tool = 'cpu' AND r.repetition > 0").fetchall()
+        tunnels = store.db.execute("SELECT count(*) FROM samples WHERE metric = 'cpu_vpn_client_pct'").fetchone()[0]
+    finally:
+        store.close()
+    methods, places = Counter(), Counter()
+    for output, measured_in in rows:
+        record = json.loads(output)
+        if record.get("ends"):
+            where = "in the VM" if measured_in == "vm" else "on this host"
+            method = record["method"] if record["method"] == "ticks" or "cgroup_s" in record else "ticks"
+            methods[where, method] += 1
+            places[where, "pinned to a core of its own each" if record["pinned"] else record["placement"]] += 1
+    if not methods:
+        return ("CPU of each tunnel end: clock ticks of the processes in its namespace, from /proc (this store "
+                "recorded no method). ") if tunnels else ""
+    counted = "; ".join(f"{where}, {METHODS[method]}, in {n} repetitions" for (where, method), n in sorted(methods.items()))
+    placed = "; ".join(f"{where}, {how}, in {n}" for (where, how), n in sorted(places.items()))
+    return (f"CPU of each tunnel end (cpu_vpn_client_pct, cpu_vpn_gateway_pct): {counted}; the other CPU figures "
+            f"from /proc clock ticks. Placement of the tunnel ends' daemons: {placed} (pinned by "
+            "sched_setaffinity when the machine has a core per tunnel end; traffic tools and vpnlab not pinned). ")

@@ -192,7 +192,7 @@ def build(directory: Path) -> Report:
     _tunnels(report, scenarios, stat)
     _comparisons(report, scenarios, family)
     _recommend(report, scenarios, stat, family)
-    report.methods = methods.paragraph(last.get("study_text") or "", report.rules)
+    report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))
     from .findings import against_the_original  # "Against the original study": findings.py, findings.html.j2
     report.against = against_the_original(directory)
     return report

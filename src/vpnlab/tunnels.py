@@ -10,6 +10,7 @@ what a wrong one costs (`wan_fragments`); the scenario's notes then say which la
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -58,12 +59,14 @@ def bring_up(stage: TunnelStage, bed: Testbed, scenario, state: RunState, log_di
     seconds until the first packet got through."""
     started = time.monotonic()
     carried = wan_mtu(bed) if scenario.vpn.layers else None  # the largest packet the path takes whole
+    placement = getattr(bed, "placement", None)
     for layer, (config, impl) in enumerate(zip(scenario.vpn.layers, scenario.implementations)):
         left, right = bed.tunnel_sites(layer)
         driver = DRIVERS[config.driver]
         fits = fitting_mtu(driver, config.options, config.profile, impl, carried)
         env = TunnelEnv(state, layer, log_dir, impl, auto_mtu=fits if layer else None)
-        tunnel = driver.up(left, right, config.options, config.profile, env)
+        with placement.starting() if placement else contextlib.nullcontext():  # the ends' cgroups and cores
+            tunnel = driver.up(left, right, config.options, config.profile, env)
         stage.tunnels.append(tunnel)
         if tunnel.mtu and tunnel.mtu > fits and (layer or getattr(config.options, "mtu", None)):
             stage.notes.append(f"layer {layer} ({config.driver}) has MTU {tunnel.mtu}: its full-size packets do not"
@@ -72,6 +75,8 @@ def bring_up(stage: TunnelStage, bed: Testbed, scenario, state: RunState, log_di
         carried = min(fits, tunnel.mtu or fits)
     if not stage.tunnels:
         return
+    if placement and not placement.pinned:
+        stage.notes.append(f"tunnel ends {placement.text}: they shared the CPUs")
     wait_for(lambda: first_packet(bed), SETUP_TIMEOUT_S, f"the first packet through {scenario.vpn.label}",
              stage.tunnels[-1], interval=0)
     stage.values["setup_s"] = time.monotonic() - started

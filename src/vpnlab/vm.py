@@ -182,6 +182,7 @@ def build_initramfs(kernel: Kernel, guest_init: Path, target: Path) -> None:
 GUEST_INIT = """set -u
 mount -t proc proc /proc
 mount -t sysfs sys /sys
+mount -t cgroup2 cgroup2 /sys/fs/cgroup  # the guest's own: each tunnel end's CPU in a cgroup of its own
 mount -t devtmpfs dev /dev 2>/dev/null
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs shm /dev/shm
 mount -t tmpfs run /run

@@ -66,15 +66,15 @@ def _show(directory: Path) -> None:
         out.print("  " + ", ".join(tunnel), highlight=False)
         if sc.notes:
             out.print(f"  [yellow]note:[/] {sc.notes}", highlight=False)
-    _print_methods(last["study_text"], scenarios)
+    _print_methods(last["study_text"], scenarios, directory)
 
 
-def _print_methods(study_text: str, scenarios) -> None:
+def _print_methods(study_text: str, scenarios, directory: Path) -> None:
     """How the numbers were obtained, as the report's methods paragraph says it."""
     from .. import methods
 
     rules = sorted({sc.repetition_rule for sc in scenarios})
-    out.print("\n[bold]Methods.[/] " + methods.paragraph(study_text or "", rules),
+    out.print("\n[bold]Methods.[/] " + methods.paragraph(study_text or "", rules, cpu=methods.cpu_text(directory)),
               highlight=False)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CommandError, VpnlabError
@@ -17,6 +17,9 @@ class Node:
     role: str
     namespace: str
     state: RunState
+    # Set while a tunnel end's daemons start (placement.Placement.starting): what `spawn` puts before
+    # `ip netns exec` so that they are in the end's cgroup and on its core from the first instruction.
+    launcher: list[str] = field(default_factory=list, repr=False)
 
     def _wrap(self, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.namespace, *map(str, argv)]
@@ -87,13 +90,14 @@ class Node:
               stdin: Path | None = None) -> subprocess.Popen:
         """Start a long-running process in this namespace, recorded for cleanup.
 
-        `ip netns exec` execs the command, so the PID is the daemon's own.
+        `ip netns exec` execs the command, so the PID is the daemon's own (as does the launcher
+        of a tunnel end's daemon: a shell that joins the end's cgroup, then taskset).
         """
         log = open(log_path, "wb")  # a fresh log: readiness checks read it
         source = open(stdin, "rb") if stdin else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(
-                self._wrap(argv),
+                [*self.launcher, *self._wrap(argv)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=source,

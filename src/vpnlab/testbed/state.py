@@ -1,6 +1,6 @@
 """What a run owns on this machine, written down before it is created.
 
-Every namespace, process and file a run makes is recorded in
+Every namespace, process, cgroup and file a run makes is recorded in
 /run/vpnlab/<run-id>/state.json *before* it exists, so that whatever kills the
 run (an exception, Ctrl-C, SIGTERM, SIGKILL, a power cut of the tool alone),
 the run itself or the next one can remove exactly that and nothing else.
@@ -54,6 +54,7 @@ class RunState:
     processes: list[dict] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)  # each tunnel end's (placement.py)
 
     @classmethod
     def create(cls) -> "RunState":
@@ -85,6 +86,7 @@ class RunState:
             processes=data.get("processes", []),
             files=data.get("files", []),
             dirs=data.get("dirs", []),
+            cgroups=data.get("cgroups", []),
         )
 
     @property
@@ -104,6 +106,7 @@ class RunState:
             "processes": self.processes,
             "files": self.files,
             "dirs": self.dirs,
+            "cgroups": self.cgroups,
         }
         tmp = self.directory / "state.json.tmp"
         tmp.write_text(json.dumps(data, indent=1))
@@ -125,6 +128,16 @@ class RunState:
     def add_dir(self, path: str | Path) -> None:
         self.dirs.append(str(path))
         self.save()
+
+    def add_cgroup(self, path: str | Path) -> None:
+        self.cgroups.append(str(path))
+        self.save()
+
+    def forget_cgroup(self, path: str | Path) -> None:
+        """Drop a cgroup from the record without touching it (it was not this run's to make)."""
+        if str(path) in self.cgroups:
+            self.cgroups.remove(str(path))
+            self.save()
 
     def owner_alive(self) -> bool:
         return _alive(self.owner_pid, self.owner_start)
@@ -165,12 +178,23 @@ class RunState:
         self.namespaces.remove(name)
         self.save()
 
+    def remove_cgroup(self, path: str | Path) -> None:
+        """Remove a cgroup of this run's (what still runs in it first) and drop it from the record."""
+        from ..placement import remove_group
+
+        if str(path) not in self.cgroups:
+            return
+        if remove_group(Path(path)):
+            self.forget_cgroup(path)
+
     def teardown(self) -> None:
         """Remove everything recorded, in the safe order, then the record itself."""
         for entry in list(self.processes):
             self.stop_process(entry["pid"])
         for name in list(self.namespaces):
             self.remove_namespace(name)
+        for path in list(self.cgroups):
+            self.remove_cgroup(path)
         for path in self.files:
             Path(path).unlink(missing_ok=True)
         for path in self.dirs:
@@ -241,7 +265,8 @@ def clean_stale_runs() -> list[str]:
             continue
         state.directory = claimed
         cleaned.append(f"run {state.run_id}: {len(state.namespaces)} namespaces, "
-                       f"{len(state.processes)} processes, {len(state.files) + len(state.dirs)} files")
+                       f"{len(state.processes)} processes, {len(state.cgroups)} cgroups, "
+                       f"{len(state.files) + len(state.dirs)} files")
         state.teardown()
     for name in stale_probes():
         subprocess.run(["ip", "netns", "del", name], capture_output=True)

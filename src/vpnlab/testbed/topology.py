@@ -25,6 +25,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..errors import CommandError
+from ..placement import Placement
 from .node import Node
 from .shaping import shape_commands
 from .state import RunState
@@ -100,6 +101,7 @@ class Testbed:
     state: RunState
     layout: Layout
     nodes: list[Node] = field(default_factory=list)
+    placement: Placement | None = None  # the tunnel ends' cgroups and cores (placement.py)
 
     # -- addressing ------------------------------------------------------
     # Each node's interface on link i is called l<i> (names are per namespace).
@@ -149,6 +151,7 @@ class Testbed:
             state.add_namespace(name)  # recorded first: a crash right after still gets cleaned
             _run(["ip", "netns", "add", name])
             bed.nodes.append(Node(role, name, state))
+        bed.placement = Placement.create(state, layout, bed.nodes)
         count = len(bed.nodes)
         for i in range(count - 1):
             left, right = bed.nodes[i], bed.nodes[i + 1]
@@ -194,6 +197,8 @@ class Testbed:
         for node in self.nodes:
             self.state.remove_namespace(node.namespace)
         self.nodes.clear()
+        if self.placement:
+            self.placement.remove()
 
     def wan_counters(self) -> dict[str, int]:
         """Bytes and packets the left WAN end has sent and received."""

@@ -51,12 +51,14 @@ def _image(size: int, rng: np.random.Generator) -> bytes:
     return out.getvalue()[:size]
 
 
-def make(folder: Path, kind: str, size: int) -> Path:
-    """The file for (kind, size) in `folder`, created if it is not there yet."""
-    path = folder / f"{kind}-{size}.bin"
+def make(folder: Path, kind: str, size: int, part: int = 0) -> Path:
+    """The file for (kind, size) in `folder`, created if it is not there yet; `part` numbers the
+    files of a transfer of several, each with its own content."""
+    name = f"{kind}-{size}" + (f"-{part}" if part else "")
+    path = folder / f"{name}.bin"
     if path.exists() and path.stat().st_size == size:
         return path
-    seed = zlib.crc32(f"{kind}-{size}".encode())
+    seed = zlib.crc32(name.encode())
     tmp = path.with_suffix(".part")
     with open(tmp, "wb") as fh:
         if kind == "random":

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from ..drivers.pki import make_pki
 from ..errors import MeasurementError
@@ -21,7 +22,8 @@ from . import datasets
 from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
 METRICS = (
-    declare("transfer_s", "s", "time to download the file (curl's own clock; for scp, the command's)", False,
+    declare("transfer_s", "s", "time to download the file, or all `files` of it one after another (curl's own "
+            "clock; for scp, the command's)", False,
             judged="share", positive=True, producers="transfer"),
     declare("throughput_mbps", "Mbit/s", "goodput at the receiver (iperf3 sum_received; file bytes over "
             "transfer time)", True, judged="share", graded=True, positive=True, producers="transfer"),
@@ -35,7 +37,8 @@ CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL), "ftp": (VSFTPD, CURL),
 
 
 class TransferOptions(WorkloadOptions):
-    """Download one file from the sink over a real protocol server."""
+    """Download one file from the sink over a real protocol server, or `files` files totalling `size`
+    one after another in one session (one curl or scp command, as a user fetching a folder)."""
 
     kind: Literal["transfer"] = "transfer"
     protocol: Literal["http", "https", "ssh", "ftp"] = "http"
@@ -43,15 +46,37 @@ class TransferOptions(WorkloadOptions):
         "random", description="text compresses; random (like video), archive and image do not")
     size: Size = Field(10 * 1024 * 1024, le=64 * 1024**3)
     timeout_s: float = Field(600, gt=0, le=86400)
+    files: int = Field(1, ge=1, le=1000, description="several files totalling `size` (the small-business seed "
+                       "moved 'multiple files totalling 100MB')")
 
     @field_validator("size", mode="before")
     @classmethod
     def parse_file_size(cls, value):
         return parse_size(value)
 
+    @model_validator(mode="after")
+    def a_byte_per_file(self):
+        if self.files > self.size:
+            raise ValueError(f"files ({self.files}) is more than size ({self.size} bytes): each file needs a byte")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _one_file_as_before(self, handler):
+        # `files` came after runs were stored: left out at 1, so those scenarios keep their ids
+        data = handler(self)
+        if isinstance(data, dict) and self.files == 1:
+            data.pop("files", None)
+        return data
+
+    @property
+    def sizes(self) -> list[int]:
+        """Each file's size: equal parts, the remainder in the last."""
+        part = self.size // self.files
+        return [part] * (self.files - 1) + [self.size - part * (self.files - 1)]
+
     @property
     def label(self) -> str:
-        return f"{self.protocol}-{self.data}-{human_size(self.size)}"
+        return f"{self.protocol}-{self.data}-{human_size(self.size)}" + (f"-in-{self.files}" if self.files > 1 else "")
 
 
 def data_dir(ctx: WorkloadContext) -> Path:
@@ -168,7 +193,7 @@ def ensure_file_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
 
 class Transfer(WorkloadKind):
     kind = "transfer"
-    summary = "download one file over a real server: protocol (http, https, ssh, ftp), data, size, timeout_s"
+    summary = "download a file over a real server: protocol (http, https, ssh, ftp), data, size, files, timeout_s"
     Options = TransferOptions
     tools = tuple(dict.fromkeys(t for tools in CLIENTS.values() for t in tools))
     metrics = METRICS
@@ -189,28 +214,48 @@ class Transfer(WorkloadKind):
 
 def download(spec: TransferOptions, ctx: WorkloadContext) -> Measurement:
     data = data_dir(ctx)
-    path = datasets.make(data, spec.data, spec.size)
+    paths = [datasets.make(data, spec.data, size, part) for part, size in enumerate(spec.sizes)]
     info = ensure_file_server(ctx, spec.protocol, data)
-    host = ctx.bed.sink_ip
-    if spec.protocol == "ssh":
-        argv = ["scp", "-q", "-i", info["key"], "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                "-o", "LogLevel=ERROR", f"root@{host}:{path}", "/dev/null"]
-    else:
-        url = {"http": f"http://{host}/{path.name}", "https": f"https://{host}/{path.name}",
-               "ftp": f"ftp://{host}/{path.name}"}[spec.protocol]
-        argv = ["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download} %{time_total}\\n", url]
-        if spec.protocol == "https":
-            argv[1:1] = ["--cacert", info["ca"]]
+    argv, into = _download_command(spec, ctx, info, paths)
     started = time.monotonic()
-    proc = ctx.bed.source.run(argv, check=False, timeout=spec.timeout_s)
+    try:
+        proc = ctx.bed.source.run(argv, check=False, timeout=spec.timeout_s)
+    finally:
+        if into:
+            shutil.rmtree(into, ignore_errors=True)
     elapsed = time.monotonic() - started
     raw = f"$ {' '.join(map(str, argv))}\n{proc.stdout}{proc.stderr}"
     if proc.returncode != 0:
         raise MeasurementError(f"{spec.protocol} transfer failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     if spec.protocol != "ssh":
-        size, seconds = proc.stdout.split()
-        if int(float(size)) != spec.size:
-            raise MeasurementError(f"{spec.protocol} transfer moved {size} bytes of {spec.size}")
-        elapsed = float(seconds)  # curl's own clock: the transfer, not the process start
+        elapsed = _curl_seconds(spec, proc.stdout)  # curl's own clock: the transfers, not the process start
     return Measurement({"transfer_s": elapsed, "throughput_mbps": spec.size * 8 / elapsed / 1e6}, raw,
                        argv[0], carried_bytes=spec.size)
+
+
+def _download_command(spec: TransferOptions, ctx: WorkloadContext, info: dict, paths: list[Path]):
+    """The client's command for all the files, and the folder scp writes them to (None for curl,
+    which discards them)."""
+    host = ctx.bed.sink_ip
+    if spec.protocol == "ssh":
+        # scp copies several files only into a folder; one file goes to /dev/null as before
+        into = Path(tempfile.mkdtemp(prefix="scp-", dir=data_dir(ctx))) if len(paths) > 1 else None
+        return (["scp", "-q", "-i", info["key"], "-o", "StrictHostKeyChecking=no", "-o",
+                 "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", *(f"root@{host}:{p}" for p in paths),
+                 into or "/dev/null"], into)
+    argv = ["curl", "-sS", "-w", "%{size_download} %{time_total}\\n"]
+    for path in paths:  # one curl: the connection is reused from file to file
+        argv += ["-o", "/dev/null", f"{spec.protocol}://{host}/{path.name}"]
+    if spec.protocol == "https":
+        argv[1:1] = ["--cacert", info["ca"]]
+    return argv, None
+
+
+def _curl_seconds(spec: TransferOptions, output: str) -> float:
+    """The sum of curl's per-file times, after checking each file arrived whole."""
+    lines = output.split()
+    moved = [int(float(size)) for size in lines[0::2]]
+    if moved != spec.sizes:
+        raise MeasurementError(f"{spec.protocol} transfer moved {sum(moved)} bytes in {len(moved)} file(s) of "
+                               f"{spec.size} in {spec.files}")
+    return sum(float(seconds) for seconds in lines[1::2])
