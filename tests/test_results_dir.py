@@ -2,7 +2,9 @@
 its own unfinished run (with --resume), one run at a time; it reads a store only after checking
 it, read-only; a full disk stops a run cleanly and resumably; garbage numbers never abort a run."""
 
+import csv
 import hashlib
+import io
 import json
 import math
 import os
@@ -209,6 +211,11 @@ def test_values_that_are_not_finite_are_stored_as_missing_with_a_flag(tmp_path):
     assert {r["metric"]: r["value"] for r in rows} == {"cpu_s_per_gb": 12.5, "retransmits": None}
     summary = strict_json(invoke("export", tmp_path, "--format", "json", "--table", "summary").stdout)
     assert {r["metric"]: r["sd"] for r in summary}["cpu_s_per_gb"] is None  # one sample: no sd
+    as_csv = invoke("export", tmp_path, "--format", "csv", "--table", "summary").stdout
+    cells = [cell for r in csv.DictReader(io.StringIO(as_csv)) for cell in r.values()]
+    assert not {"nan", "inf", "-inf"} & {cell.lower() for cell in cells}
+    (row,) = [r for r in csv.DictReader(io.StringIO(as_csv)) if r["metric"] == "cpu_s_per_gb"]
+    assert row["sd"] == "" and row["mean"] == "12.5"                         # an empty cell, not "nan"
 
 
 @pytest.mark.integration

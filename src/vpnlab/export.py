@@ -76,6 +76,7 @@ def summary_rows(store: Store) -> list[dict]:
                 "relative_low": s.rel_low, "relative_high": s.rel_high, "relative_method": s.rel_method,
                 "added": s.added, "added_low": s.added_low, "added_high": s.added_high,
                 "added_method": s.added_method, "grade_reason": s.grade_reason, "outliers": s.outliers,
+                "flagged_left_out": s.set_aside,
             })
     return out
 
@@ -89,7 +90,7 @@ TABLES = {"samples": rows, "summary": summary_rows, "comparisons": comparison_ro
 
 def strict(data):
     """What JSON can say: a number that is not finite (an interval of one sample, a ratio to a
-    zero baseline) becomes null, as strict JSON has no NaN or Infinity."""
+    zero baseline) becomes null, as strict JSON has no NaN or Infinity (and an empty CSV cell)."""
     if isinstance(data, float):
         return data if math.isfinite(data) else None
     if isinstance(data, dict):
@@ -108,5 +109,5 @@ def write(store: Store, fmt: str, out: IO[str] = sys.stdout, table: str = "sampl
         fields = COLUMNS if table == "samples" else (list(data[0]) if data else [])
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(data)
+        writer.writerows(strict(data))  # a number that is not finite is an empty cell, not "nan"
     return len(data)
