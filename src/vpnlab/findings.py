@@ -370,6 +370,9 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
         if j.flagged or j.outliers:
             j.reason += (f"; kept in the test: {j.flagged} flagged sample(s), {j.outliers} far from the rest "
                          "(the seeds re-ran such runs; vpnlab keeps and flags them)")
+    from .algorithms import explain_profiles  # what two profiles of one configuration really changed
+
+    explain_profiles(out, store)
     return out
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .errors import VpnlabError
 from .judging import DISTURBED
+from .algorithms import record as record_algorithms
 from .measure import Sample, measure
 from .testbed.state import RunState, other_live_runs
 from .testbed.topology import Layout, Testbed
@@ -61,6 +62,7 @@ def run_repetition(scenario, state: RunState, log_dir: Path) -> Attempt:
                                         "throughput figures")
         attempt.failure = watch.death or still_carrying(stage, bed) or attempt.failure
         attempt.sample.values |= stage.values
+        record_algorithms(stage, scenario, attempt.sample)  # declared and negotiated, per layer
     except (VpnlabError, subprocess.SubprocessError) as exc:
         attempt.failure = str(exc)
     finally:

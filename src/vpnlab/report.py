@@ -23,6 +23,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 from . import methods, metrics, recommend, sensitivity  # noqa: E402
 from .analysis import Summary, baseline_of, fmt, relative_text, summarise  # noqa: E402
 from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
+from .algorithms import table as algorithm_table  # noqa: E402
+from .labels import Labels, for_scenarios as short_labels  # noqa: E402
 from .judging import stored_settings  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
@@ -52,6 +54,7 @@ class Figure:
     title: str
     svg: str
     caption: str = ""
+    drawn: object = field(default=None, repr=False, compare=False)  # the matplotlib figure (tests read its artists)
 
 
 @dataclass
@@ -77,6 +80,8 @@ class Report:
     links: list = field(default_factory=list)
     rules: list = field(default_factory=list)
     methods: str = ""
+    labels: Labels = field(default_factory=Labels)       # the run's short labels (labels.py), everywhere
+    algorithms: object = None                            # "Algorithms per profile" (algorithms.py)
 
 
 def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
@@ -115,6 +120,22 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and doctype: inline SVG
 
 
+def _figure(title: str, fig, caption: str) -> Figure:
+    return Figure(title, _svg(fig), caption, drawn=fig)
+
+
+def _legend_outside(ax, title: str | None = None) -> None:
+    """The legend right of the axes, where it cannot cover data (the SVG grows to hold it)."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0, title=title,
+              title_fontsize=8)
+
+
+def _numeric(values) -> bool:
+    """A swept parameter is drawn as a line only when every value is a number (window, rate, size);
+    data types, protocols, booleans are categories, drawn as grouped bars."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def _whiskers(summaries: list[Summary]) -> tuple[list[float], list[list[float]]]:
     """The estimate each interval is of (the geometric mean on the log scale, else the mean) and the
     interval's distances below and above it (asymmetric on the log scale)."""
@@ -124,9 +145,9 @@ def _whiskers(summaries: list[Summary]) -> tuple[list[float], list[list[float]]]
     return centres, [below, above]
 
 
-def _bar_figure(title: str, unit: str, rows: list[tuple[ScenarioRow, Summary]]) -> Figure:
+def _bar_figure(title: str, unit: str, rows: list[tuple[ScenarioRow, Summary]], short: Labels) -> Figure:
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.2))
-    labels = [sc.shown for sc, _ in rows]
+    labels = [short.of(sc) for sc, _ in rows]
     means, errors = _whiskers([s for _, s in rows])
     colours = ["#888888" if sc.is_baseline else "#3b6ea8" for sc, _ in rows]
     ax.barh(labels, means, xerr=errors, color=colours, capsize=3)
@@ -134,26 +155,54 @@ def _bar_figure(title: str, unit: str, rows: list[tuple[ScenarioRow, Summary]]) 
     ax.set_xlabel(unit)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return Figure(title, _svg(fig), "bars: geometric mean (mean where a value is zero); whiskers: its 95% "
-                                    "confidence interval; grey: no VPN")
+    return _figure(title, fig, "bars: geometric mean (mean where a value is zero); whiskers: its 95% "
+                               "confidence interval; grey: no VPN")
 
 
 def _sweep_figure(title: str, param: str, metric: str, unit: str,
-                  lines: dict[ScenarioRow, list[tuple[float, Summary]]]) -> Figure:
+                  lines: dict[ScenarioRow, list[tuple[float, Summary]]], short: Labels) -> Figure:
+    """A numeric sweep (window, rate, size): one line per VPN with its intervals as error bars."""
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    for sc, points in sorted(lines.items(), key=lambda kv: kv[0].shown):
+    for sc, points in sorted(lines.items(), key=lambda kv: kv[0].idx):
         points.sort(key=lambda p: p[0])
         xs = [x for x, _ in points]
         ys, errs = _whiskers([s for _, s in points])
-        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=sc.shown,
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=short.of(sc),
                     linestyle="--" if sc.is_baseline else "-")
     ax.set_xlabel(param)
     ax.set_ylabel(f"{metric} [{unit}]")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     ax.set_title(title, fontsize=10)
-    return Figure(title, _svg(fig), "points: geometric mean (mean where a value is zero); whiskers: its 95% "
-                                    "confidence interval")
+    return _figure(title, fig, "points: geometric mean (mean where a value is zero); whiskers: its 95% "
+                               "confidence interval")
+
+
+def _grouped_bar_figure(title: str, param: str, metric: str, unit: str,
+                        groups: dict[ScenarioRow, list[tuple[object, Summary]]], short: Labels) -> Figure:
+    """A categorical sweep (data type, protocol, ...): per VPN one bar per category, each with its
+    interval as error bars; never a line between categories."""
+    vpns = sorted(groups, key=lambda sc: sc.idx)
+    categories = list(dict.fromkeys(str(value) for sc in vpns for value, _ in groups[sc]))
+    height = 0.8 / len(categories)
+    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(vpns) * len(categories) + 0.4 * len(vpns) + 1.2))
+    for j, category in enumerate(categories):
+        ys, rows = [], []
+        for i, sc in enumerate(vpns):
+            found = [s for value, s in groups[sc] if str(value) == category]
+            if found:
+                ys.append(i - 0.4 + height * (j + 0.5))
+                rows.append(found[0])
+        centres, errors = _whiskers(rows)
+        ax.barh(ys, centres, height=height * 0.95, xerr=errors, capsize=2, label=category)
+    ax.set_yticks(range(len(vpns)), [short.of(sc) for sc in vpns])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{metric} [{unit}]")
+    ax.grid(axis="x", alpha=0.3)
+    _legend_outside(ax, title=param)
+    ax.set_title(title, fontsize=10)
+    return _figure(title, fig, "bars: geometric mean (mean where a value is zero); whiskers: its 95% "
+                               f"confidence interval; one bar per {param}")
 
 
 def build(directory: Path) -> Report:
@@ -165,6 +214,7 @@ def build(directory: Path) -> Report:
         family = comparison_family(store)
         flags = _flag_lines(store)
         series = _interval_series(store, scenarios)
+        algorithms = algorithm_table(store, scenarios, short_labels(scenarios))
         settings = stored_settings(store)
         counted, both_ways = sensitivity.both_ways(store, summaries)
     finally:
@@ -182,11 +232,13 @@ def build(directory: Path) -> Report:
         met = sum(s.ci_target_met for s in adaptive)
         report.rules.append(f"confidence target met in {met} of {len(adaptive)} adaptive scenarios")
     stat = {(sid, s.metric): s for sid, ss in summaries.items() for s in ss}
+    report.labels, report.algorithms = short_labels(scenarios), algorithms
 
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell)
     if settings.seed_grading == "jaha-2014":
         report.seed_table_vi = _table_vi(scenarios, stat, report.links,
                                          _seed_cell(scenarios, stat, settings.latency_floor_ms))
+    _short_table_labels(report)
     _figures(report, scenarios, stat)
     _interval_figures(report, scenarios, series)
     _tunnels(report, scenarios, stat)
@@ -250,7 +302,7 @@ def _table_vi(scenarios: list, stat: dict, links: list, cell) -> dict:
                     cells.append(cell(sc, s))
             measured_in_vm = any(s.vpn_label == vpn and s.link_label == link and s.measured_in == "vm"
                                  for s in scenarios)
-            rows.append((f"{vpn} (in the VM, vs no VPN in the VM)" if measured_in_vm else vpn, cells))
+            rows.append((f"{vpn} (in the VM)" if measured_in_vm else vpn, cells))
         if rows:
             tables[link] = ([heading for _, _, heading in columns], rows)
     return tables
@@ -295,6 +347,13 @@ def _seed_cell(scenarios: list, stat: dict, floor_ms: float):
     return cell
 
 
+def _short_table_labels(report: Report) -> None:
+    """Table VI's rows named as every figure and table names them (labels.py)."""
+    for tables in (report.table_vi, getattr(report, "seed_table_vi", {})):
+        for _, rows in tables.values():
+            rows[:] = [(report.labels(vpn), cells) for vpn, cells in rows]
+
+
 def _figures(report: Report, scenarios: list, stat: dict) -> None:
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for s in scenarios:
@@ -304,8 +363,11 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
         decoded = [json.loads(p) for p in params]
         plotted = KINDS[kind].plotted if kind in KINDS else ()
         varying = [k for k in decoded[0] if len({json.dumps(d.get(k)) for d in decoded}) > 1]
-        if len(varying) == 1:  # a sweep: one line per VPN along the swept parameter
+        grouped = False
+        if len(varying) == 1:  # a sweep: lines along a numeric parameter, grouped bars over categories
             param = varying[0]
+            numeric = _numeric([d.get(param) for d in decoded])
+            vpn_of: dict[str, ScenarioRow] = {}  # one line (or group of bars) per VPN, over its scenarios
             for metric in plotted:
                 lines: dict[ScenarioRow, list] = defaultdict(list)
                 unit = ""
@@ -313,11 +375,17 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
                     summary = stat.get((s.id, metric))
                     if summary:
                         unit = summary.unit
-                        lines[s].append((s.params[param], summary))
-                if lines:
+                        lines[vpn_of.setdefault(s.shown, s)].append((s.params[param], summary))
+                if lines and numeric:
                     report.figures.append(_sweep_figure(f"{metric} versus {param} - {kind} on {link}",
-                                                        param, metric, unit, lines))
+                                                        param, metric, unit, lines, report.labels))
+                elif lines:
+                    report.figures.append(_grouped_bar_figure(f"{metric} by {param} - {kind} on {link}",
+                                                              param, metric, unit, lines, report.labels))
+                    grouped = grouped or metric == KINDS[kind].primary
         for workload_params in sorted(params):
+            if grouped:  # the grouped bars already show each workload's primary metric
+                break
             same = [s for s in members if s.workload_params == workload_params]
             if kind not in KINDS:
                 continue
@@ -326,7 +394,7 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
                     if (s.id, metric) in stat]
             if len(rows) > 1 and len(params) <= 3:  # a bar chart per workload, unless a long sweep
                 report.figures.append(_bar_figure(f"{metric} - {same[0].workload_label} on {link}",
-                                                  rows[0][1].unit, rows))
+                                                  rows[0][1].unit, rows, report.labels))
 
 
 def _interval_series(store: Store, scenarios: list[ScenarioRow]) -> dict[str, list[list[tuple[float, float]]]]:
@@ -356,14 +424,14 @@ def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
             length = min(len(r) for r in runs)
             xs = [runs[0][i][0] for i in range(length)]
             means = [sum(r[i][1] for r in runs) / len(runs) for i in range(length)]
-            ax.plot(xs, means, marker=".", label=s.shown, linestyle="--" if s.is_baseline else "-")
+            ax.plot(xs, means, marker=".", label=report.labels.of(s), linestyle="--" if s.is_baseline else "-")
         ax.set_xlabel("seconds into the transfer")
         ax.set_ylabel("Mbit/s")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend_outside(ax)
         title = f"throughput by interval - {workload} on {link}"
         ax.set_title(title, fontsize=10)
-        report.figures.append(Figure(title, _svg(fig), "mean over repetitions of each 1-second iperf3 interval"))
+        report.figures.append(_figure(title, fig, "mean over repetitions of each 1-second iperf3 interval"))
 
 
 def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
@@ -379,7 +447,7 @@ def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
 
         gb = first("cpu_s_per_gb")
         report.tunnel_rows.append({
-            "vpn": s.shown, "link": s.link_label, "implementation": s.implementation,
+            "vpn": report.labels.of(s), "link": s.link_label, "implementation": s.implementation,
             "overhead": fmt(first("overhead_bytes").mean if first("overhead_bytes") else None),
             "model": fmt(first("overhead_model_bytes").mean if first("overhead_model_bytes") else None),
             "mtu": fmt(first("tunnel_mtu").mean if first("tunnel_mtu") else None),
@@ -391,7 +459,8 @@ def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
 def _comparisons(report: Report, scenarios: list, family: list) -> None:
     """The study's one-difference pairs, from the family every comparison is corrected in."""
     report.comparisons = printed(family, scenarios)
-    report.comparison_rows = study_rows(report.comparisons)
+    report.comparison_rows = [[*row[:3], report.labels(row[3]), report.labels(row[4]), *row[5:]]
+                              for row in study_rows(report.comparisons)]
     report.comparison_notes = study_footnotes(report.comparisons)
 
 

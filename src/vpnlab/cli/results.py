@@ -32,8 +32,13 @@ def _show(directory: Path) -> None:
     last = runs[-1]
     out.print(f"[bold]{last['study_name']}[/] - kernel {last['kernel']}, vpnlab {last['vpnlab_version']}, "
               f"status {last['status']}")
+    from ..labels import for_scenarios
+
+    labels = for_scenarios(scenarios)  # as the report names them
+    if labels.note:
+        out.print(labels.note, highlight=False)
     for sc in scenarios:
-        title = f"[bold]{sc.vpn_label}[/] | {sc.link_label} | {sc.workload_label}"
+        title = f"[bold]{labels.of(sc)}[/] | {sc.link_label} | {sc.workload_label}"
         if sc.status == "failed":
             out.print(f"\n{title}: [red]failed[/] - {sc.failure}", highlight=False)
             continue

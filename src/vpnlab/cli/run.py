@@ -137,6 +137,7 @@ def _compact(directory: Path) -> None:
     """The end of a run at a glance: a row per VPN, a column per link and workload with the
     workload's primary metric against no VPN (interval, grade where the data give one), failures."""
     from ..analysis import relative_text, summarise
+    from ..labels import for_scenarios
     from ..store import Store
     from ..workloads import KINDS
 
@@ -147,8 +148,9 @@ def _compact(directory: Path) -> None:
         store.close()
     columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))
     rows: dict[str, dict] = {}
+    labels = for_scenarios(scenarios)  # as the report and `vpnlab show` name them
     for sc in scenarios:
-        row = rows.setdefault(sc.shown, {"failed": 0})
+        row = rows.setdefault(labels.of(sc), {"failed": 0})
         if sc.status == "failed":
             row["failed"] += 1
             row[(sc.link_label, sc.workload_label)] = "[red]failed[/]"

@@ -181,6 +181,17 @@ class Driver:
         """Bytes the tunnel adds to a packet as large as its MTU (where padding may be capped)."""
         return self.overhead(options, profile, implementation, mtu)
 
+    # -- what its cryptography is (algorithms.py) ---------------------------
+    def algorithms(self, options: Options, profile: str, implementation: str = ""):
+        """The algorithms this configuration runs on its control and data channels, as the driver
+        configures them or the software's defaults give them (an algorithms.Algorithms); None: no VPN."""
+        return None
+
+    def negotiated(self, tunnel: Tunnel, options: Options, profile: str):
+        """What the live tunnel negotiated, read from its daemons' logs or the kernel's SAs (an
+        algorithms.Algorithms; what could not be read left empty), or None when nothing was read."""
+        return None
+
 
 def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None, interval: float = 0.05) -> None:
     """Poll until predicate() is true; fail early, with the log, if a daemon died."""

@@ -160,3 +160,37 @@ secrets {{
 """)
             homes.append((site, home))
         start_charons(homes, env, tunnel, libipsec=False, child="l2tp")
+
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """With ipsec: IKEv1 main mode with a PSK and strongSwan's default IKE proposal (the profile does
+        not change it), ESP in transport mode with the configured proposal; PPP authenticates with
+        MS-CHAPv2. Without: nothing is encrypted."""
+        from ..algorithms import Algorithms, esp_algorithms
+
+        if not options.ipsec:
+            return Algorithms(control="L2TP (UDP 1701)", key_exchange="none", authentication="MS-CHAPv2",
+                              control_cipher="none", data="L2TP + PPP", data_cipher="none", data_integrity="none",
+                              source="l2tp driver")
+        cipher, integrity = esp_algorithms(options.esp)
+        return Algorithms(control="IKEv1", key_exchange="X25519", authentication="PSK + MS-CHAPv2",
+                          control_cipher="AES-128-CBC HMAC-SHA256-128", data="ESP (transport) + L2TP + PPP",
+                          data_cipher=cipher, data_integrity=integrity, source="l2tp driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """charon's log and the kernel's ESP state (with ipsec), pppd's log (MS-CHAPv2)."""
+        from dataclasses import replace
+
+        from ..algorithms import merged, parse_charon_log, parse_pppd_log, read_logs, read_path, read_xfrm
+
+        ppp = read_path(tunnel.env.log("pppd-client"), parse_pppd_log)
+        if not options.ipsec:
+            return ppp  # PPP negotiated no MPPE: the data crosses in clear
+        found = merged(read_xfrm(tunnel), read_logs(tunnel, "charon", parse_charon_log))
+        if found and ppp and ppp.authentication:
+            found = replace(found, authentication=" + ".join(filter(None, (found.authentication,
+                                                                           ppp.authentication))),
+                            source=f"{found.source} + {ppp.source}")
+        if found and found.data == "ESP":
+            found = replace(found, data="")  # transport mode: the state says ESP, the layers above it are PPP's
+        return found or ppp

@@ -196,3 +196,26 @@ class Libreswan(Driver):
             site.node.run(argv, timeout=timeout)
         except CommandError as exc:
             raise TunnelError(f"libreswan: {Path(argv[0]).name} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
+
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """IKEv2: libreswan 4.10's default proposal between two libreswan peers (AES-256-GCM with
+        PRF-HMAC-SHA512 and MODP-2048), under fips FIPS_IKE (AES-256-CBC, HMAC-SHA256-128, P-256); ESP: the
+        configured proposal or libreswan's default (AES-256-GCM). Certificates sign with SHA-512."""
+        from ..algorithms import Algorithms, esp_algorithms
+
+        cipher, integrity = esp_algorithms(self.esp_proposal(options, profile))
+        data = "ESP in UDP" if options.udp_encap else "ESP"
+        if options.compression == "on":
+            data += " + IPComp (DEFLATE)"
+        fips = profile == "fips"
+        return Algorithms(control="IKEv2", key_exchange="ECDH P-256" if fips else "MODP-2048",
+                          authentication="PSK" if options.auth == "psk" else "ECDSA P-256 SHA-512",
+                          control_cipher="AES-256-CBC HMAC-SHA256-128" if fips else "AES-256-GCM", data=data,
+                          data_cipher=cipher, data_integrity=integrity, source="libreswan driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """The kernel's ESP state, then pluto's log (its established IKE and Child SAs)."""
+        from ..algorithms import merged, parse_pluto_log, read_logs, read_xfrm
+
+        return merged(read_xfrm(tunnel), read_logs(tunnel, "pluto", parse_pluto_log))

@@ -131,3 +131,21 @@ class Ocserv(Driver):
             wait_for(lambda: re.search(r"Established DTLS connection", log.read_text(errors="replace")) is not None,
                      15, "the DTLS channel", tunnel)
         return tunnel
+
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """TLS 1.2 in both profiles (the default priorities leave TLS 1.3 out, as Debian's ocserv.conf
+        does), ECDHE P-256 with the per-run ECDSA P-256 certificate, AES-256-GCM; with DTLS the data
+        moves to DTLS 1.2, keyed from the TLS session (PSK-NEGOTIATE), also AES-256-GCM."""
+        from ..algorithms import AEAD, Algorithms
+
+        data = "DTLS 1.2 (PSK from the TLS session)" if options.transport == "dtls" else "TLS 1.2 (CSTP)"
+        return Algorithms(control="TLS 1.2", key_exchange="ECDH P-256", authentication="ECDSA SHA-256",
+                          control_cipher="AES-256-GCM", data=data, data_cipher="AES-256-GCM", data_integrity=AEAD,
+                          source="ocserv driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """openconnect's log: 'Connected to HTTPS ... with ciphersuite ...', 'Established DTLS connection'."""
+        from ..algorithms import parse_openconnect_log, read_logs
+
+        return read_logs(tunnel, "openconnect", parse_openconnect_log)

@@ -128,8 +128,10 @@ class OpenVpn(Driver):
         if mtu:
             common += ["--tun-mtu", mtu, "--mssfix", mtu, "fixed"]  # TCP segments that fill the MTU, no more
         if profile == "fips":
+            # --tls-groups, not --ecdh-curve: OpenSSL 3 builds ignore the curve ("using default curves")
+            # and the key exchange was X25519, which FIPS 140 does not approve (algorithms.py reads it).
             common += ["--tls-version-min", "1.2", "--tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384",
-                       "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--ecdh-curve", "prime256v1"]
+                       "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--tls-groups", "prime256v1"]
         udp = options.transport == "udp"
         # Client/server mode: the server pushes the client its address the moment the handshake
         # ends, and the tunnel is up. In point-to-point mode OpenVPN 2.6 waited for the next tick of
@@ -166,3 +168,22 @@ class OpenVpn(Driver):
         route_into(left.node, right.subnets, dev)
         route_into(right.node, left.subnets, dev)
         return tunnel
+
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """TLS 1.3 (OpenSSL 3: both ends speak it; fips allows 1.2 too) with TLS_AES_256_GCM_SHA384 and
+        the per-run ECDSA P-256 certificates (pki.py) in both profiles. The key exchange is OpenSSL's
+        default X25519, under fips P-256. The data channel: the cipher, and the HMAC of CBC ciphers."""
+        from ..algorithms import AEAD, Algorithms, cipher_name, integrity_name
+
+        cipher, auth = effective(options, profile)
+        return Algorithms(control="TLS 1.3", key_exchange="ECDH P-256" if profile == "fips" else "X25519",
+                          authentication="ECDSA P-256 SHA-256", control_cipher="AES-256-GCM",
+                          data=f"OpenVPN over {options.transport.upper()}", data_cipher=cipher_name(cipher),
+                          data_integrity=AEAD if auth is None else integrity_name(auth), source="openvpn driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """Its log: 'Control Channel: TLSv1.3, cipher ..., peer temporary key: ...' and 'Data Channel: ...'."""
+        from ..algorithms import parse_openvpn_log, read_logs
+
+        return read_logs(tunnel, "openvpn", parse_openvpn_log)

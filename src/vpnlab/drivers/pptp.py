@@ -86,3 +86,21 @@ class Pptp(Driver):
         route_into(right.node, left.subnets, names[1])
         tunnel.mtu = MTU
         return tunnel
+
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """PPTP's control connection (TCP 1723) is not encrypted; MS-CHAPv2 authenticates and derives
+        MPPE's RC4 keys (MD4, SHA-1); the data has no integrity protection."""
+        from ..algorithms import Algorithms
+
+        mode = "stateful" if options.stateful else "stateless"
+        return Algorithms(control="PPTP (TCP 1723)", key_exchange="MPPE keys from MS-CHAPv2",
+                          authentication="MS-CHAPv2", control_cipher="none", data="GRE + PPP",
+                          data_cipher=f"RC4-{options.mppe} (MPPE {mode})", data_integrity="none",
+                          source="pptp driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """pppd's log (debug): 'MPPE 128-bit stateless compression enabled', the MS-CHAPv2 exchange."""
+        from ..algorithms import parse_pppd_log, read_path
+
+        return read_path(tunnel.env.log("pppd-client"), parse_pppd_log)

@@ -196,6 +196,29 @@ class StrongSwan(Driver):
         except CommandError as exc:
             raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
 
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """IKEv2: strongSwan 5.9's default proposal between two strongSwan peers (AES-128-CBC,
+        HMAC-SHA256-128, X25519), under fips FIPS_IKE; ESP: the configured proposal or the default one."""
+        from ..algorithms import Algorithms, esp_algorithms
+
+        cipher, integrity = esp_algorithms(self.esp_proposal(options, profile))
+        data = "ESP in UDP" if implementation == "libipsec" or options.udp_encap else "ESP"
+        if options.compression == "on":
+            data += " + IPComp (DEFLATE)"
+        fips = profile == "fips"
+        return Algorithms(control="IKEv2", key_exchange="ECDH P-256" if fips else "X25519",
+                          authentication="PSK" if options.auth == "psk" else "ECDSA SHA-256",
+                          control_cipher=f"AES-{256 if fips else 128}-CBC HMAC-SHA256-128", data=data,
+                          data_cipher=cipher, data_integrity=integrity, source="strongswan driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """charon's log ('selected proposal: IKE:...', 'ESP:...'); with kernel ESP also the kernel's state."""
+        from ..algorithms import merged, parse_charon_log, read_logs, read_xfrm
+
+        kernel = read_xfrm(tunnel) if tunnel.env.implementation == "kernel" else None
+        return merged(kernel, read_logs(tunnel, "charon", parse_charon_log))
+
 
 def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, child: str,
                   mtu: int | None = None) -> None:
