@@ -76,8 +76,8 @@ def test_every_fips_profile_declares_only_approved_algorithms():
         if driver.baseline or driver.check(driver.Options(), "fips"):
             continue  # no FIPS profile (WireGuard, PPTP)
         found = alg.not_fips(declared(name, "fips"))
-        if name == "l2tp":  # strongSwan's default IKEv1 proposal and PPP's MS-CHAPv2 under either profile:
-            assert found == ["key exchange X25519", "authentication PSK + MS-CHAPv2"]  # the table marks them
+        if name == "l2tp":  # PPP's MS-CHAPv2 under either profile, inside ESP: the table marks it
+            assert found == ["authentication PSK + MS-CHAPv2"]
         else:
             assert found == [], name
 
@@ -359,3 +359,14 @@ def test_the_verdict_says_which_channel_the_profiles_differ_in(tmp_path):
     assert ("what the profiles changed: openvpn: B against A (negotiated): key exchange X25519 -> ECDH P-256; "
             "the data channel is the same in both (AES-256-GCM, AEAD)") in judged.reason
     assert "does not switch to a FIPS-validated crypto module" in judged.reason
+
+
+def test_l2tp_under_fips_proposes_fips_ike():
+    from vpnlab.drivers.l2tp import swanctl_conf
+    from vpnlab.drivers.strongswan import FIPS_IKE
+
+    fips = swanctl_conf("198.18.0.1", "198.18.0.2", True, "aes256gcm16", "fips", "0x00")
+    assert f"proposals = {FIPS_IKE}" in fips and "esp_proposals = aes256gcm16" in fips
+    assert "proposals = " not in swanctl_conf("198.18.0.1", "198.18.0.2", True, "aes128-sha1", "default", "0x00") \
+        .replace("esp_proposals", "")
+    assert declared("l2tp", "fips").key_exchange == "ECDH P-256" and declared("l2tp").key_exchange == "X25519"

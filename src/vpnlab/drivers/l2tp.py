@@ -14,7 +14,7 @@ from ..testbed.node import private_run
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
 from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS
 from .ppp import CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, private_etc, wait_for_link
-from .strongswan import start_charons
+from .strongswan import FIPS_IKE, start_charons
 from ..files import write_secret
 from ..tools import Tool
 
@@ -69,7 +69,7 @@ class L2tp(Driver):
         control = [("udp", 500), ("udp", 4500)] if options.ipsec else []
         tunnel = Tunnel(env, outer, MTU, control=control, encrypted=options.ipsec)
         if options.ipsec:
-            self._ipsec(left, right, options, env, tunnel)
+            self._ipsec(left, right, options, profile, env, tunnel)
 
         server_log = env.log("pppd-gateway")
         server_ppp = env.secret_file("options.lns", "\n".join(
@@ -119,53 +119,23 @@ pppoptfile = {client_ppp}
         return tunnel
 
     @staticmethod
-    def _ipsec(left, right, options, env: TunnelEnv, tunnel: Tunnel) -> None:
+    def _ipsec(left, right, options, profile: str, env: TunnelEnv, tunnel: Tunnel) -> None:
         """An ESP transport-mode SA for UDP 1701 between the two underlay addresses."""
         psk = "0x" + random_secrets.token_hex(32)
         homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
             home = env.secrets / f"ipsec-{site.node.role}"
             home.mkdir(mode=0o700)
-            me, them = ("client", "server") if is_client else ("server", "client")
-            write_secret(home / "swanctl.conf", f"""connections {{
-  l2tp {{
-    version = 1
-    local_addrs = {site.underlay_ip}
-    remote_addrs = {peer.underlay_ip}
-    local {{
-      auth = psk
-      id = {me}@vpnlab
-    }}
-    remote {{
-      auth = psk
-      id = {them}@vpnlab
-    }}
-    children {{
-      l2tp {{
-        local_ts = {site.underlay_ip}/32[udp/{L2TP_PORT}]
-        remote_ts = {peer.underlay_ip}/32[udp/{L2TP_PORT}]
-        mode = transport
-        esp_proposals = {options.esp}
-      }}
-    }}
-  }}
-}}
-secrets {{
-  ike-vpnlab {{
-    id-1 = client@vpnlab
-    id-2 = server@vpnlab
-    secret = {psk}
-  }}
-}}
-""")
+            write_secret(home / "swanctl.conf", swanctl_conf(site.underlay_ip, peer.underlay_ip, is_client,
+                                                             options.esp, profile, psk))
             homes.append((site, home))
         start_charons(homes, env, tunnel, libipsec=False, child="l2tp")
 
     # -- algorithms (algorithms.py) --------------------------------------------
     def algorithms(self, options, profile, implementation=""):
-        """With ipsec: IKEv1 main mode with a PSK and strongSwan's default IKE proposal (the profile does
-        not change it), ESP in transport mode with the configured proposal; PPP authenticates with
-        MS-CHAPv2. Without: nothing is encrypted."""
+        """With ipsec: IKEv1 main mode with a PSK and strongSwan's default IKE proposal (under fips
+        FIPS_IKE), ESP in transport mode with the configured proposal; PPP authenticates with
+        MS-CHAPv2 (inside ESP; not FIPS-approved, which the report marks). Without: nothing is encrypted."""
         from ..algorithms import Algorithms, esp_algorithms
 
         if not options.ipsec:
@@ -173,8 +143,11 @@ secrets {{
                               control_cipher="none", data="L2TP + PPP", data_cipher="none", data_integrity="none",
                               source="l2tp driver")
         cipher, integrity = esp_algorithms(options.esp)
-        return Algorithms(control="IKEv1", key_exchange="X25519", authentication="PSK + MS-CHAPv2",
-                          control_cipher="AES-128-CBC HMAC-SHA256-128", data="ESP (transport) + L2TP + PPP",
+        fips = profile == "fips"
+        return Algorithms(control="IKEv1", key_exchange="ECDH P-256" if fips else "X25519",
+                          authentication="PSK + MS-CHAPv2",
+                          control_cipher=f"AES-{256 if fips else 128}-CBC HMAC-SHA256-128",
+                          data="ESP (transport) + L2TP + PPP",
                           data_cipher=cipher, data_integrity=integrity, source="l2tp driver")
 
     def negotiated(self, tunnel, options, profile):
@@ -194,3 +167,41 @@ secrets {{
         if found and found.data == "ESP":
             found = replace(found, data="")  # transport mode: the state says ESP, the layers above it are PPP's
         return found or ppp
+
+
+def swanctl_conf(local: str, remote: str, is_client: bool, esp: str, profile: str, psk: str) -> str:
+    """One end's strongSwan IKEv1 configuration; under fips the IKE proposal is FIPS-approved too
+    (the default one's X25519 is not)."""
+    me, them = ("client", "server") if is_client else ("server", "client")
+    ike = f"\n    proposals = {FIPS_IKE}" if profile == "fips" else ""
+    return f"""connections {{
+  l2tp {{
+    version = 1
+    local_addrs = {local}
+    remote_addrs = {remote}{ike}
+    local {{
+      auth = psk
+      id = {me}@vpnlab
+    }}
+    remote {{
+      auth = psk
+      id = {them}@vpnlab
+    }}
+    children {{
+      l2tp {{
+        local_ts = {local}/32[udp/{L2TP_PORT}]
+        remote_ts = {remote}/32[udp/{L2TP_PORT}]
+        mode = transport
+        esp_proposals = {esp}
+      }}
+    }}
+  }}
+}}
+secrets {{
+  ike-vpnlab {{
+    id-1 = client@vpnlab
+    id-2 = server@vpnlab
+    secret = {psk}
+  }}
+}}
+"""
