@@ -35,6 +35,9 @@ EMULATED = os.environ.get("VPNLAB_BACKEND") == "vm-tcg"            # a guest und
 # The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
 VM_TIME_LIMIT_FACTOR = 2
 VM_SCENARIO_MARGIN_S = 60
+# ... and once, the guest's own start before its first scenario (imports, the capability probe, the
+# tool versions): seconds on a quiet machine, but over 90 s under emulation with other work on the cores.
+VM_GUEST_SETUP_S = 180
 FAILURES_IN_A_ROW = 2   # a scenario whose repetitions fail this often in a row has failed
 
 
@@ -138,8 +141,8 @@ class Runner:
         vm.write_job(work, self.plan.study.source_text, self.plan.study.source_path, [s.id for s in scenarios])
         console = self.out_dir / "logs" / f"vm-run{run_id}-console.log"
         console.parent.mkdir(parents=True, exist_ok=True)
-        timeout = sum(s.estimate_s(in_vm=True, most=True) * VM_TIME_LIMIT_FACTOR + VM_SCENARIO_MARGIN_S
-                      for s in scenarios)
+        timeout = VM_GUEST_SETUP_S + sum(s.estimate_s(in_vm=True, most=True) * VM_TIME_LIMIT_FACTOR
+                                         + VM_SCENARIO_MARGIN_S for s in scenarios)
         accel, error = "", None
         try:
             accel = vm.Guest(state, work, console).run(
