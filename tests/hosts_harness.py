@@ -138,11 +138,12 @@ class LabHost:
 class Lab:
     """The switch, the controller and the hosts; `teardown` removes all of it, always."""
 
-    def __init__(self, names=("gw-a", "gw-b")):
+    def __init__(self, names=("gw-a", "gw-b"), subnet: str = SUBNET):
+        self.subnet, self.controller_address = subnet, f"{subnet}.1"
         self.dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-", dir="/var/tmp"))
         self.switch, self.controller = f"{PREFIX}-sw", f"{PREFIX}-ctl"
         self.namespaces: list[str] = []
-        self.hosts = {name: LabHost(name, f"{PREFIX}-{name}", f"{SUBNET}.{i + 2}", self.dir / f"sshd-{name}.log")
+        self.hosts = {name: LabHost(name, f"{PREFIX}-{name}", f"{subnet}.{i + 2}", self.dir / f"sshd-{name}.log")
                       for i, name in enumerate(names)}
         self.home = self.dir / "controller-home"
         self.inventory = self.dir / "inventory.yml"
@@ -153,7 +154,7 @@ class Lab:
         self._add_namespace(self.switch)
         sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
         sh("ip", "-n", self.switch, "link", "set", "br0", "up")
-        self._attach(self.controller, CONTROLLER_ADDRESS, "ctl")
+        self._attach(self.controller, self.controller_address, "ctl")
         for i, host in enumerate(self.hosts.values()):
             self._attach(host.namespace, host.address, f"h{i}")
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{PREFIX}-controller", "-f", self.client_key)
@@ -231,7 +232,7 @@ class Lab:
         self.inventory.write_text(
             f"all:\n  vars:\n    ansible_user: root\n    ansible_ssh_private_key_file: {self.client_key}\n"
             f"  children:\n    lab:\n      vars:\n        ansible_port: 22\n      hosts:\n{hosts}\n"
-            f"    down:\n      hosts:\n        gw-down: {{ansible_host: {CONTROLLER_ADDRESS}, ansible_port: 2222}}\n")
+            f"    down:\n      hosts:\n        gw-down: {{ansible_host: {self.controller_address}, ansible_port: 2222}}\n")
 
     # -- the controller ------------------------------------------------------
     def controller_argv(self, *argv) -> list[str]:

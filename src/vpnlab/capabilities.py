@@ -104,6 +104,27 @@ def detect() -> Capabilities:
     )
 
 
+def cpu_model() -> str:
+    """This machine's CPU, as /proc/cpuinfo names it (x86: model name; others: their own key)."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown"
+    for key in ("model name", "Model", "cpu model", "Processor", "cpu"):
+        for line in info.splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == key and value.strip():
+                return value.strip()
+    return "unknown"
+
+
+def this_machine() -> dict:
+    """What a run on namespaces here records of the machine: its CPU and what its links are."""
+    return {"kernel": os.uname().release, "cpu_model": cpu_model(), "cpus": os.cpu_count() or 0,
+            "nic": {"interface": "veth pairs between the testbed's namespaces", "driver": "veth",
+                    "speed_mbit": -1}}
+
+
 def tool_versions(commands: set[str] | None = None) -> dict[str, str]:
     """The version of each program (default: every declared one found here), stored with
     every run: the tool's own version line, else its Debian package's version."""

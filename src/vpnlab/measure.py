@@ -35,7 +35,8 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
     try:
         for observer in observers:
             observer.start()
-        meter = CpuMeter(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None))
+        meter = (ctx.bed.cpu_meter(layers) if ctx.bed.remote  # real hosts: each one's own /proc (hosts/cpu.py)
+                 else CpuMeter(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None)))
         measurement = scenario.kind.run(scenario.workload, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:

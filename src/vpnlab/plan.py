@@ -68,6 +68,8 @@ class Scenario:
         link = self.link.model_dump(mode="json")
         if link["background"] is None:
             del link["background"]  # ids from before background traffic existed stay valid
+        if not link["shape"]:
+            del link["shape"]  # nor did `shape` (real hosts)
         key = {
             "topology": self.topology,
             "vpn": self.vpn.as_dict(),

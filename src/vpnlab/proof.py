@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import secrets
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,14 +129,13 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
     """Capture what both WAN ends transmit while the source sends marked probes towards the
     sink; the left end's capture is `pcap`, the right end's sits next to it."""
     marker = secrets.token_bytes(16)
-    dev = f"l{bed.layout.wan}"
     pcaps = [pcap, pcap.with_name(pcap.stem + "-right.pcap")]
     captures = []
     try:
-        for node, path in zip(bed.wan_nodes, pcaps):
+        for side, (node, path) in enumerate(zip(bed.wan_nodes, pcaps)):
             log = path.with_suffix(".log")
-            argv = ["tcpdump", "-i", dev, "-Q", "out", "-n", "-U", "--immediate-mode", "-s", "0", "-Z", "root",
-                    "-w", path]
+            argv = ["tcpdump", "-i", bed.wan_device(side), "-Q", "out", "-n", "-U", "--immediate-mode", "-s", "0",
+                    "-Z", "root", "-w", path, *bed.wan_filter(side)]
             captures.append((node, node.spawn(argv, log, what="tcpdump"), log))
         for node, capture, log in captures:
             deadline = time.monotonic() + 10
@@ -145,7 +143,7 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
                 if capture.poll() is not None or time.monotonic() > deadline:
                     raise VpnlabError(f"tcpdump did not start on the WAN: {log.read_text(errors='replace').strip()}")
                 time.sleep(0.05)
-        bed.source.run([sys.executable, "-c", SEND_PROBES, marker.hex(), bed.sink_ip, PROBES, PROBE_PAYLOAD,
+        bed.source.run([bed.source.python, "-c", SEND_PROBES, marker.hex(), bed.sink_ip, PROBES, PROBE_PAYLOAD,
                         PROBE_PORT], timeout=30)
         time.sleep(0.1)  # let the last probes and their answers reach the captures
     finally:

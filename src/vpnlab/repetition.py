@@ -36,12 +36,16 @@ class Attempt:
     notes: list[str] = field(default_factory=list)
 
 
-def run_repetition(scenario, state: RunState, log_dir: Path) -> Attempt:
-    """Measure one repetition on a testbed of its own; everything it made is gone on return."""
+def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None) -> Attempt:
+    """Measure one repetition on a testbed of its own (on `hosts`, a hosts.testbed.HostPair, when
+    the study runs on real hosts); everything it made is gone on return."""
     attempt, bed, ctx, stage = Attempt(), None, None, TunnelStage()
     try:
-        bed = Testbed.build(state, Layout.for_topology(scenario.topology, len(scenario.vpn.layers)),
-                            scenario.link_as_run, tag=f"{scenario.index}")
+        layout = Layout.for_topology(scenario.topology, len(scenario.vpn.layers))
+        if hosts:
+            bed = hosts.testbed(state, layout, scenario.link_as_run, f"{scenario.index}", not scenario.vpn.layers)
+        else:
+            bed = Testbed.build(state, layout, scenario.link_as_run, tag=f"{scenario.index}")
         ctx = WorkloadContext(bed, log_dir)
         bring_up(stage, bed, scenario, state, log_dir)
         prove_and_measure(stage, bed, scenario, log_dir)
@@ -121,6 +125,8 @@ class TunnelWatch:
                 return
 
     def _end_clients(self) -> None:
+        if self.bed.remote:
+            return  # on a real host the client's own time limit (`timeout`) ends it
         out = subprocess.run(["ip", "netns", "pids", self.bed.source.namespace], capture_output=True, text=True)
         for pid in map(int, out.stdout.split()):
             try:

@@ -28,6 +28,7 @@ from .labels import Labels, for_scenarios as short_labels  # noqa: E402
 from .judging import stored_settings  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
+from .machines import machine_lines  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
@@ -82,6 +83,7 @@ class Report:
     methods: str = ""
     labels: Labels = field(default_factory=Labels)       # the run's short labels (labels.py), everywhere
     algorithms: object = None                            # "Algorithms per profile" (algorithms.py)
+    machines: list = field(default_factory=list)         # what the results came from (machines.py)
 
 
 def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
@@ -224,6 +226,7 @@ def build(directory: Path) -> Report:
                     failed=[s for s in scenarios if s.status == "failed"],
                     notes=_grouped_notes(scenarios), flags=flags + _outlier_lines(scenarios, summaries))
     report.flagged_counted, report.flagged_both_ways = counted, both_ways
+    report.machines = machine_lines(runs, scenarios)
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
     report.links = sorted({s.link_label for s in scenarios})
     report.rules = sorted({s.repetition_rule for s in scenarios})

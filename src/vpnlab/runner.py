@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__, vm
-from .capabilities import Capabilities, tool_versions
+from .capabilities import Capabilities, this_machine, tool_versions
 from .files import tail
 from .plan import Plan, Scenario, round_order
 from .repetition import run_repetition
@@ -79,8 +79,9 @@ class Progressor:
 
 class Runner:
     def __init__(self, plan: Plan, out_dir: Path, caps: Capabilities, console: Console | None = None,
-                 progress: bool = True, in_vm: set[str] = frozenset()):
+                 progress: bool = True, in_vm: set[str] = frozenset(), hosts=None):
         self.plan = plan
+        self.hosts = hosts  # hosts.testbed.HostPair: the study runs on real hosts (probed, connected)
         self.out_dir = Path(out_dir).resolve()
         self.in_vm = in_vm  # ids of the scenarios that run in the VM
         self.caps = caps
@@ -102,12 +103,18 @@ class Runner:
                                "each other's load; their samples are flagged while they overlap[/]")
         run_id = store.start_run(
             version=__version__, kernel=self.caps.kernel, hostname=socket.gethostname(),
-            capabilities=self.caps.features, tool_versions=tool_versions(),
+            capabilities=self.caps.features, tool_versions={} if self.hosts else tool_versions(),  # hosts: theirs
             study_name=self.plan.study.name, study_text=self.plan.study.source_text,
+            hosts=self.hosts.describe() if self.hosts else {socket.gethostname(): this_machine()},
         )
         status = "failed"
         try:
+            if self.hosts:
+                self.hosts.begin(state.run_id)  # the run's record on each host, before anything there
             for scenario in self.plan.scenarios:
+                if self.hosts:
+                    store.add_scenario(scenario, "host", self.hosts.roles)
+                    continue
                 store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
                 note = scenario.scale_for_emulation() if EMULATED else None
                 if note:
@@ -125,6 +132,8 @@ class Runner:
             status = "interrupted"
             raise
         finally:
+            for problem in self.hosts.close() if self.hosts else []:
+                self.console.print(f"[red]{problem}[/]")
             state.teardown()
             store.finish_run(run_id, status)
             store.close()
@@ -180,6 +189,8 @@ class Runner:
         while pending := [s for s in scenarios if self._needs_more(store, s)]:
             round_no += 1
             for position, scenario in enumerate(round_order(self.plan.study, pending, round_no)):
+                if store.status(scenario.id) == "failed":
+                    continue  # its host was lost during this round
                 self._repetition(store, state, run_id, scenario, round_no, position, progress)
             for scenario in pending:  # after the whole round: Stein's totals weigh every compared pilot
                 self._settle(store, scenario)
@@ -194,7 +205,7 @@ class Runner:
         log_dir.mkdir(parents=True, exist_ok=True)
         store.set_status(scenario.id, "running")
         started = time.monotonic()
-        attempt = run_repetition(scenario, state, log_dir)
+        attempt = run_repetition(scenario, state, log_dir, self.hosts)
         for note in attempt.notes:
             store.add_note(scenario.id, note)
         store.record_repetition(run_id, scenario.id, rep, attempt.sample.values, attempt.sample.raw,
@@ -203,9 +214,21 @@ class Runner:
         if attempt.failure:
             progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({scenario.label}) is not a "
                          f"valid sample:[/] {attempt.failure}")
+        if self.hosts and self.hosts.lost:
+            self._host_lost(store, self.hosts.lost, progress)
+
+    def _host_lost(self, store: Store, reason: str, progress: Progressor) -> None:
+        """A host's SSH connection is gone: every scenario still to measure on it fails, with why."""
+        for scenario in self.plan.scenarios:
+            if self._needs_more(store, scenario):  # not failed already, nor measured to its rule
+                store.set_status(scenario.id, "failed", reason)
+                self.failures.append((scenario, reason))
+                progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed:[/] {reason}")
 
     def _settle(self, store: Store, scenario: Scenario) -> None:
         """Mark a scenario failed, done or still running after a repetition."""
+        if store.status(scenario.id) == "failed":
+            return  # its host was lost (_host_lost)
         attempts = store.attempts(scenario.id)
         if len(attempts) >= FAILURES_IN_A_ROW and all(attempts[-FAILURES_IN_A_ROW:]):
             reason = f"{FAILURES_IN_A_ROW} repetitions in a row failed; the last: {attempts[-1]}"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .metrics import unit
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "results.sqlite"
 RESERVE_NAME = ".vpnlab-reserve"   # beside the store while a run writes: room to mark it interrupted
 RESERVE_BYTES = 128 * 1024
@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS runs (
     capabilities TEXT NOT NULL,
     tool_versions TEXT NOT NULL,
     study_name TEXT NOT NULL,
-    study_text TEXT NOT NULL
+    study_text TEXT NOT NULL,
+    hosts TEXT NOT NULL DEFAULT '{}'  -- JSON: each machine measured on (this one, or real hosts): CPU, NIC ...
 );
 CREATE TABLE IF NOT EXISTS scenarios (
     id TEXT PRIMARY KEY,
@@ -69,7 +70,8 @@ CREATE TABLE IF NOT EXISTS scenarios (
     status TEXT NOT NULL DEFAULT 'pending',
     failure TEXT,
     notes TEXT NOT NULL DEFAULT '',
-    measured_in TEXT NOT NULL DEFAULT 'host'
+    measured_in TEXT NOT NULL DEFAULT 'host',
+    hosts TEXT NOT NULL DEFAULT ''    -- JSON: role -> inventory host, on real hosts; '' in namespaces here
 );
 CREATE TABLE IF NOT EXISTS repetitions (
     scenario_id TEXT NOT NULL REFERENCES scenarios(id),
@@ -105,6 +107,8 @@ UPGRADES = {
     1: ["ALTER TABLE scenarios ADD COLUMN measured_in TEXT NOT NULL DEFAULT 'host'"],  # before the VM backend
     2: [f"ALTER TABLE repetitions ADD COLUMN {column}" for column in ("round INTEGER", "position INTEGER",
                                                                         "failure TEXT")],  # before rounds
+    3: ["ALTER TABLE scenarios ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",  # before real hosts
+        "ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '{}'"],
 }
 SETUP_REPETITION = 0  # scenario-level samples of stores before rounds (tunnel set-up) used repetition 0
 VALID = "COALESCE(r.failure, '') = '' AND sc.status != 'failed'"  # samples every statistic may use
@@ -137,6 +141,12 @@ class ScenarioRow:
     failure: str | None
     notes: str
     measured_in: str
+    hosts: str = ""          # JSON role -> inventory host (real hosts), else ''
+
+    @property
+    def host_roles(self) -> dict[str, str]:
+        """Role -> inventory host it was measured on; empty for namespaces on the machine of the run."""
+        return json.loads(self.hosts) if self.hosts else {}
 
     @property
     def config(self) -> dict:
@@ -302,7 +312,7 @@ class Store:
             self.db.execute("UPDATE runs SET status='killed' WHERE status='running'")
 
     def start_run(self, *, version: str, kernel: str, hostname: str, capabilities: dict,
-                  tool_versions: dict, study_name: str, study_text: str) -> int:
+                  tool_versions: dict, study_name: str, study_text: str, hosts: dict | None = None) -> int:
         try:  # real blocks (zeros, not a hole): freed to mark the run interrupted if the disk fills
             self._reserve.write_bytes(bytes(RESERVE_BYTES))
         except OSError as exc:
@@ -313,9 +323,9 @@ class Store:
         with self.db:
             cur = self.db.execute(
                 "INSERT INTO runs (started_at, status, vpnlab_version, kernel, hostname, capabilities,"
-                " tool_versions, study_name, study_text) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                " tool_versions, study_name, study_text, hosts) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (now(), version, kernel, hostname, json.dumps(capabilities), json.dumps(tool_versions),
-                 study_name, study_text),
+                 study_name, study_text, json.dumps(hosts or {})),
             )
         return cur.lastrowid
 
@@ -336,24 +346,24 @@ class Store:
         finally:
             self._reserve.unlink(missing_ok=True)
 
-    def add_scenario(self, scenario, measured_in: str = "host") -> None:
-        """Record a planned scenario and where it is measured ("host" or "vm"); a resumed run
-        keeps the row and its status."""
+    def add_scenario(self, scenario, measured_in: str = "host", hosts: dict | None = None) -> None:
+        """Record a planned scenario and where it is measured ("host" or "vm"; on real hosts, `hosts`
+        maps its roles to them); a resumed run keeps the row and its status."""
         link, workload = scenario.link, scenario.workload
         with self.db:
             self.db.execute(
                 "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
                 " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
-                " workload_label, workload_params, repetitions, repetition_rule, measured_in)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " workload_label, workload_params, repetitions, repetition_rule, measured_in, hosts)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation,"
-                " measured_in=excluded.measured_in",
+                " measured_in=excluded.measured_in, hosts=excluded.hosts",
                 (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
                  scenario.vpn_label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
                  "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
                  link.jitter_ms, link.loss_pct, workload.kind, workload.label,
                  json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
-                 scenario.repetitions.describe(), measured_in),
+                 scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else ""),
             )
 
     def add_note(self, scenario_id: str, note: str) -> None:

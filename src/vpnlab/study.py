@@ -23,7 +23,7 @@ from .drivers import REGISTRY as DRIVERS
 from .errors import StudyError
 from .judging import AnalysisSettings
 from .schema import Strict, shorten, socket_buffer_limit
-from .testbed.topology import MAX_LAYERS
+from .testbed.topology import HOST_ROLES, MAX_LAYERS
 from .workloads import KINDS
 from .workloads.background import PRESETS as BACKGROUND_PRESETS
 from .workloads.background import Background
@@ -68,6 +68,8 @@ class Link(Strict):
     loss_pct: float = Field(0, ge=0, le=100, description="random loss in each direction")
     queue_ms: float = Field(50, gt=0, le=10_000, description="bottleneck buffer, in ms at the link rate")
     background: Background | None = Field(None, description="'office', 'none' or {name, flows}")
+    shape: bool = Field(False, description="on real hosts (a study with `hosts:`), shaping is opt-in: rate, delay, "
+                        "jitter and loss then shape the hosts' WAN interfaces (recorded there, always removed)")
 
     @field_validator("background", mode="before")
     @classmethod
@@ -209,6 +211,8 @@ class _StudyFile(Strict):
 
     links: list[dict[str, Any]] = Field(default_factory=lambda: [{}], min_length=1)
     workloads: list[dict[str, Any]] = Field(min_length=1)
+    hosts: dict[str, str] | None = Field(None, description="the two ends of the WAN on real hosts: {client, gateway} "
+                                         "or {left, right} -> inventory host names (vpnlab run --inventory)")
 
 
 @dataclass
@@ -224,6 +228,7 @@ class Study:
     workloads: list[Any]
     source_text: str = ""
     source_path: str = ""
+    hosts: dict[str, str] = field(default_factory=dict)  # role -> inventory host (HOST_ROLES); empty: namespaces here
     nesting: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -418,7 +423,8 @@ def _parse(text: str, source: str, here: bool) -> Study:
         return out
 
     context = {"socket_buffer_max": socket_buffer_limit()} if here else None
-    links = [link for _, link in expand("links", top.links, Link.model_validate)]
+    placed_links = expand("links", top.links, Link.model_validate)
+    links = [link for _, link in placed_links]
     placed = expand("workloads", top.workloads, lambda v: _workload_adapter.validate_python(v, context=context))
     workloads = [workload for _, workload in placed]
 
@@ -435,6 +441,8 @@ def _parse(text: str, source: str, here: bool) -> Study:
     _check_distinct("the same workload", [(w, x.label, x.model_dump(mode="json")) for w, x in placed],
                     problems)
     _check_unique("links", [l.label for l in links], problems)
+    if top.hosts is not None:
+        _check_hosts(top, list(zip(vpn_where, vpns)), placed_links, placed, problems)
     if problems:
         raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(problems))
     return Study(
@@ -449,7 +457,45 @@ def _parse(text: str, source: str, here: bool) -> Study:
         workloads=workloads,
         source_text=text,
         source_path=source,
+        hosts=dict(top.hosts or {}),
     )
+
+
+SHAPED_FIELDS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct")
+
+
+def _check_hosts(top: "_StudyFile", vpns: list, links: list, workloads: list, problems: list[str]) -> None:
+    """A study on real hosts: its `hosts:` names the two ends of the WAN, its links shape them only
+    when asked to (`shape: true`), and it uses only what runs on real hosts."""
+    roles = HOST_ROLES[top.topology]
+    for role, name in top.hosts.items():
+        if role not in roles:
+            problems.append(f"hosts.{role}: not a role of a {top.topology} study; map {' and '.join(roles)} "
+                            f"(the two ends of the WAN) to inventory hosts")
+        elif not name.strip():
+            problems.append(f"hosts.{role}: expected an inventory host name")
+    missing = [role for role in roles if role not in top.hosts]
+    if missing:
+        problems.append(f"hosts: a {top.topology} study on real hosts maps both {' and '.join(roles)}; "
+                        f"{' and '.join(missing)} missing")
+    elif top.hosts[roles[0]] == top.hosts[roles[1]]:
+        problems.append(f"hosts.{roles[1]}: {top.hosts[roles[1]]!r} is {roles[0]} too: the two ends of the WAN "
+                        "are two hosts")
+    for where, link in links:
+        shaped = [name for name in SHAPED_FIELDS if getattr(link, name)]
+        if shaped and not link.shape:
+            problems.append(f"{where}.{shaped[0]}: on real hosts shaping is opt-in: add `shape: true` to this link "
+                            f"(it shapes the hosts' WAN interfaces, and is removed afterwards), or leave "
+                            f"{' and '.join(shaped)} out to measure the real path as it is")
+        if link.background:
+            problems.append(f"{where}.background: background traffic does not run on real hosts yet")
+    kinds = ", ".join(k for k, kind in KINDS.items() if kind.runs_on_hosts)
+    drivers = ", ".join(sorted(n for n, d in DRIVERS.items() if d.runs_on_hosts))
+    found = [f"{where}.kind: {w.kind} does not run on real hosts yet ({kinds} do)"
+             for where, w in workloads if not KINDS[w.kind].runs_on_hosts]
+    found += [f"{where}{'.inner' * depth}.driver: {layer.driver} does not run on real hosts yet ({drivers} do)"
+              for where, vpn in vpns for depth, layer in enumerate(vpn.layers) if not DRIVERS[layer.driver].runs_on_hosts]
+    problems.extend(dict.fromkeys(found))
 
 
 def _check_distinct(same: str, items: list[tuple[str, str, dict]], problems: list[str]) -> None:

@@ -84,7 +84,7 @@ def bring_up(stage: TunnelStage, bed: Testbed, scenario, state: RunState, log_di
 
 def wan_mtu(bed: Testbed) -> int:
     """The WAN link's MTU (every link of the chain has the same)."""
-    out = bed.wan_nodes[0].run(["ip", "-j", "link", "show", f"l{bed.layout.wan}"]).stdout
+    out = bed.wan_nodes[0].run(["ip", "-j", "link", "show", bed.wan_device(0)]).stdout
     return int(json.loads(out)[0]["mtu"])
 
 

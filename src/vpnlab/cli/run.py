@@ -56,6 +56,8 @@ def run(
                                 help="auto: a VM only for what this kernel cannot run; netns: all here; vm: all in the VM"),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="PATH=VALUE: change a study field for this run, "
                                              "such as workloads[0].size=715M (repeatable)"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="Ansible inventory of the hosts the "
+                                             "study's `hosts:` names: run it on them, over SSH"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
     from .. import overrides
@@ -79,11 +81,23 @@ def run(
     plan = make_plan(loaded)
     if backend not in BACKENDS:
         raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    if dry_run and os.geteuid() != 0:
-        _print_plan(plan, None)
+    pair = None
+    if loaded.hosts or inventory is not None:  # checked before anything is created or connected
+        from ..hosts.testbed import HostPair
+
+        if backend != "auto":
+            raise VpnlabError(f"--backend {backend}: a study on real hosts runs on them")
+        pair = HostPair(loaded, inventory)
+    if dry_run and (os.geteuid() != 0 or pair):
+        _print_plan(plan, None if not pair else set())
+        if pair:
+            out.print(f"on real hosts: {pair.text} (not contacted)", highlight=False)
         return
     need_root("vpnlab run")
-    caps, problems, in_vm = place(plan, backend)
+    if pair:
+        caps, problems, in_vm = _place_on_hosts(plan, pair), {}, set()
+    else:
+        caps, problems, in_vm = place(plan, backend)
     if problems and is_default:
         # The default study means "every VPN this machine can run": drop the others, say so.
         for p in problems.values():
@@ -101,7 +115,10 @@ def run(
               f"{duration(plan.estimate_s(in_vm))}; results in {out_dir}", highlight=False)
     if in_vm:
         err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
-    runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm)
+    if pair:
+        err.print(f"on real hosts: {pair.text}", highlight=False)
+    runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm,
+                    hosts=pair)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -111,6 +128,32 @@ def run(
     _finish(out_dir)
     if runner.failures:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
+
+
+def _place_on_hosts(plan, pair):
+    """Connect to the study's hosts and check they can run every scenario: their capabilities
+    (what both of them offer), or a clear error naming what they lack (`vpnlab hosts prepare`)."""
+    from ..drivers import REGISTRY as DRIVERS
+    from ..hosts.testbed import TESTBED_TOOLS
+    from ..plan import check_plan
+
+    commands = set(TESTBED_TOOLS)
+    for scenario in plan.scenarios:
+        commands |= set(scenario.kind.needs(scenario.workload))
+        commands |= {tool.command for layer in scenario.vpn.layers for tool in DRIVERS[layer.driver].tools}
+    try:
+        caps = pair.probe(commands)
+        problems = check_plan(plan, caps)
+    except BaseException:
+        pair.close()
+        raise
+    if problems:
+        pair.close()
+        raise VpnlabError(f"the hosts ({pair.text}) cannot run the study as written:\n  "
+                          + "\n  ".join(problems.values())
+                          + "\n(`vpnlab hosts prepare --inventory FILE` installs the packages; `vpnlab hosts doctor` "
+                          "lists what each host has)")
+    return caps
 
 
 def _finish(out_dir: Path) -> None:

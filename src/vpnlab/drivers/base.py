@@ -84,6 +84,11 @@ class TunnelEnv:
     def log(self, name: str) -> Path:
         return self.log_dir / f"l{self.layer}-{name}.log"
 
+    def on(self, node: Node, path: Path) -> Path | str:
+        """The path by which `node` finds a file or folder of this tunnel's (under `secrets`): the
+        same on a namespace here; on a real host, a copy there, removed with its testbed."""
+        return node.place(path, self.state.secrets_dir)
+
     def mtu(self, options: Options, default: int | None) -> int | None:
         """The tunnel MTU to configure: the study's `mtu` option, else the automatic one, else
         the driver's default."""
@@ -106,6 +111,7 @@ class Tunnel:
     cleanup_files: list[Path] = field(default_factory=list)
     control: list[tuple[str, int | None]] = field(default_factory=list)  # other channels of its own on the WAN
     encrypted: bool = True  # plain L2TP is not: its contents are readable on the WAN
+    left_behind: list[tuple[Node, Path]] = field(default_factory=list)  # files its daemons may leave (leave())
 
     @property
     def channels(self) -> list[tuple[str, int | None]]:
@@ -123,12 +129,21 @@ class Tunnel:
         """The end of each of its daemons' logs, for an error message."""
         return "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in self.processes)
 
+    def leave(self, node: Node, path: Path) -> None:
+        """A file a daemon of this tunnel may leave on `node` if it is killed: recorded before the
+        daemon starts, removed when the tunnel goes down."""
+        node.record_file(path)
+        self.left_behind.append((node, path))
+
     def down(self) -> None:
         for node, proc, _ in reversed(self.processes):
             node.stop(proc)
         self.processes.clear()
         for path in self.cleanup_files:
             path.unlink(missing_ok=True)
+        for node, path in self.left_behind:
+            node.remove_file(path)
+        self.left_behind.clear()
         shutil.rmtree(self.env.secrets, ignore_errors=True)
 
 
@@ -140,6 +155,7 @@ class Driver:
     tools: ClassVar[tuple[Tool, ...]] = ()       # every program it runs, with its Debian package
     packages: ClassVar[tuple[str, ...]] = ()     # Debian packages it needs that carry no program (plugins)
     guest_modules: ClassVar[tuple[str, ...]] = ()  # kernel modules a VM guest (no udev) must load for it
+    runs_on_hosts: ClassVar[bool] = False        # its files and daemons go through the node (real hosts too)
 
     # -- study time --------------------------------------------------------
     def check(self, options: Options, profile: str) -> str | None:

@@ -70,6 +70,7 @@ class OpenVpn(Driver):
     summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
     tools = (Tool("openvpn", "openvpn", ("openvpn", "--version")), OPENSSL)
     Options = OpenVpnOptions
+    runs_on_hosts = True
 
     def check(self, options, profile):
         cipher, auth = effective(options, profile)
@@ -117,7 +118,7 @@ class OpenVpn(Driver):
         tunnel = Tunnel(env, (options.transport, options.port), mtu=mtu or 1500)
         pki = make_pki(env.secrets, right.underlay_ip, "")
         common = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
-                  "--dh", "none", "--ca", pki.ca, "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
+                  "--dh", "none", "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
                   "--ping", "10", "--ping-restart", "60", "--mute-replay-warnings"]
         if auth:
             common += ["--auth", auth]
@@ -143,12 +144,15 @@ class OpenVpn(Driver):
                         f"ifconfig-push {left.tunnel_ip} 255.255.255.0\n"  # the layer's /24 (topology.py)
                         + "".join(f"iroute {net.network_address} {net.netmask}\n"  # its LANs, site-to-site
                                   for net in map(ipaddress.ip_network, left.subnets)))
-        server = common + ["--mode", "server", "--tls-server", "--cert", pki.server_cert, "--key", pki.server_key,
+        on_server, on_client = (lambda path: env.on(right.node, path)), (lambda path: env.on(left.node, path))
+        server = common + ["--mode", "server", "--tls-server", "--ca", on_server(pki.ca),
+                           "--cert", on_server(pki.server_cert), "--key", on_server(pki.server_key),
                            "--proto", "udp" if udp else "tcp-server", "--lport", options.port,
                            "--topology", "subnet", "--ifconfig", right.tunnel_ip, "255.255.255.0",
-                           "--push", "topology subnet", "--client-config-dir", env.secrets / "ccd"]
-        client = common + ["--client", "--remote-cert-tls", "server", "--cert", pki.client_cert,
-                           "--key", pki.client_key, "--proto", "udp" if udp else "tcp-client",
+                           "--push", "topology subnet", "--client-config-dir", on_server(env.secrets / "ccd")]
+        client = common + ["--client", "--remote-cert-tls", "server", "--ca", on_client(pki.ca),
+                           "--cert", on_client(pki.client_cert), "--key", on_client(pki.client_key),
+                           "--proto", "udp" if udp else "tcp-client",
                            "--remote", right.underlay_ip, options.port, "--nobind"]
         logs = {}
         for site, argv in ((right, server), (left, client)):

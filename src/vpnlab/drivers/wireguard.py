@@ -31,6 +31,7 @@ class WireGuard(Driver):
              Tool("wireguard-go", "wireguard-go", ("wireguard-go", "--version")))
     guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
+    runs_on_hosts = True
 
     def check(self, options, profile):
         if profile == "fips":
@@ -63,19 +64,17 @@ class WireGuard(Driver):
         for site, dev in ((left, names[0]), (right, names[1])):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
             public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
-            keys[dev] = (env.secret_file(f"{dev}.key", private + "\n"), public)
+            keys[dev] = (env.on(site.node, env.secret_file(f"{dev}.key", private + "\n")), public)
             if env.implementation == "kernel":
                 site.node.ip(f"link add {dev} type wireguard")
             else:
-                sock = SOCKET_DIR / f"{dev}.sock"
-                env.state.add_file(sock)  # a killed wireguard-go leaves its socket behind
-                tunnel.cleanup_files.append(sock)
+                tunnel.leave(site.node, SOCKET_DIR / f"{dev}.sock")  # a killed wireguard-go leaves it behind
                 log = env.log(f"wireguard-go-{site.node.role}")
                 proc = site.node.spawn(["wireguard-go", dev], log, env={"WG_PROCESS_FOREGROUND": "1"}, what="wireguard-go")
                 tunnel.processes.append((site.node, proc, log))
         if env.implementation != "kernel":
-            wait_for(lambda: all((SOCKET_DIR / f"{d}.sock").exists() for d in names), 10,
-                     "wireguard-go control sockets", tunnel)
+            wait_for(lambda: all(site.node.exists(SOCKET_DIR / f"{dev}.sock") for site, dev in zip((left, right), names)),
+                     10, "wireguard-go control sockets", tunnel)
         for site, peer, dev, peer_dev in ((left, right, names[0], names[1]), (right, left, names[1], names[0])):
             allowed = ",".join([f"{peer.tunnel_ip}/32", *([peer.prefix] if peer.prefix else [])])
             argv = ["wg", "set", dev, "private-key", keys[dev][0], "listen-port", options.port,

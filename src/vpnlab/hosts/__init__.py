@@ -18,4 +18,5 @@ TOOLS = (
     Tool("ansible-inventory", "ansible-core", ("ansible-inventory", "--version"), python=True),
     Tool("ansible-playbook", "ansible-core", ("ansible-playbook", "--version"), python=True),
     Tool("ssh", "openssh-client", ("ssh", "-V")), Tool("sftp", "openssh-client"),  # Ansible's connection
+    Tool("base64", "coreutils"),  # on the hosts: the files vpnlab copies there (SshHost.put_files)
 )

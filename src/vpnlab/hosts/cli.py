@@ -45,11 +45,18 @@ def prepare(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
             packages: List[str] = typer.Option(None, "--packages", "-p",
                                                help="Debian packages to install (repeat, or comma-separated); "
                                                     "default: iperf3, iproute2, tcpdump"),
+            study: Optional[str] = typer.Option(None, "--study", help="install what this study's VPNs and workloads "
+                                                "run, with the testbed's own programs (beside any --packages)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")):
     """Install the packages on each host with vpnlab's Ansible playbook and check its kernel."""
-    from .prepare import DEFAULT_PACKAGES, prepare as run_prepare
+    from .prepare import DEFAULT_PACKAGES, prepare as run_prepare, study_packages
 
-    wanted = [p for item in packages or [] for p in item.split(",") if p] or list(DEFAULT_PACKAGES)
+    wanted = [p for item in packages or [] for p in item.split(",") if p]
+    if study:
+        from ..cli.run import load_study_arg
+
+        wanted += [p for p in study_packages(load_study_arg(study)[0]) if p not in wanted]
+    wanted = wanted or list(DEFAULT_PACKAGES)
     reports = run_prepare(inventory, limit, wanted)
     if as_json:
         out.print_json(json.dumps([dataclasses.asdict(r) for r in reports]))

@@ -77,15 +77,15 @@ def _versions(ssh: SshHost) -> dict[str, str]:
     return dict(line.split("\t", 1) for line in shown.splitlines() if "\t" in line)
 
 
-def version_script() -> str:
-    """For every program vpnlab declares that the host has: its name, a tab and its version,
-    found as vpnlab.tools.version finds it here (its own first line naming a version, else its
-    Debian package's version)."""
+def version_script(commands=None) -> str:
+    """For every program vpnlab declares (or those of `commands`) that the host has: its name, a
+    tab and its version, found as vpnlab.tools.version finds it here (its own first line naming a
+    version, else its Debian package's version)."""
     q = shlex.quote
     lines = []
     for tool in declared().values():
-        if tool.private:  # unpacked privately by bootstrap.sh on a controller, not installed on hosts
-            continue
+        if tool.private or (commands is not None and tool.command not in commands):
+            continue  # unpacked privately by bootstrap.sh on a controller, not installed on hosts
         find = f"p=$(command -v {q(tool.command)})"
         if tool.path:
             find = f"p=$(command -v {q(tool.command)} || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }})"

@@ -47,6 +47,10 @@ ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachab
                "blackhole", "nat", "anycast", "to"}
 
 
+# What a testbed may add to the record and remove again when it is destroyed (HostState.since).
+RESOURCES = ("namespaces", "processes", "files", "dirs", "links", "addresses", "routes", "qdiscs")
+
+
 @dataclass
 class HostState:
     """The record of one run's resources on one host, as JSON on that host."""
@@ -85,6 +89,18 @@ class HostState:
 
     def teardown_script(self, grace: float = 3.0) -> str:
         """Remove everything recorded, newest processes first, then the record itself."""
+        return self.undo_script(grace) + f"rm -rf -- {shlex.quote(self.directory)}\ntrue\n"
+
+    def since(self, mark: "HostState") -> "HostState":
+        """What was recorded after `mark` (a copy of this record taken earlier): one testbed's
+        resources, to remove when it is destroyed (the sysctls' old values wait for the run's end)."""
+        def added(kind):
+            return [item for item in getattr(self, kind) if item not in getattr(mark, kind)]
+        return HostState(self.run_id, self.controller, self.owner, self.created,
+                         **{kind: added(kind) for kind in RESOURCES})
+
+    def undo_script(self, grace: float = 3.0) -> str:
+        """Remove the recorded resources (not the record), newest processes first."""
         q = shlex.quote
         steps = [SHELL_FUNCTIONS]
         ticks = max(1, int(grace / 0.02))
@@ -99,7 +115,6 @@ class HostState:
                   for dev in self.qdiscs]
         steps += [f"rm -f -- {q(path)}" for path in self.files]
         steps += [f"rm -rf -- {q(path)}" for path in self.dirs]
-        steps.append(f"rm -rf -- {q(self.directory)}")
         return "\n".join(steps) + "\ntrue\n"
 
 
@@ -123,6 +138,14 @@ def _benchmark(value: str) -> bool:
     except ValueError:
         return False
     return any(net.version == b.version and net.subnet_of(b) for b in BENCHMARK_NETWORKS)
+
+
+def _holds(value: str, address: str) -> bool:
+    """Does the network `value` (an address with its prefix, or a route's destination) hold `address`?"""
+    try:
+        return ipaddress.ip_address(address) in ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return False
 
 
 def _device(words: list[str]) -> str | None:
@@ -154,12 +177,17 @@ def guard_ip_line(line: str, path: ManagementPath) -> tuple[str, str] | None:
         if verb.startswith("f") or not _benchmark(dest):
             refuse("routes there are limited to 198.18.0.0/15 and 2001:2::/48, so the default "
                    f"route and the SSH path to {path.controller_ip} stay as they are")
+        if _holds(dest, path.controller_ip):
+            refuse(f"{dest} holds {path.controller_ip}, the controller: the SSH path would leave its interface")
         return ("routes", " ".join(rest)) if verb[0] in "arc" else None
     if obj == "rule":
         refuse("policy rules could send the SSH session into a tunnel")
     if obj == "address":
         if verb.startswith("a") and not _benchmark(rest[0] if rest else ""):
             refuse("addresses added there must be inside 198.18.0.0/15 or 2001:2::/48")
+        if verb.startswith("a") and _holds(rest[0], path.controller_ip):
+            refuse(f"{rest[0]} is on the network of {path.controller_ip}, the controller: its route would "
+                   "compete with the SSH path's")
         if _device(rest) == path.device and not verb.startswith("a"):
             refuse(f"{path.device} carries the SSH session")
         return ("addresses", " ".join(rest)) if verb.startswith("a") else None

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import subprocess
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 
 from ..errors import VpnlabError
 from .hoststate import guard_ip_line, root_qdisc_device
-from .ssh import RemoteProcess, SshHost
+from .ssh import HostUnreachable, RemoteProcess, SshHost
 
 IP_OPTIONS_WITH_VALUE = {"-f", "-family", "-rc", "-rcvbuf", "-l", "-loops"}
 
@@ -27,6 +27,8 @@ class RemoteNode:
     role: str
     host: SshHost
     namespace: str | None = None  # None: the host's own network namespace
+    spawned: list[RemoteProcess] = field(default_factory=list, repr=False)  # running, for the CPU meter
+    python = "python3"  # the host's, not the controller's
 
     @property
     def own_namespace(self) -> bool:
@@ -82,12 +84,16 @@ class RemoteNode:
     def sysctl(self, **settings) -> None:
         """Set sysctls (-e: a key this kernel lacks is left alone). In the host's own namespace
         the values before are recorded on the host first and put back at teardown."""
+        wanted = {key.replace("/", "."): str(value) for key, value in settings.items()}
         if self.own_namespace:
-            keys = [key.replace("/", ".") for key in settings]
-            shown = self.host.run(["sysctl", "-e", *keys]).stdout
+            if all(self.host.sysctls_set.get(k) == v for k, v in wanted.items()):
+                return  # set by an earlier testbed of this run
+            shown = self.host.run(["sysctl", "-e", *wanted]).stdout
             before = dict(line.split(" = ", 1) for line in shown.splitlines() if " = " in line)
             self.host.record("sysctls", {k: v for k, v in before.items() if k not in self.host.state.sysctls})
-        self.run(["sysctl", "-q", "-e", "-w", *(f"{k}={v}" for k, v in settings.items())])
+        self.run(["sysctl", "-q", "-e", "-w", *(f"{k}={v}" for k, v in wanted.items())])
+        if self.own_namespace:
+            self.host.sysctls_set.update(wanted)
 
     def listening(self, port: int) -> bool:
         """Does a TCP socket listen on this port on this node?"""
@@ -107,10 +113,14 @@ class RemoteNode:
               stdin: Path | None = None) -> RemoteProcess:
         """Start a long-running process on this node, recorded on the host before it runs.
         Its output streams back into the local `log_path` while it runs."""
-        return self.host.spawn(argv, log_path, namespace=self.namespace, env=env, what=what, stdin=stdin)
+        proc = self.host.spawn(argv, log_path, namespace=self.namespace, env=env, what=what, stdin=stdin)
+        self.spawned.append(proc)
+        return proc
 
     def stop(self, proc: RemoteProcess, grace: float = 3.0) -> None:
         self.host.stop(proc, grace)
+        if proc in self.spawned:
+            self.spawned.remove(proc)
 
     # -- beyond the namespace Node: files live on the host, not on the controller -------------
     def put_secret(self, name: str, content: str | bytes) -> str:
@@ -121,6 +131,34 @@ class RemoteNode:
 
     def read_file(self, path: str) -> bytes:
         return self.host.read_file(path)
+
+    def place(self, path: Path, root: Path) -> str:
+        """A file or folder the controller made under `root` (the run's secrets), copied to the host
+        under the run's secrets folder there, each file 0600 and recorded first; its path there."""
+        path, top = Path(path), Path(path).relative_to(root).parts[0]
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+
+        def there(local: Path) -> str:
+            return str(PurePosixPath(self.host.secrets_dir, *local.relative_to(root).parts))
+
+        self.host.record("dirs", there(root / top))
+        folders = {str(PurePosixPath(there(f)).parent) for f in files} | ({there(path)} if path.is_dir() else set())
+        self.host.put_files({there(local): local.read_bytes() for local in files}, 0o600, sorted(folders))
+        return there(path)
+
+    def exists(self, path) -> bool:
+        return self.host.run(["test", "-e", str(path)], check=False).returncode == 0
+
+    def record_file(self, path) -> None:
+        """A file a program of ours may leave behind (a killed daemon's socket): recorded on the host,
+        removed with the testbed."""
+        self.host.record("files", str(path))
+
+    def remove_file(self, path) -> None:
+        try:
+            self.host.remove_file(str(path))
+        except HostUnreachable:
+            pass  # it stays recorded there: `close` removes it
 
 
 def namespace_node(host: SshHost, role: str, name: str) -> RemoteNode:

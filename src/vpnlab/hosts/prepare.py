@@ -54,6 +54,25 @@ printf '{"kernel": "%s", "cpu_model": "%s", "cpus": %s, "features": {%s}}\n' \
 """
 
 
+def study_packages(study) -> list[str]:
+    """The Debian packages a study's scenarios run on real hosts: the testbed's programs, its VPNs'
+    (and the packages they need without a program) and its workloads'."""
+    from ..drivers import REGISTRY as DRIVERS
+    from ..tools import declared
+    from ..workloads import KINDS
+    from .testbed import TESTBED_TOOLS
+
+    tools = declared()
+    wanted = {tools[name].package for name in TESTBED_TOOLS}
+    for vpn in study.vpns:
+        for layer in vpn.layers:
+            driver = DRIVERS[layer.driver]
+            wanted |= {t.package for t in driver.tools if not (t.private or t.python)} | set(driver.packages)
+    for workload in study.workloads:
+        wanted |= {tools[name].package for name in KINDS[workload.kind].needs(workload) if name in tools}
+    return sorted(wanted)
+
+
 @dataclass
 class PrepareReport:
     """What `prepare` found and did on one host."""

@@ -11,6 +11,7 @@ while other hosts carry on; `close` then tears down over a fresh connection.
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import os
 import shlex
@@ -23,7 +24,7 @@ from pathlib import Path
 import asyncssh
 
 from ..errors import CommandError, VpnlabError
-from .hoststate import REMOTE_ROOT, SHELL_FUNCTIONS, HostState, ManagementPath
+from .hoststate import REMOTE_ROOT, RESOURCES, SHELL_FUNCTIONS, HostState, ManagementPath
 from .inventory import Host
 
 CONNECT_TIMEOUT = 15
@@ -40,6 +41,11 @@ set -- $SSH_CONNECTION; echo "$1 $3"; ip -o route get "$1" | sed -n 's/.* dev \(
 
 # A spawned command prints its PID and start time, then waits for "go" until vpnlab has
 # written them into the host's record, so the record exists before the program runs.
+# The record, when it changed, is written by the next command itself before it runs (one round
+# trip, not two): its JSON and path come first, then the command, which runs only once it is saved.
+SAVE_THEN = ('u=$(umask); umask 077 && printf "%s" "$1" > "$2.tmp" && mv "$2.tmp" "$2" && umask "$u" '
+             '&& shift 2 && exec "$@"')
+
 SPAWN_WRAPPER = ('echo "$$ $(sed \'s/.*) //\' /proc/$$/stat | cut -d\' \' -f20)"; '
                  'read -r go; [ "$go" = go ] || exit 125; exec "$@"')
 
@@ -109,6 +115,8 @@ class SshHost:
         self._loop = _EventLoop.get()
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = threading.Lock()  # the record is read-modify-write; runner threads may share a host
+        self._dirty = False  # the record changed since it was last written on the host
+        self.sysctls_set: dict[str, str] = {}  # in the host's own namespace, by this run (RemoteNode.sysctl)
 
     # -- connection ----------------------------------------------------------
     def attach(self) -> "SshHost":
@@ -118,7 +126,10 @@ class SshHost:
 
     def connect(self) -> "SshHost":
         """Open the connection and create this run's directory and record on the host."""
-        self.attach()
+        return self.attach().begin()
+
+    def begin(self) -> "SshHost":
+        """Over the open connection: create this run's directory and record on the host."""
         try:
             owner, ssh_path, device = (self.script(SESSION_PROBE).stdout.splitlines() + ["", "", ""])[:3]
             pid, start = owner.split()
@@ -200,11 +211,19 @@ class SshHost:
     def run(self, argv: list, *, namespace: str | None = None, check: bool = True,
             timeout: float | None = 120, input: str | bytes | None = None, env: dict | None = None,
             binary: bool = False) -> subprocess.CompletedProcess:
-        """Run a command on the host and wait for it (CommandError on failure or timeout)."""
-        full = self.command(argv, namespace=namespace, env=env, timeout=timeout)
+        """Run a command on the host and wait for it (CommandError on failure or timeout). A change
+        to the record is written on the host first, in the same round trip."""
+        shown = [f"{self.host.name}:", *self.command(argv, namespace=namespace, env=env, timeout=timeout)]
+        with self._lock:
+            record, self._dirty = (self.state.to_json() if self._dirty else None), False
+        saving = ["sh", "-c", SAVE_THEN, "sh", record, self.state.path] if record else []
+        full = self.command([*saving, *argv], namespace=namespace, env=env, timeout=timeout)
         wait = None if timeout is None else timeout + TIMEOUT_MARGIN
-        proc = self._exec(shlex.join(full), input, wait, binary)
-        shown = [f"{self.host.name}:", *full]
+        try:
+            proc = self._exec(shlex.join(full), input, wait, binary)
+        except HostUnreachable:
+            self._dirty = self._dirty or bool(record)
+            raise
         if timeout is not None and proc.returncode == 124:
             raise CommandError(shown, -1, "", f"timed out after {timeout} s")
         if check and proc.returncode != 0:
@@ -237,31 +256,49 @@ class SshHost:
 
     # -- the record ----------------------------------------------------------
     def record(self, kind: str, value) -> None:
-        """Write `value` into the host's record under `kind`, before creating it."""
+        """Write `value` into the host's record under `kind`, before creating it: the next command
+        (the one that creates it) writes the record on the host before it runs."""
         with self._lock:
             entries = getattr(self.state, kind)
             if isinstance(entries, dict):
                 entries.update(value)
             elif value not in entries:
                 entries.append(value)
-            self._save()
+            self._dirty = True
+
+    def mark(self) -> HostState:
+        """A copy of the record as it is now, for `undo` later."""
+        with self._lock:
+            return HostState.from_json(self.state.to_json())
+
+    def undo(self, mark: HostState) -> None:
+        """Remove what was recorded since `mark`, then forget it (HostUnreachable if the host is
+        lost: it stays recorded there, and `close` removes it over a fresh connection)."""
+        added = self.state.since(mark)
+        self.script(added.undo_script(), timeout=60)
+        with self._lock:
+            for kind in RESOURCES:
+                kept = [item for item in getattr(self.state, kind) if item not in getattr(added, kind)]
+                setattr(self.state, kind, kept)
+            self._dirty = True  # written with the next command: an entry left over meanwhile is harmless
 
     def forget(self, kind: str, value) -> None:
         with self._lock:
             entries = getattr(self.state, kind)
             if value in entries:
                 entries.remove(value)
-                self._save()
+                self._dirty = True
 
     def _save(self) -> None:
-        path = shlex.quote(self.state.path)
-        self.script(f"umask 077 && cat > {path}.tmp && mv {path}.tmp {path}", input=self.state.to_json())
+        """Write the record on the host now."""
+        with self._lock:
+            self._dirty = True
+        self.run(["true"])
 
     # -- namespaces, files -----------------------------------------------------
     def add_namespace(self, name: str) -> None:
         self.record("namespaces", name)
-        self.run(["ip", "netns", "add", name])
-        self.run(["ip", "-n", name, "link", "set", "lo", "up"])
+        self.run(["sh", "-c", 'ip netns add "$1" && ip -n "$1" link set lo up', "sh", name])
 
     def remove_namespace(self, name: str) -> None:
         q = shlex.quote(name)
@@ -275,6 +312,17 @@ class SshHost:
         self.run(["sh", "-c", f"umask {0o777 & ~mode:03o} && cat > {q} && chmod {mode:o} {q}"],
                  input=content, binary=isinstance(content, bytes))
         return path
+
+    def put_files(self, files: dict[str, bytes], mode: int = 0o600, dirs: list[str] = ()) -> None:
+        """Write several files on the host in one round trip (their folders `dirs` made first, 0700),
+        each recorded first and created with `mode`, never wider."""
+        q = shlex.quote
+        for path in files:
+            self.record("files", path)
+        steps = [f"umask {0o777 & ~mode:03o}"] + ([f"mkdir -p -m 700 -- {' '.join(map(q, dirs))}"] if dirs else [])
+        steps += [f"printf %s {base64.b64encode(content).decode()} | base64 -d > {q(path)} && chmod {mode:o} {q(path)}"
+                  for path, content in files.items()]
+        self.script(" && ".join(steps))
 
     def put_secret(self, name: str, content: str | bytes) -> str:
         """A key or password: mode 0600 from its creation, in the run's 0700 directory on tmpfs,
@@ -301,6 +349,7 @@ class SshHost:
         what = what or str(argv[0])
         try:
             self.record("processes", {"pid": pid, "start": start, "what": what})
+            self._save()  # before it runs
         except VpnlabError:
             channel.close()
             raise
@@ -348,7 +397,10 @@ class SshHost:
         if self.lost:
             return
         ticks = max(1, int(grace / 0.02))
-        self.script(SHELL_FUNCTIONS + f"stop {proc.pid} {proc.start} {ticks}", timeout=grace + 10)
+        try:
+            self.script(SHELL_FUNCTIONS + f"stop {proc.pid} {proc.start} {ticks}", timeout=grace + 10)
+        except HostUnreachable:
+            return  # lost meanwhile: as above
         try:
             proc.wait(timeout=2)
         except subprocess.TimeoutExpired:

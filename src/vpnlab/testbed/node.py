@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,23 @@ class Node:
             proc.wait(timeout=1)
         except subprocess.TimeoutExpired:
             pass
+
+    # -- files: a namespace shares this machine's; a real host's node (hosts/node.py) copies them there
+    python = sys.executable
+
+    def place(self, path: Path, root: Path) -> Path:
+        """Where this node finds a file or folder the run made under `root`: right here."""
+        return path
+
+    def exists(self, path) -> bool:
+        return Path(path).exists()
+
+    def record_file(self, path) -> None:
+        """A file a program of ours may leave behind (a killed daemon's socket): removed with the run."""
+        self.state.add_file(path)
+
+    def remove_file(self, path) -> None:
+        Path(path).unlink(missing_ok=True)
 
 
 def private_run(argv: list, keep: Path, make: tuple[str, ...] = ()) -> list:

@@ -34,6 +34,8 @@ WAN_NET = ipaddress.ip_network("198.19.0.0/24")
 LEFT_HALF = ipaddress.ip_network("198.18.0.0/17")
 RIGHT_HALF = ipaddress.ip_network("198.18.128.0/17")
 MAX_LAYERS = 2  # deeper nesting would need more than one prefix behind a tunnel end
+# The roles a study puts on real hosts (its `hosts:`): the two ends of the WAN, left then right.
+HOST_ROLES = {"remote-access": ("client", "gateway"), "site-to-site": ("left", "right")}
 
 
 def tunnel_subnet(layer: int) -> ipaddress.IPv4Network:
@@ -125,6 +127,16 @@ class Testbed:
     def wan_nodes(self) -> tuple[Node, Node]:
         return self.nodes[self.layout.wan], self.nodes[self.layout.wan + 1]
 
+    remote = False  # on real hosts: hosts/testbed.py
+
+    def wan_device(self, side: int) -> str:
+        """The WAN's interface at its left (0) or right (1) end."""
+        return f"l{self.layout.wan}"
+
+    def wan_filter(self, side: int) -> list[str]:
+        """A capture filter for what on that interface is the testbed's (here: everything)."""
+        return []
+
     def tunnel_sites(self, layer: int) -> tuple[TunnelSite, TunnelSite]:
         a, b = self.layout.tunnels[layer]
         net = tunnel_subnet(layer)
@@ -202,7 +214,7 @@ class Testbed:
 
     def wan_counters(self) -> dict[str, int]:
         """Bytes and packets the left WAN end has sent and received."""
-        out = self.wan_nodes[0].run(["ip", "-j", "-s", "link", "show", f"l{self.layout.wan}"]).stdout
+        out = self.wan_nodes[0].run(["ip", "-j", "-s", "link", "show", self.wan_device(0)]).stdout
         stats = json.loads(out)[0]["stats64"]
         return {
             "tx_bytes": stats["tx"]["bytes"],

@@ -63,6 +63,7 @@ class WorkloadKind:
     plotted: ClassVar[tuple[str, ...]] = ()      # metrics drawn along a swept option
     series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series
     loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
+    runs_on_hosts: ClassVar[bool] = False        # all it runs goes through the testbed's nodes (real hosts too)
 
     def needs(self, options: WorkloadOptions) -> tuple[str, ...]:
         """The programs this configuration runs (default: all the kind's)."""

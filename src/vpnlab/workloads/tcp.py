@@ -95,6 +95,7 @@ class Tcp(WorkloadKind):
     metrics = (THROUGHPUT, RETRANSMITS)
     primary = "throughput_mbps"
     loads_path = True
+    runs_on_hosts = True
     graded = (("throughput_mbps", "TCP throughput"),)
     plotted = ("throughput_mbps", "cpu_vpn_gateway_pct", "cpu_s_per_gb")
     series_tool = "iperf3"                 # the FAVE thesis read twenty 10-s intervals

@@ -73,6 +73,7 @@ class Udp(WorkloadKind):
     metrics = (THROUGHPUT, SENT, JITTER, LOSS)
     primary = "throughput_mbps"
     loads_path = True
+    runs_on_hosts = True
     graded = (("throughput_mbps", "UDP throughput"), ("udp_jitter_ms", "jitter"), ("udp_loss_pct", "loss"))
     plotted = ("throughput_mbps", "udp_jitter_ms", "udp_loss_pct")
 

@@ -1,0 +1,310 @@
+"""A study's testbed on real hosts: the two ends of its WAN are inventory hosts, and the WAN is
+the real path between them.
+
+A role mapped to a host (`hosts:` in the study, HOST_ROLES) runs in the host's own network
+namespace; every other role is a namespace on its neighbour's host, joined to it by a veth pair,
+with the namespace testbed's addresses (topology.py). Only the WAN differs: its addresses are the
+hosts' own, the address each reaches the other at. Nothing is ever routed across the WAN in
+clear: with a VPN, the source namespace reaches the sink namespace through the tunnel only;
+without one (the baseline, in the same rounds), the source and the sink are the two hosts
+themselves, so the baseline is the real path's own.
+
+Everything a testbed creates on a host is recorded there first (hoststate.py) and removed when the
+testbed is destroyed: what the host's record gained since the testbed began. The sysctls' old
+values are put back when the run ends, and a host whose SSH connection is lost is cleaned over a
+fresh connection then (`SshHost.close`), or by `vpnlab hosts clean` after a crash.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from ..capabilities import FEATURES, Capabilities
+from ..errors import StudyError, VpnlabError
+from ..testbed.shaping import shape_commands
+from ..testbed.topology import HOST_ROLES, Layout, Testbed, tunnel_subnet
+from ..tools import declared
+from .doctor import version_script
+from .inventory import Host, load_inventory, select
+from .node import RemoteNode
+from .prepare import KERNEL_PROBE
+from .ssh import HostUnreachable, SshHost
+
+# The address a host reaches the other at (the inventory may give it as `vpnlab_address`, else
+# the other's ansible_host, resolved there), and on the way to it: the interface, the host's own
+# source address, the interface's driver (the device's, else the link kind) and speed in Mbit/s.
+WAN_PROBE = r"""
+to=$(getent ahostsv4 "$1" | sed -n '1s/ .*//p'); to=${to:-$1}
+route=$(ip -o route get "$to") || exit 1
+dev=$(echo "$route" | sed -n 's/.* dev \([^ ]*\).*/\1/p'); src=$(echo "$route" | sed -n 's/.* src \([^ ]*\).*/\1/p')
+drv=$(basename "$(readlink "/sys/class/net/$dev/device/driver" 2>/dev/null)" 2>/dev/null)
+[ -n "$drv" ] || drv=$(ip -d -j link show dev "$dev" 2>/dev/null | sed -n 's/.*"info_kind":"\([^"]*\)".*/\1/p')
+speed=$(cat "/sys/class/net/$dev/speed" 2>/dev/null || echo -1)
+printf '%s\t%s\t%s\t%s\t%s\n' "$to" "$dev" "$src" "${drv:-unknown}" "${speed:--1}"
+"""
+# Always there for a testbed: its namespaces, links, probes, captures and the proof's sender.
+TESTBED_TOOLS = ("ip", "tc", "ss", "sysctl", "ping", "tcpdump", "python3")
+SYSCTLS = {
+    "net.ipv4.ip_forward": 1,
+    "net.ipv4.conf.all.rp_filter": 0,
+    "net.ipv4.conf.default.rp_filter": 0,
+    "net.core.rmem_max": 64 * 1024 * 1024,  # iperf3 -w is capped by these (as in the namespace testbed)
+    "net.core.wmem_max": 64 * 1024 * 1024,
+}
+
+
+def tools_script() -> str:
+    """For each program vpnlab declares that the host has: its name, a tab and its path."""
+    q = shlex.quote
+    lines = []
+    for tool in declared().values():
+        if tool.private or tool.python:
+            continue
+        fallback = f" || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }}" if tool.path else ""
+        lines.append(f'p=$(command -v {q(tool.command)}{fallback}) && printf "%s\\t%s\\n" {q(tool.command)} "$p"')
+    return "\n".join(lines) + "\ntrue\n"
+
+
+@dataclass
+class Site:
+    """One end of the WAN: an inventory host, its SSH connection, and what it is."""
+
+    role: str                  # the study's name for it (client, gateway, left, right)
+    host: Host
+    ssh: SshHost
+    peer: str = ""             # the other host's address, as this one reaches it
+    source: str = ""           # this host's own address on the way there
+    device: str = ""           # its interface on the way there: the WAN's end
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+
+class HostPair:
+    """The study's two hosts, connected for one run: one SSH connection each."""
+
+    def __init__(self, study, inventory) -> None:
+        if not study.hosts:
+            raise StudyError(f"--inventory: study {study.name!r} maps no role to a host; add `hosts:` "
+                             f"({' and '.join(HOST_ROLES[study.topology])} -> inventory hosts) or leave "
+                             "--inventory out to run it in namespaces here")
+        if inventory is None:
+            raise StudyError(f"hosts: study {study.name!r} runs on real hosts "
+                             f"({', '.join(f'{r}: {h}' for r, h in study.hosts.items())}): give their "
+                             "Ansible inventory with --inventory FILE")
+        roles = HOST_ROLES[study.topology]
+        hosts = select(load_inventory(inventory), [study.hosts[r] for r in roles], inventory)
+        self.topology = study.topology
+        self.sites = [Site(role, host, SshHost(host, run_id="")) for role, host in zip(roles, hosts)]
+
+    @property
+    def left(self) -> Site:
+        return self.sites[0]
+
+    @property
+    def right(self) -> Site:
+        return self.sites[1]
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Role -> inventory host, as a scenario's results record it."""
+        return {site.role: site.name for site in self.sites}
+
+    @property
+    def text(self) -> str:
+        return " and ".join(f"{site.role} {site.name}" for site in self.sites)
+
+    # -- before the run ------------------------------------------------------
+    def probe(self, commands: set[str]) -> Capabilities:
+        """Connect to both hosts and learn what each offers, how they reach each other, and the
+        versions of `commands` there. What the pair can run is what both hosts can."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda pair: self._probe(*pair, commands), [(self.left, self.right),
+                                                                      (self.right, self.left)]))
+        a, b = (site.facts for site in self.sites)
+        kernel = a["kernel"] if a["kernel"] == b["kernel"] else f"{a['kernel']} / {b['kernel']}"
+        features = {f: a["features"].get(f, False) and b["features"].get(f, False) for f in FEATURES}
+        tools = {name: a["paths"].get(name) if b["paths"].get(name) else None for name in declared()}
+        return Capabilities(kernel, features, tools)
+
+    def _probe(self, site: Site, other: Site, commands: set[str]) -> None:
+        site.ssh.attach()
+        try:
+            kernel = json.loads(site.ssh.script(KERNEL_PROBE).stdout)
+            paths = dict(line.split("\t", 1) for line in site.ssh.script(tools_script()).stdout.splitlines()
+                         if "\t" in line)
+            versions = dict(line.split("\t", 1) for line in site.ssh.script(version_script(commands), timeout=300)
+                            .stdout.splitlines() if "\t" in line)
+            target = str(other.host.vars.get("vpnlab_address") or other.host.address)
+            shown = site.ssh.run(["sh", "-c", WAN_PROBE, "sh", target]).stdout.strip().split("\t")
+            site.peer, site.device, site.source, driver, speed = shown
+        except (ValueError, KeyError) as exc:
+            raise HostUnreachable(f"host {site.host}: could not be examined ({exc})") from exc
+        if not (site.device and site.source):
+            raise HostUnreachable(f"host {site.name}: no route to {other.name} ({target})")
+        site.facts = {"address": site.host.address, "kernel": kernel["kernel"], "cpu_model": kernel["cpu_model"],
+                      "cpus": kernel["cpus"], "features": kernel["features"], "paths": paths, "tools": versions,
+                      "nic": {"toward": other.name, "interface": site.device, "driver": driver,
+                              "speed_mbit": int(speed) if speed.lstrip("-").isdigit() else -1}}
+
+    def describe(self) -> dict[str, dict]:
+        """Per host, for the run's record: address, role, kernel, CPU, NIC, tool versions."""
+        return {site.name: {"role": site.role, **{k: v for k, v in site.facts.items() if k not in ("paths", "features")}}
+                for site in self.sites}
+
+    # -- the run -------------------------------------------------------------
+    def begin(self, run_id: str) -> None:
+        """The run's record and folder on each host (the connections are open from `probe`)."""
+        for site in self.sites:
+            site.ssh.run_id = run_id
+            site.ssh.begin()
+
+    @property
+    def lost(self) -> str | None:
+        """Why the pair cannot go on (a host's SSH connection was lost), or None."""
+        gone = [site for site in self.sites if site.ssh.state is not None and site.ssh.lost]
+        return (f"host {gone[0].host}: the SSH connection was lost; the scenarios on it cannot go on"
+                if gone else None)
+
+    def close(self) -> list[str]:
+        """Tear down everything of the run on both hosts; what could not be removed, if anything."""
+        problems = []
+        for site in self.sites:
+            try:
+                site.ssh.close()
+            except VpnlabError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def testbed(self, state, layout: Layout, link, tag: str, direct: bool) -> "RemoteTestbed":
+        return RemoteTestbed.build_on(self, state, layout, link, tag, direct)
+
+
+@dataclass
+class RemoteTestbed(Testbed):
+    """The Testbed of a scenario on a HostPair (see the module's docstring)."""
+
+    pair: HostPair | None = None
+    direct: bool = False      # no VPN: the source and the sink are the WAN's ends themselves
+    ifnames: dict = field(default_factory=dict)  # (node, link) -> its interface, where not l<link>
+    marks: list = field(default_factory=list)    # (SshHost, its record when the testbed began)
+
+    remote = True
+
+    @classmethod
+    def build_on(cls, pair: HostPair, state, layout: Layout, link, tag: str, direct: bool) -> "RemoteTestbed":
+        bed = cls(state, layout, pair=pair, direct=direct)
+        bed.marks = [(site.ssh, site.ssh.mark()) for site in pair.sites]
+        try:
+            bed._build(link, tag)
+        except BaseException:
+            bed.destroy()
+            raise
+        return bed
+
+    def _build(self, link, tag: str) -> None:
+        layout, wan = self.layout, self.layout.wan
+        ends = {wan: self.pair.left, wan + 1: self.pair.right}
+        for n, role in enumerate(layout.roles):
+            if n in ends:
+                self.nodes.append(RemoteNode(role, ends[n].ssh))
+                continue
+            site = self.pair.left if n < wan else self.pair.right
+            node = RemoteNode(role, site.ssh, self.state.namespace_name(f"{tag}{role}"))
+            self.nodes.append(node)
+            site.ssh.add_namespace(node.namespace)
+        count = len(self.nodes)
+        for i in range(count - 1):
+            if i == wan:
+                continue  # the real path
+            left, right = self.nodes[i], self.nodes[i + 1]
+            if left.own_namespace or right.own_namespace:
+                # made from the host's own side, so that its name (unique on the host) is recorded there
+                own, other, n_own = (left, right, i) if left.own_namespace else (right, left, i + 1)
+                self.ifnames[(n_own, i)] = name = f"vl{self.state.run_id}{tag}l{i}"
+                own.ip(f"link add {name} type veth peer name l{i} netns {other.namespace}")
+            else:
+                left.ip(f"link add l{i} type veth peer name l{i} netns {right.namespace}")
+        for n, node in enumerate(self.nodes):
+            node.sysctl(**SYSCTLS)
+            node.ip(*self._node_commands(n))
+        if link.shape:
+            for side, node in enumerate(self.wan_nodes):
+                node.tc(*shape_commands(self.wan_device(side), link))
+
+    def _node_commands(self, n: int) -> list[str]:
+        """Addresses and routes of node n, as Testbed.build gives them, but none across the WAN."""
+        layout, wan, count = self.layout, self.layout.wan, len(self.nodes)
+        cmds = []
+        for j in (n - 1, n):
+            if 0 <= j < count - 1 and j != wan:
+                dev = self.ifname(n, j)
+                cmds += [f"addr add {self.address(n, j)}/24 dev {dev}", f"link set {dev} up"]
+        for j in range(count - 1):
+            if j != wan and j < n - 1 and n - 1 != wan:
+                cmds.append(f"route add {layout.subnet(j)} via {self.address(n - 1, n - 1)}")
+            elif j != wan and j > n and n != wan:
+                cmds.append(f"route add {layout.subnet(j)} via {self.address(n + 1, n)}")
+        for layer, (a, b) in enumerate(layout.tunnels):
+            if n > b:
+                cmds.append(f"route add {tunnel_subnet(layer)} via {self.address(n - 1, n - 1)}")
+            elif n < a:
+                cmds.append(f"route add {tunnel_subnet(layer)} via {self.address(n + 1, n)}")
+        return cmds
+
+    def ifname(self, node: int, link: int) -> str:
+        return self.ifnames.get((node, link), f"l{link}")
+
+    # -- what differs from the namespace testbed --------------------------------
+    def address(self, node: int, link: int) -> str:
+        if link == self.layout.wan:  # the hosts' own: the left's source, the right as the left reaches it
+            return self.pair.left.source if node == link else self.pair.left.peer
+        return super().address(node, link)
+
+    @property
+    def source(self):
+        return self.wan_nodes[0] if self.direct else self.nodes[0]
+
+    @property
+    def sink(self):
+        return self.wan_nodes[1] if self.direct else self.nodes[-1]
+
+    @property
+    def sink_ip(self) -> str:
+        if self.direct:
+            return self.address(self.layout.wan + 1, self.layout.wan)
+        return super().sink_ip
+
+    def wan_device(self, side: int) -> str:
+        return self.pair.sites[side].device
+
+    def wan_filter(self, side: int) -> list[str]:
+        """Only what passes between the two hosts, and never the SSH session that drives them."""
+        site = self.pair.sites[side]
+        management = site.ssh.management
+        return ["host", site.source, "and", "host", site.peer, "and", "not", "(", "host", management.controller_ip,
+                "and", "tcp", "port", str(site.host.port), ")"]
+
+    def cpu_meter(self, layers: int):
+        from .cpu import RemoteCpuMeter
+
+        ends = [self.layout.tunnels[layer] for layer in range(layers)]
+        return RemoteCpuMeter([self.nodes[a] for a, _ in ends], [self.nodes[b] for _, b in ends], self.pair)
+
+    def destroy(self) -> None:
+        """Remove what the hosts' records gained since the testbed began; on a lost host it stays
+        recorded there, for `close` to remove over a fresh connection."""
+        for ssh, mark in self.marks:
+            if ssh.lost:
+                continue
+            try:
+                ssh.undo(mark)
+            except VpnlabError:
+                continue
+        self.marks.clear()
+        self.nodes.clear()

@@ -1,0 +1,256 @@
+"""Studies on real hosts: the study's `hosts:` and `shape:`, `vpnlab run --inventory`, and whole
+runs over SSH on a lab of "hosts" (tests/hosts_harness.py), one of which loses its connection."""
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import matplotlib
+import pytest
+from typer.testing import CliRunner
+
+from conftest import sample_count
+from hosts_harness import Lab, leftovers, sh
+from vpnlab.cli import app
+from vpnlab.errors import StudyError, VpnlabError
+from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line
+from vpnlab.plan import make_plan
+from vpnlab.study import parse_study
+
+RA_STUDY = """\
+name: hosts-remote-access
+topology: remote-access
+hosts: {client: gw-a, gateway: gw-b}
+repetitions: 1
+order: listed
+vpns: [{driver: none}, {driver: wireguard}, {driver: openvpn}]
+workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]
+"""
+
+S2S_STUDY = """\
+name: hosts-site-to-site
+topology: site-to-site
+hosts: {left: gw-a, right: gw-b}
+repetitions: 2
+order: listed
+vpns: [{driver: none}, {driver: wireguard}, {driver: openvpn, options: {transport: tcp}}]
+links: [{rate_mbit: 500, shape: true}]
+workloads: [{kind: ping, count: 5, interval_s: 0.05}]
+"""
+
+LAB_SUBNET = "198.19.255"  # the hosts' own network: outside the testbed's 198.18.0.0/16 and 198.19.0-2.0/24
+
+
+# -- the study file ------------------------------------------------------------------------------
+
+def problems(text: str) -> str:
+    with pytest.raises(StudyError) as info:
+        parse_study(text)
+    return str(info.value)
+
+
+def test_hosts_name_the_two_ends_of_the_wan():
+    study = parse_study(RA_STUDY)
+    assert study.hosts == {"client": "gw-a", "gateway": "gw-b"}
+    assert parse_study(S2S_STUDY).hosts == {"left": "gw-a", "right": "gw-b"}
+    text = problems(RA_STUDY.replace("{client: gw-a, gateway: gw-b}", "{client: gw-a, gw: gw-b}"))
+    assert "hosts.gw: not a role of a remote-access study; map client and gateway" in text
+    assert "hosts: a remote-access study on real hosts maps both client and gateway; gateway missing" in text
+    text = problems(S2S_STUDY.replace("right: gw-b", "right: gw-a"))
+    assert "hosts.right: 'gw-a' is left too" in text
+
+
+def test_shaping_real_hosts_is_opt_in_and_named_by_field():
+    text = problems(S2S_STUDY.replace("{rate_mbit: 500, shape: true}", "{delay_ms: 20}"))
+    assert "links[0].delay_ms: on real hosts shaping is opt-in: add `shape: true`" in text
+    parse_study(S2S_STUDY.replace("hosts: {left: gw-a, right: gw-b}\n", "").replace(", shape: true", ""))  # here: as always
+
+
+def test_what_does_not_run_on_hosts_yet_is_refused_by_field():
+    text = problems(RA_STUDY.replace("{driver: openvpn}]", "{driver: openvpn, inner: {driver: strongswan}}]")
+                    .replace("topology: remote-access", "topology: site-to-site")
+                    .replace("{client: gw-a, gateway: gw-b}", "{left: gw-a, right: gw-b}")
+                    .replace("[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: tcp}, {kind: transfer}]"))
+    assert "vpns[2].inner.driver: strongswan does not run on real hosts yet" in text
+    assert "workloads[1].kind: transfer does not run on real hosts yet" in text
+
+
+def test_shape_leaves_the_ids_of_existing_scenarios_alone():
+    plain = make_plan(parse_study(S2S_STUDY.replace(", shape: true", "").replace("hosts: {left: gw-a, right: gw-b}\n", "")))
+    assert "shape" not in plain.scenarios[0].key["link"]
+    shaped = make_plan(parse_study(S2S_STUDY))
+    assert shaped.scenarios[0].key["link"]["shape"] is True
+
+
+def test_run_refuses_hosts_without_an_inventory_and_unknown_hosts(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(RA_STUDY)
+    result = CliRunner().invoke(app, ["run", str(study), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "give their Ansible inventory with --inventory FILE" in result.output
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("gw-a ansible_host=203.0.113.1\nhq ansible_host=203.0.113.2\n")
+    result = CliRunner().invoke(app, ["run", str(study), "--inventory", str(inventory), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "no host named 'gw-b' (it has: gw-a, hq)" in result.output
+    local = tmp_path / "local.yaml"
+    local.write_text(RA_STUDY.replace("hosts: {client: gw-a, gateway: gw-b}\n", ""))
+    result = CliRunner().invoke(app, ["run", str(local), "--inventory", str(inventory), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "maps no role to a host" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+# -- the host's own network: never cut -------------------------------------------------------------
+
+def test_guard_keeps_the_controller_out_of_benchmark_routes():
+    path = ManagementPath(controller_ip="198.18.0.1", host_ip="198.18.0.2", device="eth0")
+    with pytest.raises(VpnlabError, match="holds 198.18.0.1, the controller"):
+        guard_ip_line("route replace 198.18.0.0/24 dev vw1b", path)
+    with pytest.raises(VpnlabError, match="on the network of 198.18.0.1"):
+        guard_ip_line("addr add 198.18.0.9/24 dev vl1a", path)
+    assert guard_ip_line("route replace 198.18.128.0/24 dev vw1b", path) == ("routes", "198.18.128.0/24 dev vw1b")
+
+
+def test_a_testbed_removes_what_the_record_gained_since_it_began():
+    before = HostState("ab12cd", "ctl 1", {"pid": 5, "start": 9}, 0.0, links=["keep"], sysctls={"a": "0"})
+    now = HostState("ab12cd", "ctl 1", {"pid": 5, "start": 9}, 0.0, links=["keep", "vlab12cd0l1"],
+                    namespaces=["vlab12cd-0server"], qdiscs=["eth0"], sysctls={"a": "0", "b": "1"})
+    added = now.since(before)
+    assert (added.links, added.namespaces, added.qdiscs, added.sysctls) == (["vlab12cd0l1"], ["vlab12cd-0server"],
+                                                                          ["eth0"], {})
+    script = added.undo_script()
+    assert "ip link del vlab12cd0l1" in script and "keep" not in script and "/run/vpnlab/ab12cd\n" not in script
+
+
+# -- whole studies on a lab of SSH hosts ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lab():
+    """Two SSH "hosts" and a controller in namespaces of their own (hosts_harness.Lab), on a network
+    of their own that the testbed's addresses do not overlap; all of it removed afterwards."""
+    from conftest import default_namespace_snapshot
+
+    before = default_namespace_snapshot()
+    built = Lab(subnet=LAB_SUBNET)
+    try:
+        built.build()
+        # the controller's private home gets matplotlib's font list (the report's), or it would build one
+        shutil.copytree(matplotlib.get_cachedir(), built.home / ".cache" / "matplotlib", dirs_exist_ok=True)
+        yield built
+    finally:
+        built.teardown()
+    assert leftovers() == [], "namespaces or processes of the lab left behind"
+    assert default_namespace_snapshot() == before, "the default namespace changed"
+
+
+def host_is_clean(host) -> bool:
+    """No process but sshd, no record, namespace, link, address or qdisc of a run left on the host,
+    its sysctls as they were."""
+    qdiscs = sh("ip", "netns", "exec", host.namespace, "tc", "qdisc", "show", "dev", "eth0").stdout
+    links = [line.split(": ")[1] for line in host.links().splitlines()]
+    return (host.processes() == {} and host.listdir("/run/vpnlab") == [] and host.listdir("/run/netns") == []
+            and not [name for name in links if name.startswith("vl")] and host.addresses() == [f"{host.address}/24"]
+            and "tbf" not in qdiscs and host.sysctl("net.ipv4.ip_forward") == "0")
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.05)
+    return predicate()
+
+
+def read_store(out):
+    db = sqlite3.connect(out / "results.sqlite")
+    db.row_factory = sqlite3.Row
+    try:
+        runs = [dict(r) for r in db.execute("SELECT * FROM runs")]
+        scenarios = {r["vpn_label"]: dict(r) for r in db.execute("SELECT * FROM scenarios")}
+        samples = {(r["vpn_label"], r["repetition"], r["metric"]): r["value"] for r in db.execute(
+            "SELECT sc.vpn_label, s.repetition, s.metric, s.value FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id")}
+        return runs, scenarios, samples
+    finally:
+        db.close()
+
+
+def sessions(host) -> int:
+    return host.log.read_text().count(f"Accepted publickey for root from {LAB_SUBNET}.1 port")
+
+
+@pytest.mark.integration
+def test_prepare_installs_what_the_study_runs(lab, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(RA_STUDY)
+    result = lab.vpnlab("hosts", "prepare", "--inventory", lab.inventory, "--limit", "lab", "--study", study, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for report in json.loads(result.stdout):
+        assert report["status"] == "ok", report
+        assert {"openvpn", "wireguard-tools", "wireguard-go", "iperf3", "tcpdump"} <= set(report["packages"])
+        assert set(report["packages"].values()) == {"present"} and report["features"]["tun"]
+
+
+@pytest.mark.integration
+def test_a_remote_access_study_runs_on_two_hosts_over_ssh(lab, tmp_path):
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    study, out = tmp_path / "study.yaml", lab.dir / "remote-access"
+    study.write_text(RA_STUDY)
+    before = {h.name: sessions(h) for h in (a, b)}
+    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs, scenarios, samples = read_store(out)
+    assert {s["status"] for s in scenarios.values()} == {"done"}
+    assert all(json.loads(s["hosts"]) == {"client": "gw-a", "gateway": "gw-b"} for s in scenarios.values())
+    machines = json.loads(runs[0]["hosts"])
+    assert machines["gw-a"]["role"] == "client" and machines["gw-b"]["nic"]["driver"] == "veth"
+    assert machines["gw-a"]["cpu_model"] and machines["gw-a"]["tools"]["openvpn"].startswith("OpenVPN 2.")
+    # through the real path between the hosts, and through each tunnel (proof: the probes crossed
+    # it encrypted, of the size the encapsulation model says)
+    assert samples[("none", 1, "throughput_mbps")] > 10
+    assert samples[("wireguard", 1, "overhead_bytes")] == samples[("wireguard", 1, "overhead_model_bytes")] == 72
+    assert samples[("openvpn aes-256-gcm udp", 1, "overhead_bytes")] == 52
+    assert samples[("wireguard", 1, "throughput_mbps")] > 1 and ("wireguard", 1, "cpu_vpn_gateway_pct") in samples
+    assert "every result came from client gw-a, gateway gw-b" in (out / "report.html").read_text()
+    for host in (a, b):
+        assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
+        assert sessions(host) == before[host.name] + 1  # one SSH connection per host for the whole run
+
+
+@pytest.mark.integration
+def test_a_host_that_loses_its_connection_fails_its_scenarios_and_the_rest_complete(lab, tmp_path):
+    from conftest import default_dispositions
+
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    study, out = tmp_path / "study.yaml", lab.dir / "site-to-site"
+    study.write_text(S2S_STUDY)
+    before = sessions(b)
+    run = subprocess.Popen(lab.controller_argv(sys.executable, "-m", "vpnlab", "run", study, "--inventory",
+                                               lab.inventory, "--out", out, "--no-progress"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_dispositions)
+    try:
+        # round 1 (no VPN, WireGuard, OpenVPN) and the first of round 2; then cut gw-b's connection
+        assert wait_until(lambda: sample_count(out) >= 4 or run.poll() is not None, timeout=240), run.communicate()
+        assert run.poll() is None, run.communicate()
+        record = json.loads(next(b.path("/run/vpnlab").iterdir()).joinpath("state.json").read_text())
+        os.kill(b.outer_pid(record["owner"]["pid"]), signal.SIGKILL)
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, stdout + stderr  # some scenarios failed
+    runs, scenarios, samples = read_store(out)
+    assert runs[0]["status"] == "completed-with-failures"
+    assert scenarios["none"]["status"] == "done"
+    for label in ("wireguard", "openvpn aes-256-gcm tcp"):
+        assert scenarios[label]["status"] == "failed"
+        assert f"host gw-b (root@{LAB_SUBNET}.3:22): the SSH connection was lost" in scenarios[label]["failure"]
+    assert samples[("wireguard", 1, "overhead_bytes")] == 72  # site to site, before the cut: through the tunnel
+    assert samples[("openvpn aes-256-gcm tcp", 1, "overhead_bytes")] == 78
+    assert "gw-b" in stderr and "SSH connection was lost" in stderr
+    for host in (a, b):  # gw-b's teardown over a fresh connection
+        assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
+    assert sessions(b) == before + 2
+    cleaning = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
+    assert "gw-a: nothing to clean" in cleaning.stdout and "gw-b: nothing to clean" in cleaning.stdout
