@@ -190,6 +190,10 @@ def test_prepare_installs_what_the_study_runs(lab, tmp_path):
         assert report["status"] == "ok", report
         assert {"openvpn", "wireguard-tools", "wireguard-go", "iperf3", "tcpdump"} <= set(report["packages"])
         assert set(report["packages"].values()) == {"present"} and report["features"]["tun"]
+    doctor = lab.vpnlab("doctor", "--inventory", lab.inventory, "--json")  # as `vpnlab hosts doctor`
+    reports = {r["host"]: r for r in json.loads(doctor.stdout)}
+    assert reports["gw-a"]["reachable"] and reports["gw-a"]["tools"]["openvpn"].startswith("OpenVPN 2.")
+    assert not reports["gw-down"]["reachable"] and doctor.returncode == 1
 
 
 @pytest.mark.integration
@@ -213,6 +217,8 @@ def test_a_remote_access_study_runs_on_two_hosts_over_ssh(lab, tmp_path):
     assert samples[("openvpn aes-256-gcm udp", 1, "overhead_bytes")] == 52
     assert samples[("wireguard", 1, "throughput_mbps")] > 1 and ("wireguard", 1, "cpu_vpn_gateway_pct") in samples
     assert "every result came from client gw-a, gateway gw-b" in (out / "report.html").read_text()
+    shown = lab.vpnlab("show", out).stdout
+    assert f"measured on: gw-a (client) at {LAB_SUBNET}.2: " in shown and "NIC eth0 (veth, " in shown
     for host in (a, b):
         assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
         assert sessions(host) == before[host.name] + 1  # one SSH connection per host for the whole run

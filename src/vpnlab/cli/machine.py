@@ -18,12 +18,18 @@ def doctor(
     study: Optional[str] = typer.Argument(None, help="also say where each scenario of this study would run"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     backend: str = typer.Option("auto", "--backend", help="as for `vpnlab run`"),
+    inventory: Optional[str] = typer.Option(None, "--inventory", "-i", help="instead, each host of this Ansible "
+                                            "inventory, over SSH (as `vpnlab hosts doctor`)"),
 ):
     """What this kernel and machine offer, which VPN implementations can run here, whether a VM
     can run the rest, and (given a study) where each of its scenarios would run."""
     from .. import vm
     from ..capabilities import detect, tool_versions
 
+    if inventory is not None:
+        from ..hosts.cli import doctor as hosts_doctor
+
+        return hosts_doctor(inventory=inventory, limit=None, as_json=as_json)
     need_root("vpnlab doctor")
     caps = detect()
     versions = tool_versions()

@@ -32,6 +32,11 @@ def _show(directory: Path) -> None:
     last = runs[-1]
     out.print(f"[bold]{last['study_name']}[/] - kernel {last['kernel']}, vpnlab {last['vpnlab_version']}, "
               f"status {last['status']}")
+    from ..machines import machine_lines
+
+    machines = machine_lines(runs, scenarios)
+    if machines:
+        out.print("measured on: " + "\n  ".join(machines), highlight=False)
     from ..labels import for_scenarios
 
     labels = for_scenarios(scenarios)  # as the report names them
