@@ -10,6 +10,9 @@
   drivers    every driver and cipher on an unshaped link: TCP throughput as a ratio to the
              no-VPN baseline of the same sitting, set-up time, measured overhead. Unshaped, every
              figure is bound by this machine's CPU, not by a link.
+  cpu        each tunnel end's CPU from its cgroup against the clock ticks of the same daemons in the
+             same window (WireGuard-go and OpenVPN, TCP and ping), and TCP throughput and CPU with
+             each tunnel end pinned to a core of its own against not pinned, in alternating sittings
   vm         the VM backend: boot-to-poweroff time of an empty guest, the time a scenario costs
              in the VM against the same scenario here, and TCP through each driver in the guest
              (kernel and userspace data planes, both IPsec stacks, PPTP, L2TP) as a ratio to no VPN
@@ -276,8 +279,70 @@ workloads: [{{kind: tcp, duration_s: {3 if quick else 5}, omit_s: 1}}]
             "drivers": sorted(drivers, key=lambda r: -(r["throughput_mbps"] or 0))}
 
 
+CPU_STUDY = """
+name: bench-cpu
+repetitions: 1
+vpns: [{driver: wireguard, options: {implementation: wireguard-go}}, {driver: openvpn}]
+links: [{rate_mbit: 100}]
+workloads: [{kind: tcp, duration_s: %d, omit_s: 1}, {kind: ping, count: 20, interval_s: 0.05}]
+"""
+
+
+def bench_cpu(quick: bool) -> dict:
+    """Each tunnel end's CPU by its cgroup against the clock ticks of the same daemons in the same
+    window, and what pinning each end to a core of its own changes: sittings pinned and not pinned
+    (placement.assign refusing every core) alternate, one repetition of each scenario per sitting."""
+    import json
+
+    from vpnlab import placement
+
+    caps, sittings = detect(), 2 if quick else 5
+    records, values = [], []
+    original = placement.assign
+    for sitting in range(sittings):
+        for mode in (("pinned", "shared") if sitting % 2 == 0 else ("shared", "pinned")):
+            placement.assign = original if mode == "pinned" else (lambda ends, available: None)
+            try:
+                plan = make_plan(parse_study(CPU_STUDY % (3 if quick else 5)))
+                plan.drop(check_plan(plan, caps))
+                with tempfile.TemporaryDirectory() as tmp:
+                    Runner(plan, Path(tmp), caps, console=console, progress=False).run()
+                    store = Store.open_dir(Path(tmp))
+                    labels = {sc.id: (sc.vpn_label, sc.workload) for sc in store.scenarios()}
+                    for row in store.raw_outputs("cpu"):
+                        records.append((mode, *labels[row["scenario_id"]], json.loads(row["output"])))
+                    for row in store.samples():
+                        values.append((mode, *labels[row.scenario_id], row.metric, row.value))
+                    store.close()
+            finally:
+                placement.assign = original
+    agreement = []
+    for vpn, kind in sorted({(v, k) for _, v, k, _ in records}):
+        for side in ("client", "gateway"):
+            pairs = [(r["cgroup_s"][side], r["ticks_s"][side]) for _, v, k, r in records
+                     if (v, k) == (vpn, kind) and "cgroup_s" in r]
+            if pairs:
+                diffs = [abs(t - c) / c for c, t in pairs if c > 0]
+                agreement.append({"vpn": vpn, "workload": kind, "side": side, "n": len(pairs),
+                                  "cgroup_s": statistics.mean(c for c, _ in pairs),
+                                  "ticks_s": statistics.mean(t for _, t in pairs),
+                                  "median_rel_diff": statistics.median(diffs) if diffs else None,
+                                  "max_rel_diff": max(diffs) if diffs else None})
+    pinning = []
+    for vpn in sorted({v for _, v, _, _, _ in values}):
+        row = {"vpn": vpn}
+        for mode in ("pinned", "shared"):
+            for metric in ("throughput_mbps", "cpu_vpn_client_pct", "cpu_vpn_gateway_pct", "cpu_busiest_core_pct"):
+                got = [x for m, v, k, name, x in values if (m, v, k, name) == (mode, vpn, "tcp", metric)]
+                row[f"{metric}_{mode}"] = statistics.mean(got) if got else None
+        pinning.append(row)
+    return {"method": placement.this_machine().method, "cores": placement.cores(), "sittings": sittings,
+            "placement": sorted({r["placement"] for m, _, _, r in records if m == "pinned"}),
+            "agreement": agreement, "pinning": pinning}
+
+
 BENCHES = {"shaping": bench_shaping, "lifecycle": bench_lifecycle, "fidelity": bench_fidelity,
-           "drivers": bench_drivers, "vm": bench_vm}
+           "drivers": bench_drivers, "vm": bench_vm, "cpu": bench_cpu}
 
 
 def main() -> None:
@@ -333,6 +398,26 @@ def report(name: str, result) -> None:
         for r in result["drivers"]:
             table.add_row(r["vpn"], r["implementation"], r["status"], fmt(r["throughput_mbps"], ".1f"),
                           fmt(r["ratio_to_baseline"], ".3f"), fmt(r["setup_s"], ".2f"), fmt(r["overhead_bytes"], ".0f"))
+        console.print(table)
+    elif name == "cpu":
+        console.print(f"CPU of each tunnel end by {result['method']} against clock ticks, {result['sittings']} sittings "
+                      f"each way; cores {result['cores']}; pinned: {'; '.join(result['placement'])}")
+        table = Table(title="the same daemons, the same window: cgroup against ticks (both sittings)")
+        for col in ("vpn", "workload", "side", "n", "cgroup s", "ticks s", "median |diff|", "max |diff|"):
+            table.add_column(col, justify="left" if col in ("vpn", "workload", "side") else "right")
+        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        for r in result["agreement"]:
+            table.add_row(r["vpn"], r["workload"], r["side"], str(r["n"]), f"{r['cgroup_s']:.3f}", f"{r['ticks_s']:.3f}",
+                          pct(r["median_rel_diff"]), pct(r["max_rel_diff"]))
+        console.print(table)
+        table = Table(title="TCP on 100 Mbit/s, each tunnel end pinned to a core of its own against not pinned")
+        for col in ("vpn", "Mbit/s pinned", "Mbit/s shared", "client % pinned", "client % shared",
+                    "gateway % pinned", "gateway % shared", "busiest core % pinned", "busiest core % shared"):
+            table.add_column(col, justify="left" if col == "vpn" else "right")
+        fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        for r in result["pinning"]:
+            table.add_row(r["vpn"], *(fmt(r[f"{m}_{mode}"]) for m in ("throughput_mbps", "cpu_vpn_client_pct",
+                          "cpu_vpn_gateway_pct", "cpu_busiest_core_pct") for mode in ("pinned", "shared")))
         console.print(table)
     elif name == "fidelity":
         for link, r in result.items():

@@ -83,6 +83,33 @@ def test_each_tunnel_end_is_counted_in_its_own_cgroup_on_its_own_core(tmp_path, 
         assert two["placement"] in notes[nested.id]
 
 
+def test_cgroup_v2_accounting_on_this_kernel(tmp_path, no_leftovers, monkeypatch):
+    """Users' machines have pure cgroup v2. Where this one chose v1 (its controllers are bound there),
+    the v2 hierarchy beside it still keeps cpu.stat's usage_usec: the v2 path, run for real there."""
+    from vpnlab import placement
+
+    if this_machine().method == "cgroup2":
+        pytest.skip("the first test ran cgroup v2 already")
+    membership = Path("/proc/self/cgroup").read_text()
+    parents = [placement._inside(point, root, placement._own(membership, lambda hid, names: hid == "0"))
+               for fstype, point, root, _ in placement._mounts(Path("/proc/self/mountinfo").read_text())
+               if fstype == "cgroup2"]
+    if not any(parents):
+        pytest.skip("no cgroup v2 hierarchy mounted here")
+    monkeypatch.setattr(placement, "this_machine", lambda: placement.Accounting("cgroup2", next(filter(None, parents))))
+    plan = make_plan(parse_study(f"name: v2\nvpns: [{WG}]\nworkloads: [{{kind: tcp, duration_s: 2, omit_s: 0}}]\n"))
+    assert check_plan(plan, detect()) == {}
+    Runner(plan, tmp_path, detect(), progress=False).run()
+    store = Store.open_dir(tmp_path)
+    record = json.loads(store.raw_output(plan.scenarios[0].id, 1, "cpu"))
+    store.close()
+    assert record["method"] == "cgroup2"
+    for side in ("client", "gateway"):
+        cgroup_s, ticks_s = record["cgroup_s"][side], record["ticks_s"][side]
+        assert cgroup_s > 0.05 and abs(cgroup_s - ticks_s) <= 0.2 * cgroup_s + 0.05, record
+    assert not any(Path(end["cgroup"]).exists() for end in record["ends"])
+
+
 def test_no_cgroup_is_left_after_an_error(tmp_path, state, monkeypatch):
     """A repetition that fails once its daemons run (in their cgroups) takes the cgroups away."""
     if this_machine().parent is None:

@@ -212,5 +212,6 @@ def test_the_methods_paragraph_says_how_cpu_was_counted_and_where_the_ends_ran(t
     store.close()
     text = methods.cpu_text(tmp_path)
     assert "cgroup v1 cpuacct.usage" in text and "(nanoseconds), in 1 repetitions" in text
-    assert "clock ticks" in text and "not pinned: 2 cores for 4 tunnel ends, in 1" in text
+    assert "clock ticks" in text and "not pinned: 2 cores for 4 tunnel ends, in 1 repetitions" in text
+    assert "on this host, each end on a core of its own, in 1 repetitions" in text
     assert text in methods.paragraph("", [], cpu=text)

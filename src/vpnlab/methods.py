@@ -80,12 +80,12 @@ def cpu_text(directory) -> str:
             where = "in the VM" if measured_in == "vm" else "on this host"
             method = record["method"] if record["method"] == "ticks" or "cgroup_s" in record else "ticks"
             methods[where, method] += 1
-            places[where, "pinned to a core of its own each" if record["pinned"] else record["placement"]] += 1
+            places[where, "each end on a core of its own" if record["pinned"] else record["placement"]] += 1
     if not methods:
         return ("CPU of each tunnel end: clock ticks of the processes in its namespace, from /proc (this store "
                 "recorded no method). ") if tunnels else ""
     counted = "; ".join(f"{where}, {METHODS[method]}, in {n} repetitions" for (where, method), n in sorted(methods.items()))
-    placed = "; ".join(f"{where}, {how}, in {n}" for (where, how), n in sorted(places.items()))
+    placed = "; ".join(f"{where}, {how}, in {n} repetitions" for (where, how), n in sorted(places.items()))
     return (f"CPU of each tunnel end (cpu_vpn_client_pct, cpu_vpn_gateway_pct): {counted}; the other CPU figures "
             f"from /proc clock ticks. Placement of the tunnel ends' daemons: {placed} (pinned by "
             "sched_setaffinity when the machine has a core per tunnel end; traffic tools and vpnlab not pinned). ")
