@@ -215,3 +215,12 @@ def test_the_methods_paragraph_says_how_cpu_was_counted_and_where_the_ends_ran(t
     assert "clock ticks" in text and "not pinned: 2 cores for 4 tunnel ends, in 1 repetitions" in text
     assert "on this host, each end on a core of its own, in 1 repetitions" in text
     assert text in methods.paragraph("", [], cpu=text)
+
+
+def test_doctor_says_how_tunnel_ends_are_counted_and_which_get_cores():
+    from vpnlab.cli.machine import _tunnel_ends
+    from vpnlab.placement import cores, this_machine
+
+    ends = _tunnel_ends()
+    assert ends["cpu_accounting"] == this_machine().method and ends["cores"] == cores()
+    assert ends["pinned"]["2 ends"] == assign(2, cores()) and ends["pinned"]["4 ends"] == assign(4, cores())

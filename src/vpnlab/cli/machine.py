@@ -39,6 +39,7 @@ def doctor(
         "tools": {t: {"path": path, "version": versions.get(t)} for t, path in caps.tools.items()},
         "drivers": _driver_usability(caps),
         "vm": vm.describe(),
+        "tunnel_ends": _tunnel_ends(),
         "placement": _placement(study, backend, caps) if study is not None else [],
     }
     if as_json:
@@ -55,6 +56,15 @@ def _driver_usability(caps) -> dict:
         drivers[name] = [{"implementation": impl.name, "usable": not impl.missing(caps), "missing": impl.missing(caps)}
                          for impl in driver.implementations(driver.Options())]
     return drivers
+
+
+def _tunnel_ends() -> dict:
+    """How each tunnel end's CPU is counted here, and which tunnels get a core per end."""
+    from ..placement import assign, cores, this_machine
+
+    accounting, available = this_machine(), cores()
+    return {"cpu_accounting": accounting.method, "how": accounting.text, "why_not_cgroups": accounting.why_not,
+            "cores": available, "pinned": {f"{ends} ends": assign(ends, available) for ends in (2, 4)}}
 
 
 def _placement(study: str, backend: str, caps) -> list[dict]:
@@ -89,6 +99,12 @@ def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
                   f"kernel {info['kernel']}); with --backend auto it runs what this kernel cannot")
     else:
         out.print(f"VM backend: [red]unavailable[/]: {info['problem']}")
+    ends = report["tunnel_ends"]
+    out.print(f"CPU of each tunnel end: {ends['how']}" + (f" ({ends['why_not_cgroups']})" if ends["why_not_cgroups"] else "")
+              + f"; {len(ends['cores'])} cores: " + ", ".join(
+                  f"{'one tunnel' if n == '2 ends' else 'nested tunnels'} ({n}) " + (f"pinned to cores {cores}" if cores
+                                                                                     else "not pinned")
+                  for n, cores in ends["pinned"].items()), highlight=False)
     if report["placement"]:
         print_table(f"where the scenarios of {study} run (--backend {backend})", ("#", "scenario", "runs", "why"),
                [(str(r["index"]), r["scenario"], r["runs"], r["why"]) for r in report["placement"]])
