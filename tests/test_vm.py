@@ -3,6 +3,7 @@
 The integration test boots the real VM (software emulation on the development machines) once
 and runs real daemons in it; the unit tests check the pieces that need no VM."""
 
+import json
 import sqlite3
 import subprocess
 
@@ -257,4 +258,6 @@ workloads: [{kind: ping, count: 20, interval_s: 0.05}]
     assert rows[twin.id].vpn_label == "none (in the VM)"
     rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
     assert rtt[vpn.id].relative == pytest.approx(rtt[vpn.id].geometric_mean / rtt[twin.id].geometric_mean)
+    cpu = json.loads(store.raw_output(vpn.id, 1, "cpu"))  # the guest's own cgroup v2 and its two CPUs
+    assert cpu["method"] == "cgroup2" and cpu["pinned"], cpu  # (kernel WireGuard there: no daemon to see)
     store.close()
