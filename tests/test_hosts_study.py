@@ -14,7 +14,6 @@ import matplotlib
 import pytest
 from typer.testing import CliRunner
 
-from conftest import sample_count
 from hosts_harness import Lab, leftovers, sh
 from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
@@ -35,7 +34,7 @@ workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]
 S2S_STUDY = """\
 name: hosts-site-to-site
 topology: site-to-site
-hosts: {left: gw-a, right: gw-b}
+hosts: [{left: gw-a, right: gw-b}, {left: gw-c, right: gw-d}]
 repetitions: 2
 order: listed
 vpns: [{driver: none}, {driver: wireguard}, {driver: openvpn, options: {transport: tcp}}]
@@ -43,6 +42,7 @@ links: [{rate_mbit: 500, shape: true}]
 workloads: [{kind: ping, count: 5, interval_s: 0.05}]
 """
 
+S2S_HOSTS = "hosts: [{left: gw-a, right: gw-b}, {left: gw-c, right: gw-d}]\n"
 LAB_SUBNET = "198.19.255"  # the hosts' own network: outside the testbed's 198.18.0.0/16 and 198.19.0-2.0/24
 
 
@@ -56,19 +56,30 @@ def problems(text: str) -> str:
 
 def test_hosts_name_the_two_ends_of_the_wan():
     study = parse_study(RA_STUDY)
-    assert study.hosts == {"client": "gw-a", "gateway": "gw-b"}
-    assert parse_study(S2S_STUDY).hosts == {"left": "gw-a", "right": "gw-b"}
+    assert study.hosts == [{"client": "gw-a", "gateway": "gw-b"}]
+    assert parse_study(S2S_STUDY).hosts == [{"left": "gw-a", "right": "gw-b"}, {"left": "gw-c", "right": "gw-d"}]
     text = problems(RA_STUDY.replace("{client: gw-a, gateway: gw-b}", "{client: gw-a, gw: gw-b}"))
     assert "hosts.gw: not a role of a remote-access study; map client and gateway" in text
     assert "hosts: a remote-access study on real hosts maps both client and gateway; gateway missing" in text
-    text = problems(S2S_STUDY.replace("right: gw-b", "right: gw-a"))
-    assert "hosts.right: 'gw-a' is left too" in text
+    text = problems(S2S_STUDY.replace("right: gw-b", "right: gw-a").replace("gw-c, right: gw-d", "gw-a, right: gw-a"))
+    assert "hosts[0].right: 'gw-a' is left too" in text
+    assert "hosts[1]: the same pair as hosts[0]" in problems(S2S_STUDY.replace("gw-c, right: gw-d", "gw-a, right: gw-b"))
+    assert "hosts: an empty list" in problems(S2S_STUDY.replace("[{left: gw-a, right: gw-b}, {left: gw-c, right: gw-d}]", "[]"))
+
+
+def test_each_pair_of_hosts_runs_the_whole_plan_on_a_link_of_its_own():
+    plan = make_plan(parse_study(S2S_STUDY))
+    assert len(plan.scenarios) == 6 and len({s.id for s in plan.scenarios}) == 6
+    assert [(s.hosts["left"], s.link.label) for s in plan.scenarios[::3]] == [("gw-a", "500mbit (gw-a, gw-b)"),
+                                                                             ("gw-c", "500mbit (gw-c, gw-d)")]
+    one = make_plan(parse_study(RA_STUDY))
+    assert one.scenarios[0].link.label == "unshaped" and one.scenarios[0].hosts == {"client": "gw-a", "gateway": "gw-b"}
 
 
 def test_shaping_real_hosts_is_opt_in_and_named_by_field():
     text = problems(S2S_STUDY.replace("{rate_mbit: 500, shape: true}", "{delay_ms: 20}"))
     assert "links[0].delay_ms: on real hosts shaping is opt-in: add `shape: true`" in text
-    parse_study(S2S_STUDY.replace("hosts: {left: gw-a, right: gw-b}\n", "").replace(", shape: true", ""))  # here: as always
+    parse_study(S2S_STUDY.replace(S2S_HOSTS, "").replace(", shape: true", ""))  # here: as always
 
 
 def test_what_does_not_run_on_hosts_yet_is_refused_by_field():
@@ -81,9 +92,9 @@ def test_what_does_not_run_on_hosts_yet_is_refused_by_field():
 
 
 def test_shape_leaves_the_ids_of_existing_scenarios_alone():
-    plain = make_plan(parse_study(S2S_STUDY.replace(", shape: true", "").replace("hosts: {left: gw-a, right: gw-b}\n", "")))
+    plain = make_plan(parse_study(S2S_STUDY.replace(", shape: true", "").replace(S2S_HOSTS, "")))
     assert "shape" not in plain.scenarios[0].key["link"]
-    shaped = make_plan(parse_study(S2S_STUDY))
+    shaped = make_plan(parse_study(S2S_STUDY.replace(", {left: gw-c, right: gw-d}", "")))
     assert shaped.scenarios[0].key["link"]["shape"] is True
 
 
@@ -129,12 +140,12 @@ def test_a_testbed_removes_what_the_record_gained_since_it_began():
 
 @pytest.fixture(scope="module")
 def lab():
-    """Two SSH "hosts" and a controller in namespaces of their own (hosts_harness.Lab), on a network
+    """Four SSH "hosts" and a controller in namespaces of their own (hosts_harness.Lab), on a network
     of their own that the testbed's addresses do not overlap; all of it removed afterwards."""
     from conftest import default_namespace_snapshot
 
     before = default_namespace_snapshot()
-    built = Lab(subnet=LAB_SUBNET)
+    built = Lab(names=("gw-a", "gw-b", "gw-c", "gw-d"), subnet=LAB_SUBNET)
     try:
         built.build()
         # the controller's private home gets matplotlib's font list (the report's), or it would build one
@@ -168,9 +179,10 @@ def read_store(out):
     db.row_factory = sqlite3.Row
     try:
         runs = [dict(r) for r in db.execute("SELECT * FROM runs")]
-        scenarios = {r["vpn_label"]: dict(r) for r in db.execute("SELECT * FROM scenarios")}
-        samples = {(r["vpn_label"], r["repetition"], r["metric"]): r["value"] for r in db.execute(
-            "SELECT sc.vpn_label, s.repetition, s.metric, s.value FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id")}
+        scenarios = {(r["vpn_label"], r["link_label"]): dict(r) for r in db.execute("SELECT * FROM scenarios")}
+        samples = {(r["vpn_label"], r["link_label"], r["repetition"], r["metric"]): r["value"] for r in db.execute(
+            "SELECT sc.vpn_label, sc.link_label, s.repetition, s.metric, s.value FROM samples s"
+            " JOIN scenarios sc ON sc.id = s.scenario_id")}
         return runs, scenarios, samples
     finally:
         db.close()
@@ -184,7 +196,8 @@ def sessions(host) -> int:
 def test_prepare_installs_what_the_study_runs(lab, tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text(RA_STUDY)
-    result = lab.vpnlab("hosts", "prepare", "--inventory", lab.inventory, "--limit", "lab", "--study", study, "--json")
+    result = lab.vpnlab("hosts", "prepare", "--inventory", lab.inventory, "--limit", "gw-a,gw-b", "--study", study,
+                        "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     for report in json.loads(result.stdout):
         assert report["status"] == "ok", report
@@ -212,10 +225,11 @@ def test_a_remote_access_study_runs_on_two_hosts_over_ssh(lab, tmp_path):
     assert machines["gw-a"]["cpu_model"] and machines["gw-a"]["tools"]["openvpn"].startswith("OpenVPN 2.")
     # through the real path between the hosts, and through each tunnel (proof: the probes crossed
     # it encrypted, of the size the encapsulation model says)
-    assert samples[("none", 1, "throughput_mbps")] > 10
-    assert samples[("wireguard", 1, "overhead_bytes")] == samples[("wireguard", 1, "overhead_model_bytes")] == 72
-    assert samples[("openvpn aes-256-gcm udp", 1, "overhead_bytes")] == 52
-    assert samples[("wireguard", 1, "throughput_mbps")] > 1 and ("wireguard", 1, "cpu_vpn_gateway_pct") in samples
+    link = "unshaped"
+    assert samples[("none", link, 1, "throughput_mbps")] > 10
+    assert samples[("wireguard", link, 1, "overhead_bytes")] == samples[("wireguard", link, 1, "overhead_model_bytes")] == 72
+    assert samples[("openvpn aes-256-gcm udp", link, 1, "overhead_bytes")] == 52
+    assert samples[("wireguard", link, 1, "throughput_mbps")] > 1 and ("wireguard", link, 1, "cpu_vpn_gateway_pct") in samples
     assert "every result came from client gw-a, gateway gw-b" in (out / "report.html").read_text()
     shown = lab.vpnlab("show", out).stdout
     assert f"measured on: gw-a (client) at {LAB_SUBNET}.2: " in shown and "NIC eth0 (veth, " in shown
@@ -224,23 +238,37 @@ def test_a_remote_access_study_runs_on_two_hosts_over_ssh(lab, tmp_path):
         assert sessions(host) == before[host.name] + 1  # one SSH connection per host for the whole run
 
 
+def pair_repetitions(out, host: str) -> list[str]:
+    """When each stored repetition of the scenarios on `host` completed."""
+    if not (out / "results.sqlite").exists():
+        return []
+    db = sqlite3.connect(out / "results.sqlite")
+    try:
+        return [r[0] for r in db.execute("SELECT r.completed_at FROM repetitions r JOIN scenarios sc ON"
+                                         " sc.id = r.scenario_id WHERE sc.hosts LIKE ?", (f'%"{host}"%',))]
+    except sqlite3.OperationalError:  # its tables are not there yet
+        return []
+    finally:
+        db.close()
+
+
 @pytest.mark.integration
-def test_a_host_that_loses_its_connection_fails_its_scenarios_and_the_rest_complete(lab, tmp_path):
+def test_two_pairs_run_in_parallel_and_a_lost_host_fails_only_its_scenarios(lab, tmp_path):
     from conftest import default_dispositions
 
-    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
     study, out = tmp_path / "study.yaml", lab.dir / "site-to-site"
     study.write_text(S2S_STUDY)
-    before = sessions(b)
+    d = lab.hosts["gw-d"]
+    before = sessions(d)
     run = subprocess.Popen(lab.controller_argv(sys.executable, "-m", "vpnlab", "run", study, "--inventory",
                                                lab.inventory, "--out", out, "--no-progress"),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_dispositions)
     try:
-        # round 1 (no VPN, WireGuard, OpenVPN) and the first of round 2; then cut gw-b's connection
-        assert wait_until(lambda: sample_count(out) >= 4 or run.poll() is not None, timeout=240), run.communicate()
+        # on gw-c/gw-d: round 1 (no VPN, WireGuard, OpenVPN) and the first of round 2; then cut gw-d's connection
+        assert wait_until(lambda: len(pair_repetitions(out, "gw-d")) >= 4 or run.poll() is not None, timeout=240)
         assert run.poll() is None, run.communicate()
-        record = json.loads(next(b.path("/run/vpnlab").iterdir()).joinpath("state.json").read_text())
-        os.kill(b.outer_pid(record["owner"]["pid"]), signal.SIGKILL)
+        record = json.loads(next(d.path("/run/vpnlab").glob("*/state.json")).read_text())
+        os.kill(d.outer_pid(record["owner"]["pid"]), signal.SIGKILL)
         stdout, stderr = run.communicate(timeout=120)
     finally:
         if run.poll() is None:
@@ -248,15 +276,22 @@ def test_a_host_that_loses_its_connection_fails_its_scenarios_and_the_rest_compl
     assert run.returncode == 1, stdout + stderr  # some scenarios failed
     runs, scenarios, samples = read_store(out)
     assert runs[0]["status"] == "completed-with-failures"
-    assert scenarios["none"]["status"] == "done"
-    for label in ("wireguard", "openvpn aes-256-gcm tcp"):
-        assert scenarios[label]["status"] == "failed"
-        assert f"host gw-b (root@{LAB_SUBNET}.3:22): the SSH connection was lost" in scenarios[label]["failure"]
-    assert samples[("wireguard", 1, "overhead_bytes")] == 72  # site to site, before the cut: through the tunnel
-    assert samples[("openvpn aes-256-gcm tcp", 1, "overhead_bytes")] == 78
-    assert "gw-b" in stderr and "SSH connection was lost" in stderr
-    for host in (a, b):  # gw-b's teardown over a fresh connection
+    ab, cd = "500mbit (gw-a, gw-b)", "500mbit (gw-c, gw-d)"
+    for vpn, overhead in (("none", None), ("wireguard", 72), ("openvpn aes-256-gcm tcp", 78)):
+        assert scenarios[(vpn, ab)]["status"] == "done"  # the other pair went on to the end
+        assert json.loads(scenarios[(vpn, cd)]["hosts"]) == {"left": "gw-c", "right": "gw-d"}
+        if overhead:  # site to site through each tunnel, on both pairs (gw-c/gw-d before the cut)
+            assert samples[(vpn, ab, 1, "overhead_bytes")] == samples[(vpn, cd, 1, "overhead_bytes")] == overhead
+            assert scenarios[(vpn, cd)]["status"] == "failed"
+            assert f"host gw-d (root@{LAB_SUBNET}.5:22): the SSH connection was lost" in scenarios[(vpn, cd)]["failure"]
+    assert scenarios[("none", cd)]["status"] == "done"  # measured to its rule before the cut
+    ab_times, cd_times = pair_repetitions(out, "gw-a"), pair_repetitions(out, "gw-c")
+    assert min(cd_times) < max(ab_times) and min(ab_times) < max(cd_times)  # at the same time
+    assert "gw-d" in stderr and "SSH connection was lost" in stderr
+    report = (out / "report.html").read_text()
+    assert "from left gw-a, right gw-b: none | 500mbit (gw-a, gw-b) | ping-56B" in report
+    for host in lab.hosts.values():  # gw-d's teardown over a fresh connection
         assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
-    assert sessions(b) == before + 2
+    assert sessions(d) == before + 2
     cleaning = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
-    assert "gw-a: nothing to clean" in cleaning.stdout and "gw-b: nothing to clean" in cleaning.stdout
+    assert all(f"{name}: nothing to clean" in cleaning.stdout for name in lab.hosts), cleaning.stdout

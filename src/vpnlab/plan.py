@@ -43,6 +43,7 @@ class Scenario:
     implementations: list[str] = field(default_factory=list)
     vm_twin: bool = False  # a no-VPN baseline measured again in the VM, for the VPNs measured there
     run_link: Link | None = None  # the link as run, when it differs from the study's (emulation)
+    hosts: dict | None = None     # on real hosts: the pair it runs on, role -> inventory host
 
     @property
     def link_as_run(self) -> Link:
@@ -134,12 +135,18 @@ class Plan:
 
 
 def make_plan(study: Study) -> Plan:
-    """The cartesian product vpns x links x workloads, as listed (the runner orders each round)."""
+    """The cartesian product vpns x links x workloads, as listed (the runner orders each round); on
+    several pairs of real hosts, all of it on each pair, whose path is a link of its own (its label
+    names the pair, so each VPN is judged against no VPN on the same hosts)."""
     scenarios = []
-    for vpn in study.vpns:
-        for link in study.links:
-            for workload in study.workloads:
-                scenarios.append(Scenario(0, study.topology, vpn, link, workload, study.repetitions))
+    pairs = study.hosts or [None]
+    for pair in pairs:
+        for vpn in study.vpns:
+            for link in study.links:
+                if len(pairs) > 1:
+                    link = link.model_copy(update={"name": f"{link.label} ({', '.join(pair.values())})"})
+                for workload in study.workloads:
+                    scenarios.append(Scenario(0, study.topology, vpn, link, workload, study.repetitions, hosts=pair))
     for i, scenario in enumerate(scenarios):
         scenario.index = i
     return Plan(study, scenarios)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,8 @@ class Runner:
     def __init__(self, plan: Plan, out_dir: Path, caps: Capabilities, console: Console | None = None,
                  progress: bool = True, in_vm: set[str] = frozenset(), hosts=None):
         self.plan = plan
-        self.hosts = hosts  # hosts.testbed.HostPair: the study runs on real hosts (probed, connected)
+        self.hosts = hosts  # hosts.testbed.HostSet: the study runs on real hosts (probed, connected)
+        self._stopping = threading.Event()  # pairs of hosts in threads of their own: stop after this repetition
         self.out_dir = Path(out_dir).resolve()
         self.in_vm = in_vm  # ids of the scenarios that run in the VM
         self.caps = caps
@@ -113,7 +115,7 @@ class Runner:
                 self.hosts.begin(state.run_id)  # the run's record on each host, before anything there
             for scenario in self.plan.scenarios:
                 if self.hosts:
-                    store.add_scenario(scenario, "host", self.hosts.roles)
+                    store.add_scenario(scenario, "host", scenario.hosts)
                     continue
                 store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
                 note = scenario.scale_for_emulation() if EMULATED else None
@@ -124,7 +126,10 @@ class Runner:
             in_vm = [s for s in todo if s.id in self.in_vm]
             total = sum(s.estimate_s() for s in here) + sum(s.estimate_s(in_vm=True) for s in in_vm)
             with Progressor(self.console, total, self.show_progress) as progress:
-                self._rounds(store, state, run_id, here, progress)
+                if self.hosts and len(self.hosts.pairs) > 1:
+                    self._pairs_in_parallel(store, state, run_id, here, progress)
+                else:
+                    self._rounds(store, state, run_id, here, progress)
                 if in_vm:
                     self._run_in_vm(store, state, run_id, in_vm, progress)
             status = "completed" if not self.failures else "completed-with-failures"
@@ -180,8 +185,52 @@ class Runner:
         if store.status(scenario.id) == "failed":
             return False
         done = len(store.done_repetitions(scenario.id))
-        peers = [s for s in self.plan.scenarios if (s.id in self.in_vm) == (scenario.id in self.in_vm)]
+        peers = [s for s in self.plan.scenarios if (s.id in self.in_vm) == (scenario.id in self.in_vm)
+                 and s.hosts == scenario.hosts]  # on real hosts: the same pair
         return done < rounds_wanted(store, scenario, peers)
+
+    def _pairs_in_parallel(self, main_store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
+                           progress: Progressor) -> None:
+        """Each pair of hosts in a thread of its own, with its own connection to the store; a pair
+        waits for the hosts it shares with another (their locks taken in name order: no deadlock).
+        Interrupted, the connections are closed so that every pair stops at once; `run` then tears
+        the hosts down over fresh ones."""
+        locks = {name: threading.Lock() for name in self.hosts.ssh}
+        errors: list[BaseException] = []
+
+        def work(pair, members):
+            names = sorted(set(pair.roles.values()))
+            for name in names:
+                locks[name].acquire()
+            try:
+                store = main_store.another()
+                try:
+                    self._rounds(store, state, run_id, members, progress)
+                finally:
+                    store.close()
+            except BaseException as exc:  # raised again by the main thread
+                errors.append(exc)
+            finally:
+                for name in names:
+                    locks[name].release()
+
+        threads = [threading.Thread(target=work, args=(pair, [s for s in scenarios if s.hosts == pair.roles]),
+                                    name=f"vpnlab-pair-{n}", daemon=True) for n, pair in enumerate(self.hosts.pairs)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+        except BaseException:
+            self._stopping.set()
+            for ssh in self.hosts.ssh.values():
+                ssh.disconnect()
+            for thread in threads:
+                thread.join(30)
+            raise
+        if errors:
+            raise errors[0]
 
     def _rounds(self, store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
                 progress: Progressor) -> None:
@@ -189,6 +238,8 @@ class Runner:
         while pending := [s for s in scenarios if self._needs_more(store, s)]:
             round_no += 1
             for position, scenario in enumerate(round_order(self.plan.study, pending, round_no)):
+                if self._stopping.is_set():
+                    return
                 if store.status(scenario.id) == "failed":
                     continue  # its host was lost during this round
                 self._repetition(store, state, run_id, scenario, round_no, position, progress)
@@ -205,7 +256,8 @@ class Runner:
         log_dir.mkdir(parents=True, exist_ok=True)
         store.set_status(scenario.id, "running")
         started = time.monotonic()
-        attempt = run_repetition(scenario, state, log_dir, self.hosts)
+        pair = self.hosts.pair_of(scenario) if self.hosts else None
+        attempt = run_repetition(scenario, state, log_dir, pair)
         for note in attempt.notes:
             store.add_note(scenario.id, note)
         store.record_repetition(run_id, scenario.id, rep, attempt.sample.values, attempt.sample.raw,
@@ -214,13 +266,15 @@ class Runner:
         if attempt.failure:
             progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({scenario.label}) is not a "
                          f"valid sample:[/] {attempt.failure}")
-        if self.hosts and self.hosts.lost:
-            self._host_lost(store, self.hosts.lost, progress)
+        if pair and pair.lost:
+            self._host_lost(store, progress)
 
-    def _host_lost(self, store: Store, reason: str, progress: Progressor) -> None:
-        """A host's SSH connection is gone: every scenario still to measure on it fails, with why."""
+    def _host_lost(self, store: Store, progress: Progressor) -> None:
+        """A host's SSH connection is gone: every scenario still to measure on it fails, with why
+        (those of every pair it is in); the other pairs go on."""
         for scenario in self.plan.scenarios:
-            if self._needs_more(store, scenario):  # not failed already, nor measured to its rule
+            reason = self.hosts.pair_of(scenario).lost
+            if reason and self._needs_more(store, scenario):  # not failed already, nor measured to its rule
                 store.set_status(scenario.id, "failed", reason)
                 self.failures.append((scenario, reason))
                 progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed:[/] {reason}")

@@ -266,9 +266,9 @@ def _finite(values: dict, flags: list[str]) -> tuple[dict[str, float], list[str]
 
 
 class Store:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, check: bool = True):
         self.path = path
-        if Path(path).is_file() and Path(path).stat().st_size:
+        if check and Path(path).is_file() and Path(path).stat().st_size:
             from .results_dir import check_store
 
             check_store(Path(path))  # read-only, before anything writes: refuses what is not an intact store
@@ -296,6 +296,13 @@ class Store:
     @classmethod
     def open_dir(cls, directory: Path) -> "Store":
         return cls(Path(directory) / DB_NAME)
+
+    def another(self) -> "Store":
+        """One more connection to this store, for another thread. Not checked again: the check reads
+        the file with open() and close(), and closing any descriptor of a file drops every POSIX lock
+        this process holds on it, this store's too; another process could then take its write-ahead
+        log for abandoned and delete it, and what was committed since would be lost."""
+        return Store(self.path, check=False)
 
     def close(self) -> None:
         self.db.close()

@@ -211,8 +211,10 @@ class _StudyFile(Strict):
 
     links: list[dict[str, Any]] = Field(default_factory=lambda: [{}], min_length=1)
     workloads: list[dict[str, Any]] = Field(min_length=1)
-    hosts: dict[str, str] | None = Field(None, description="the two ends of the WAN on real hosts: {client, gateway} "
-                                         "or {left, right} -> inventory host names (vpnlab run --inventory)")
+    hosts: dict[str, str] | list[dict[str, str]] | None = Field(
+        None, description="the two ends of the WAN on real hosts: {client, gateway} or {left, right} -> inventory "
+        "host names (vpnlab run --inventory); a list of such pairs runs the study on each, in parallel where they "
+        "share no host")
 
 
 @dataclass
@@ -228,7 +230,7 @@ class Study:
     workloads: list[Any]
     source_text: str = ""
     source_path: str = ""
-    hosts: dict[str, str] = field(default_factory=dict)  # role -> inventory host (HOST_ROLES); empty: namespaces here
+    hosts: list[dict[str, str]] = field(default_factory=list)  # pairs: role -> inventory host (HOST_ROLES); [] here
     nesting: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -457,7 +459,7 @@ def _parse(text: str, source: str, here: bool) -> Study:
         workloads=workloads,
         source_text=text,
         source_path=source,
-        hosts=dict(top.hosts or {}),
+        hosts=[dict(top.hosts)] if isinstance(top.hosts, dict) else list(top.hosts or []),
     )
 
 
@@ -468,19 +470,25 @@ def _check_hosts(top: "_StudyFile", vpns: list, links: list, workloads: list, pr
     """A study on real hosts: its `hosts:` names the two ends of the WAN, its links shape them only
     when asked to (`shape: true`), and it uses only what runs on real hosts."""
     roles = HOST_ROLES[top.topology]
-    for role, name in top.hosts.items():
-        if role not in roles:
-            problems.append(f"hosts.{role}: not a role of a {top.topology} study; map {' and '.join(roles)} "
-                            f"(the two ends of the WAN) to inventory hosts")
-        elif not name.strip():
-            problems.append(f"hosts.{role}: expected an inventory host name")
-    missing = [role for role in roles if role not in top.hosts]
-    if missing:
-        problems.append(f"hosts: a {top.topology} study on real hosts maps both {' and '.join(roles)}; "
-                        f"{' and '.join(missing)} missing")
-    elif top.hosts[roles[0]] == top.hosts[roles[1]]:
-        problems.append(f"hosts.{roles[1]}: {top.hosts[roles[1]]!r} is {roles[0]} too: the two ends of the WAN "
-                        "are two hosts")
+    pairs = [("hosts", top.hosts)] if isinstance(top.hosts, dict) else [(f"hosts[{i}]", p) for i, p in enumerate(top.hosts)]
+    if not pairs:
+        problems.append("hosts: an empty list; give a pair of hosts, or several")
+    for where, pair in pairs:
+        for role, name in pair.items():
+            if role not in roles:
+                problems.append(f"{where}.{role}: not a role of a {top.topology} study; map {' and '.join(roles)} "
+                                f"(the two ends of the WAN) to inventory hosts")
+            elif not name.strip():
+                problems.append(f"{where}.{role}: expected an inventory host name")
+        missing = [role for role in roles if role not in pair]
+        if missing:
+            problems.append(f"{where}: a {top.topology} study on real hosts maps both {' and '.join(roles)}; "
+                            f"{' and '.join(missing)} missing")
+        elif pair[roles[0]] == pair[roles[1]]:
+            problems.append(f"{where}.{roles[1]}: {pair[roles[1]]!r} is {roles[0]} too: the two ends of the WAN "
+                            "are two hosts")
+        elif [p for _, p in pairs].index(pair) != [w for w, _ in pairs].index(where):
+            problems.append(f"{where}: the same pair as hosts[{[p for _, p in pairs].index(pair)}]")
     for where, link in links:
         shaped = [name for name in SHAPED_FIELDS if getattr(link, name)]
         if shaped and not link.shape:

@@ -81,21 +81,21 @@ def run(
     plan = make_plan(loaded)
     if backend not in BACKENDS:
         raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    pair = None
+    hosts = None
     if loaded.hosts or inventory is not None:  # checked before anything is created or connected
-        from ..hosts.testbed import HostPair
+        from ..hosts.testbed import HostSet
 
         if backend != "auto":
             raise VpnlabError(f"--backend {backend}: a study on real hosts runs on them")
-        pair = HostPair(loaded, inventory)
-    if dry_run and (os.geteuid() != 0 or pair):
-        _print_plan(plan, None if not pair else set())
-        if pair:
-            out.print(f"on real hosts: {pair.text} (not contacted)", highlight=False)
+        hosts = HostSet(loaded, inventory)
+    if dry_run and (os.geteuid() != 0 or hosts):
+        _print_plan(plan, None if not hosts else set())
+        if hosts:
+            out.print(f"on real hosts: {hosts.text} (not contacted)", highlight=False)
         return
     need_root("vpnlab run")
-    if pair:
-        caps, problems, in_vm = _place_on_hosts(plan, pair), {}, set()
+    if hosts:
+        caps, problems, in_vm = _place_on_hosts(plan, hosts), {}, set()
     else:
         caps, problems, in_vm = place(plan, backend)
     if problems and is_default:
@@ -115,10 +115,10 @@ def run(
               f"{duration(plan.estimate_s(in_vm))}; results in {out_dir}", highlight=False)
     if in_vm:
         err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
-    if pair:
-        err.print(f"on real hosts: {pair.text}", highlight=False)
+    if hosts:
+        err.print(f"on real hosts: {hosts.text}", highlight=False)
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm,
-                    hosts=pair)
+                    hosts=hosts)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -130,30 +130,35 @@ def run(
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
 
 
-def _place_on_hosts(plan, pair):
-    """Connect to the study's hosts and check they can run every scenario: their capabilities
-    (what both of them offer), or a clear error naming what they lack (`vpnlab hosts prepare`)."""
+def _place_on_hosts(plan, hosts):
+    """Connect to the study's hosts and check each pair can run its scenarios (what both of its
+    hosts offer); the capabilities of the first pair, or a clear error naming what they lack."""
     from ..drivers import REGISTRY as DRIVERS
     from ..hosts.testbed import TESTBED_TOOLS
-    from ..plan import check_plan
+    from ..plan import check_scenario
 
     commands = set(TESTBED_TOOLS)
     for scenario in plan.scenarios:
         commands |= set(scenario.kind.needs(scenario.workload))
         commands |= {tool.command for layer in scenario.vpn.layers for tool in DRIVERS[layer.driver].tools}
     try:
-        caps = pair.probe(commands)
-        problems = check_plan(plan, caps)
+        caps = hosts.probe(commands)
+        problems = []
+        for scenario in plan.scenarios:
+            pair = hosts.pair_of(scenario)
+            missing = check_scenario(scenario, caps[hosts.pairs.index(pair)])
+            if missing:
+                problems.append(f"scenario {scenario.index} ({scenario.label}) on {pair.text} needs: "
+                                + "; ".join(missing))
     except BaseException:
-        pair.close()
+        hosts.close()
         raise
     if problems:
-        pair.close()
-        raise VpnlabError(f"the hosts ({pair.text}) cannot run the study as written:\n  "
-                          + "\n  ".join(problems.values())
-                          + "\n(`vpnlab hosts prepare --inventory FILE` installs the packages; `vpnlab hosts doctor` "
-                          "lists what each host has)")
-    return caps
+        hosts.close()
+        raise VpnlabError("the hosts cannot run the study as written:\n  " + "\n  ".join(problems)
+                          + "\n(`vpnlab hosts prepare --inventory FILE --study STUDY` installs the packages; "
+                          "`vpnlab hosts doctor` lists what each host has)")
+    return caps[0]
 
 
 def _finish(out_dir: Path) -> None:

@@ -13,6 +13,10 @@ Everything a testbed creates on a host is recorded there first (hoststate.py) an
 testbed is destroyed: what the host's record gained since the testbed began. The sysctls' old
 values are put back when the run ends, and a host whose SSH connection is lost is cleaned over a
 fresh connection then (`SshHost.close`), or by `vpnlab hosts clean` after a crash.
+
+A HostSet holds every host of the study once (one SSH connection each, one record each) and its
+pairs (HostPair): a study may list several, each running the whole plan (plan.make_plan), in
+parallel where they share no host (runner.py).
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ class Site:
     peer: str = ""             # the other host's address, as this one reaches it
     source: str = ""           # this host's own address on the way there
     device: str = ""           # its interface on the way there: the WAN's end
-    facts: dict = field(default_factory=dict)
+    nic: dict = field(default_factory=dict)  # its interface on the way to the other: driver, speed
 
     @property
     def name(self) -> str:
@@ -86,21 +90,10 @@ class Site:
 
 
 class HostPair:
-    """The study's two hosts, connected for one run: one SSH connection each."""
+    """Two hosts at the ends of the WAN, for the scenarios that run on them."""
 
-    def __init__(self, study, inventory) -> None:
-        if not study.hosts:
-            raise StudyError(f"--inventory: study {study.name!r} maps no role to a host; add `hosts:` "
-                             f"({' and '.join(HOST_ROLES[study.topology])} -> inventory hosts) or leave "
-                             "--inventory out to run it in namespaces here")
-        if inventory is None:
-            raise StudyError(f"hosts: study {study.name!r} runs on real hosts "
-                             f"({', '.join(f'{r}: {h}' for r, h in study.hosts.items())}): give their "
-                             "Ansible inventory with --inventory FILE")
-        roles = HOST_ROLES[study.topology]
-        hosts = select(load_inventory(inventory), [study.hosts[r] for r in roles], inventory)
-        self.topology = study.topology
-        self.sites = [Site(role, host, SshHost(host, run_id="")) for role, host in zip(roles, hosts)]
+    def __init__(self, sites: list[Site]) -> None:
+        self.sites = sites
 
     @property
     def left(self) -> Site:
@@ -119,51 +112,6 @@ class HostPair:
     def text(self) -> str:
         return " and ".join(f"{site.role} {site.name}" for site in self.sites)
 
-    # -- before the run ------------------------------------------------------
-    def probe(self, commands: set[str]) -> Capabilities:
-        """Connect to both hosts and learn what each offers, how they reach each other, and the
-        versions of `commands` there. What the pair can run is what both hosts can."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            list(pool.map(lambda pair: self._probe(*pair, commands), [(self.left, self.right),
-                                                                      (self.right, self.left)]))
-        a, b = (site.facts for site in self.sites)
-        kernel = a["kernel"] if a["kernel"] == b["kernel"] else f"{a['kernel']} / {b['kernel']}"
-        features = {f: a["features"].get(f, False) and b["features"].get(f, False) for f in FEATURES}
-        tools = {name: a["paths"].get(name) if b["paths"].get(name) else None for name in declared()}
-        return Capabilities(kernel, features, tools)
-
-    def _probe(self, site: Site, other: Site, commands: set[str]) -> None:
-        site.ssh.attach()
-        try:
-            kernel = json.loads(site.ssh.script(KERNEL_PROBE).stdout)
-            paths = dict(line.split("\t", 1) for line in site.ssh.script(tools_script()).stdout.splitlines()
-                         if "\t" in line)
-            versions = dict(line.split("\t", 1) for line in site.ssh.script(version_script(commands), timeout=300)
-                            .stdout.splitlines() if "\t" in line)
-            target = str(other.host.vars.get("vpnlab_address") or other.host.address)
-            shown = site.ssh.run(["sh", "-c", WAN_PROBE, "sh", target]).stdout.strip().split("\t")
-            site.peer, site.device, site.source, driver, speed = shown
-        except (ValueError, KeyError) as exc:
-            raise HostUnreachable(f"host {site.host}: could not be examined ({exc})") from exc
-        if not (site.device and site.source):
-            raise HostUnreachable(f"host {site.name}: no route to {other.name} ({target})")
-        site.facts = {"address": site.host.address, "kernel": kernel["kernel"], "cpu_model": kernel["cpu_model"],
-                      "cpus": kernel["cpus"], "features": kernel["features"], "paths": paths, "tools": versions,
-                      "nic": {"toward": other.name, "interface": site.device, "driver": driver,
-                              "speed_mbit": int(speed) if speed.lstrip("-").isdigit() else -1}}
-
-    def describe(self) -> dict[str, dict]:
-        """Per host, for the run's record: address, role, kernel, CPU, NIC, tool versions."""
-        return {site.name: {"role": site.role, **{k: v for k, v in site.facts.items() if k not in ("paths", "features")}}
-                for site in self.sites}
-
-    # -- the run -------------------------------------------------------------
-    def begin(self, run_id: str) -> None:
-        """The run's record and folder on each host (the connections are open from `probe`)."""
-        for site in self.sites:
-            site.ssh.run_id = run_id
-            site.ssh.begin()
-
     @property
     def lost(self) -> str | None:
         """Why the pair cannot go on (a host's SSH connection was lost), or None."""
@@ -171,18 +119,109 @@ class HostPair:
         return (f"host {gone[0].host}: the SSH connection was lost; the scenarios on it cannot go on"
                 if gone else None)
 
+    def testbed(self, state, layout: Layout, link, tag: str, direct: bool) -> "RemoteTestbed":
+        return RemoteTestbed.build_on(self, state, layout, link, tag, direct)
+
+
+class HostSet:
+    """The study's hosts, one SSH connection each for the whole run, and its pairs of them."""
+
+    def __init__(self, study, inventory) -> None:
+        roles = HOST_ROLES[study.topology]
+        if not study.hosts:
+            raise StudyError(f"--inventory: study {study.name!r} maps no role to a host; add `hosts:` "
+                             f"({' and '.join(roles)} -> inventory hosts) or leave --inventory out to run it in "
+                             "namespaces here")
+        if inventory is None:
+            named = ", ".join(f"{r}: {h}" for pair in study.hosts for r, h in pair.items())
+            raise StudyError(f"hosts: study {study.name!r} runs on real hosts ({named}): give their Ansible "
+                             "inventory with --inventory FILE")
+        names = list(dict.fromkeys(pair[role] for pair in study.hosts for role in roles))
+        self.ssh = {host.name: SshHost(host, run_id="") for host in select(load_inventory(inventory), names, inventory)}
+        self.pairs = [HostPair([Site(role, self.ssh[pair[role]].host, self.ssh[pair[role]]) for role in roles])
+                      for pair in study.hosts]
+        self.facts: dict[str, dict] = {}
+
+    @property
+    def text(self) -> str:
+        return "; ".join(pair.text for pair in self.pairs)
+
+    def pair_of(self, scenario) -> HostPair:
+        return next(pair for pair in self.pairs if pair.roles == scenario.hosts)
+
+    # -- before the run ------------------------------------------------------
+    def probe(self, commands: set[str]) -> dict[int, Capabilities]:
+        """Connect to every host and learn what it offers, the versions of `commands` there, and how
+        the hosts of each pair reach each other. Per pair (by its index), what it can run: what both
+        of its hosts can."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(self.ssh))) as pool:
+            list(pool.map(lambda ssh: self._probe_host(ssh, commands), self.ssh.values()))
+            list(pool.map(lambda site_other: self._probe_path(*site_other),
+                          [(p.sites[i], p.sites[1 - i]) for p in self.pairs for i in (0, 1)]))
+        caps = {}
+        for index, pair in enumerate(self.pairs):
+            a, b = (self.facts[site.name] for site in pair.sites)
+            kernel = a["kernel"] if a["kernel"] == b["kernel"] else f"{a['kernel']} / {b['kernel']}"
+            features = {f: a["features"].get(f, False) and b["features"].get(f, False) for f in FEATURES}
+            tools = {name: a["paths"].get(name) if b["paths"].get(name) else None for name in declared()}
+            caps[index] = Capabilities(kernel, features, tools)
+        return caps
+
+    def _probe_host(self, ssh: SshHost, commands: set[str]) -> None:
+        ssh.attach()
+        try:
+            kernel = json.loads(ssh.script(KERNEL_PROBE).stdout)
+            paths = dict(line.split("\t", 1) for line in ssh.script(tools_script()).stdout.splitlines() if "\t" in line)
+            versions = dict(line.split("\t", 1) for line in ssh.script(version_script(commands), timeout=300)
+                            .stdout.splitlines() if "\t" in line)
+        except (ValueError, KeyError) as exc:
+            raise HostUnreachable(f"host {ssh.host}: could not be examined ({exc})") from exc
+        self.facts[ssh.host.name] = {"address": ssh.host.address, "kernel": kernel["kernel"],
+                                     "cpu_model": kernel["cpu_model"], "cpus": kernel["cpus"],
+                                     "features": kernel["features"], "paths": paths, "tools": versions}
+
+    @staticmethod
+    def _probe_path(site: Site, other: Site) -> None:
+        target = str(other.host.vars.get("vpnlab_address") or other.host.address)
+        shown = site.ssh.run(["sh", "-c", WAN_PROBE, "sh", target]).stdout.strip().split("\t")
+        try:
+            site.peer, site.device, site.source, driver, speed = shown
+        except ValueError:
+            raise HostUnreachable(f"host {site.name}: cannot tell its way to {other.name} ({target})") from None
+        if not (site.device and site.source):
+            raise HostUnreachable(f"host {site.name}: no route to {other.name} ({target})")
+        site.nic = {"toward": other.name, "interface": site.device, "driver": driver,
+                      "speed_mbit": int(speed) if speed.lstrip("-").isdigit() else -1}
+
+    def describe(self) -> dict[str, dict]:
+        """Per host, for the run's record: address, role(s), kernel, CPU, NIC toward the other host
+        of its pair(s), tool versions."""
+        out = {}
+        for name in self.ssh:  # in the study's order
+            facts = self.facts[name]
+            sites = [site for pair in self.pairs for site in pair.sites if site.name == name]
+            nics = [site.nic for site in sites]
+            out[name] = {"role": ", ".join(dict.fromkeys(site.role for site in sites)),
+                         **{k: v for k, v in facts.items() if k not in ("paths", "features")},
+                         "nic": nics[0], **({"nics": nics} if len(nics) > 1 else {})}
+        return out
+
+    # -- the run -------------------------------------------------------------
+    def begin(self, run_id: str) -> None:
+        """The run's record and folder on each host (the connections are open from `probe`)."""
+        for ssh in self.ssh.values():
+            ssh.run_id = run_id
+            ssh.begin()
+
     def close(self) -> list[str]:
-        """Tear down everything of the run on both hosts; what could not be removed, if anything."""
+        """Tear down everything of the run on every host; what could not be removed, if anything."""
         problems = []
-        for site in self.sites:
+        for ssh in self.ssh.values():
             try:
-                site.ssh.close()
+                ssh.close()
             except VpnlabError as exc:
                 problems.append(str(exc))
         return problems
-
-    def testbed(self, state, layout: Layout, link, tag: str, direct: bool) -> "RemoteTestbed":
-        return RemoteTestbed.build_on(self, state, layout, link, tag, direct)
 
 
 @dataclass
