@@ -84,6 +84,7 @@ class Runner:
         self.plan = plan
         self.hosts = hosts  # hosts.testbed.HostSet: the study runs on real hosts (probed, connected)
         self._stopping = threading.Event()  # pairs of hosts in threads of their own: stop after this repetition
+        self._failing = threading.Lock()    # ... which may find a lost host at the same time
         self.out_dir = Path(out_dir).resolve()
         self.in_vm = in_vm  # ids of the scenarios that run in the VM
         self.caps = caps
@@ -258,6 +259,8 @@ class Runner:
         started = time.monotonic()
         pair = self.hosts.pair_of(scenario) if self.hosts else None
         attempt = run_repetition(scenario, state, log_dir, pair)
+        if self._stopping.is_set():
+            return  # interrupted: not a sample, nor a failure (`--resume` measures it)
         for note in attempt.notes:
             store.add_note(scenario.id, note)
         store.record_repetition(run_id, scenario.id, rep, attempt.sample.values, attempt.sample.raw,
@@ -272,12 +275,13 @@ class Runner:
     def _host_lost(self, store: Store, progress: Progressor) -> None:
         """A host's SSH connection is gone: every scenario still to measure on it fails, with why
         (those of every pair it is in); the other pairs go on."""
-        for scenario in self.plan.scenarios:
-            reason = self.hosts.pair_of(scenario).lost
-            if reason and self._needs_more(store, scenario):  # not failed already, nor measured to its rule
-                store.set_status(scenario.id, "failed", reason)
-                self.failures.append((scenario, reason))
-                progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed:[/] {reason}")
+        with self._failing:
+            for scenario in self.plan.scenarios:
+                reason = self.hosts.pair_of(scenario).lost
+                if reason and self._needs_more(store, scenario):  # not failed already, nor measured to its rule
+                    store.set_status(scenario.id, "failed", reason)
+                    self.failures.append((scenario, reason))
+                    progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed:[/] {reason}")
 
     def _settle(self, store: Store, scenario: Scenario) -> None:
         """Mark a scenario failed, done or still running after a repetition."""
