@@ -1,6 +1,8 @@
 """The store commits each repetition whole and knows what a resumed run must still do."""
 
 import sqlite3
+import subprocess
+import sys
 
 from vpnlab.plan import make_plan
 from vpnlab.store import Store
@@ -99,3 +101,22 @@ def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):
         store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": rtt}, {}, [])
     rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
     assert rtt[vpn.id].relative == 2.0  # 2.0 ms against the VM's 1.0, not the host's 0.1
+
+
+def test_opening_a_store_twice_keeps_what_another_process_sees(tmp_path):
+    """Checking a store once read its header with open() and close(), which dropped this process's
+    POSIX locks on it: another process then deleted the write-ahead log of the store still open,
+    and its later commits went where nobody could see them."""
+    a = Store.open_dir(tmp_path)
+    a.db.execute("INSERT INTO meta VALUES ('probe-1', 'x')")
+    a.db.commit()
+    Store.open_dir(tmp_path).close()          # a second open in the same process: the check runs
+    reader = [sys.executable, "-c", "import sqlite3, sys; d = sqlite3.connect(sys.argv[1]); "
+              "print(d.execute(\"SELECT count(*) FROM meta WHERE key LIKE 'probe-%'\").fetchone()[0]); d.close()",
+              str(tmp_path / "results.sqlite")]
+    subprocess.run(reader, check=True, capture_output=True)   # another process opens and closes it
+    a.db.execute("INSERT INTO meta VALUES ('probe-2', 'x')")
+    a.db.commit()
+    seen = subprocess.run(reader, check=True, capture_output=True, text=True).stdout.strip()
+    a.close()
+    assert seen == "2"

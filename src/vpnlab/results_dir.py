@@ -27,7 +27,6 @@ from .store import DB_NAME, LOW_SPACE_BYTES, RESERVE_NAME, SCHEMA_VERSION, DiskF
 
 LOCK_NAME = ".vpnlab-lock"
 OURS = {LOCK_NAME, RESERVE_NAME}   # what an otherwise empty directory may hold: a claim that wrote nothing
-SQLITE_HEADER = b"SQLite format 3\x00"
 TABLES = {"meta", "runs", "scenarios", "repetitions", "samples", "raw_outputs"}
 EXIT_DISK_FULL = 1
 EXIT_BAD_STORE = 2
@@ -56,13 +55,11 @@ def check_store(path: Path) -> list[dict]:
     vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
     StoreError saying what is wrong otherwise."""
     path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            header = fh.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot be read ({exc.strerror})") from exc
-    if header != SQLITE_HEADER:
-        raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched")
+    # Only SQLite opens the file: closing any other descriptor of it would drop every POSIX lock
+    # this process holds on it (a store it has open), and another process could then delete that
+    # store's write-ahead log as abandoned, with what was committed since.
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
     db = None
     try:
         db = sqlite3.connect(_read_only(path), uri=True)
@@ -84,6 +81,8 @@ def check_store(path: Path) -> list[dict]:
         return [dict(zip(("id", "status", "study_name", "study_text"), r))
                 for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
     except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched") from exc
         raise StoreError(f"{path}: the results store is damaged or unreadable ({exc}); left untouched") from exc
     finally:
         if db is not None:

@@ -298,10 +298,7 @@ class Store:
         return cls(Path(directory) / DB_NAME)
 
     def another(self) -> "Store":
-        """One more connection to this store, for another thread. Not checked again: the check reads
-        the file with open() and close(), and closing any descriptor of a file drops every POSIX lock
-        this process holds on it, this store's too; another process could then take its write-ahead
-        log for abandoned and delete it, and what was committed since would be lost."""
+        """One more connection to this store, for another thread (it was checked when opened)."""
         return Store(self.path, check=False)
 
     def close(self) -> None:
