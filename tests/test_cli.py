@@ -46,9 +46,23 @@ def vpnlab(*args, check=True, **kwargs):
 
 
 def our_processes() -> list[str]:
+    """Daemons and traffic tools this test session started (a vpnlab it runs, or orphans left by
+    one it killed), not those of another session's live vpnlab on the same machine."""
     names = {"wireguard-go", "iperf3", "tcpdump", "openvpn", "charon", "ocserv", "openconnect"}
-    out = subprocess.run(["ps", "-eo", "comm="], capture_output=True, text=True).stdout.split()
-    return [n for n in out if n in names]
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,comm="], capture_output=True, text=True).stdout
+    parents = {int(pid): int(ppid) for pid, ppid, _ in (line.split(None, 2) for line in out.splitlines())}
+
+    def ours(pid: int) -> bool:
+        if parents.get(pid) == 1:
+            return True                          # an orphan: its vpnlab is gone without stopping it
+        while pid in parents and pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents[pid]
+        return False
+
+    return [comm for pid, _, comm in (line.split(None, 2) for line in out.splitlines())
+            if comm in names and ours(int(pid))]
 
 
 def test_bad_study_exits_nonzero_and_creates_nothing(tmp_path):
@@ -173,7 +187,8 @@ def test_sigkill_leftovers_are_cleaned_by_the_next_command(tmp_path, no_leftover
     proc.wait()
     leftover = our_namespaces()
     assert leftover, "a SIGKILLed run cannot clean up itself; its namespaces should still be there"
-    records = [d for d in STATE_ROOT.iterdir() if (d / "state.json").exists()]
+    records = [d for d in STATE_ROOT.iterdir() if (d / "state.json").exists()
+               and json.loads((d / "state.json").read_text())["owner_pid"] == proc.pid]
     pids = [p["pid"] for d in records for p in json.loads((d / "state.json").read_text())["processes"]]
 
     cleaned = vpnlab("clean").stdout
