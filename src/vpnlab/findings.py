@@ -46,8 +46,8 @@ RULE = ("reproduced = the difference goes the seed's way and is significant (p <
         "this machine cannot give (a side measured in a VM under software emulation, whose CPU is the "
         "emulator's; a scenario this machine could not run; a piece vpnlab lacks; the seed's own hardware "
         "limit), with the reason. Primary test: paired t on log(B/A) per round (Welch on logs when the rounds "
-        "differ), on B - A for metrics that can be zero. Flagged samples are kept and counted, not re-run as "
-        "the seeds did.")
+        "differ), on B - A for metrics that can be zero. Flagged samples are kept, never re-run as the seeds "
+        "did, and counted unless the study fixes otherwise before the run (analysis: flagged_samples).")
 
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not comparable here")
 
@@ -265,6 +265,7 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
     store's valid samples, Holm-corrected over the findings that have a test."""
     from . import metrics
     from .analysis import matched
+    from .judging import settings_of, values_of
     from .stats import difference_ms, holm, outlier_flags, paired_log_ratio, tost_log_ratio, welch_log_ratio
     from .workloads import KINDS
 
@@ -275,10 +276,9 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
     if not findings:
         return []
     rows = store.scenarios()
-    values: dict[tuple[str, str], list] = defaultdict(list)
+    values = values_of(store, settings_of(study_text))[0]   # the flagged samples as the study fixed
     flagged: dict[str, int] = defaultdict(int)
     for sample in store.samples():
-        values[(sample.scenario_id, sample.metric)].append((sample.round, sample.value))
         if sample.flags:
             flagged[(sample.scenario_id, sample.metric)] += 1
 
