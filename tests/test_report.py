@@ -1,20 +1,23 @@
-"""The HTML report of a real (small) run: its contents, and how a real browser shows it."""
+"""A real (small) run through the command line, once for the module: what `vpnlab run`, `show`,
+`export` and `compare` make of it, the HTML report's contents, and how a real browser shows it."""
 
+import csv
+import io
 import json
 from types import SimpleNamespace
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from conftest import sample_count
+from shared_run import held_like_a_test
+from test_cli import our_processes, vpnlab
 from vpnlab import report
-from vpnlab.capabilities import detect
-from vpnlab.plan import check_plan, make_plan
-from vpnlab.runner import Runner
-from vpnlab.study import parse_study
 
 pytestmark = pytest.mark.integration
 
@@ -28,18 +31,68 @@ workloads:
   - {kind: udp, rate_mbit: 10, duration_s: 1}
   - {kind: ping, size: [56, 1000], count: 5, interval_s: 0.02}
 """
+SCENARIOS = 4 * 4
 EXTERNAL = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:|//)|url\(\s*["']?\s*(https?:|//)|@import""", re.I)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
-    plan = make_plan(parse_study(STUDY))
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, out, caps, progress=False).run()
-    report.write(out)
-    return out
+def run(tmp_path_factory):
+    """`vpnlab run` as a user starts it (which also writes the report); its stdout and directory."""
+    folder = tmp_path_factory.mktemp("report")
+    study, out = folder / "s.yaml", folder / "out"
+    study.write_text(STUDY)
+    with held_like_a_test(folder / "checks"):
+        proc = vpnlab("run", study, "--out", out, "--no-progress")
+    db = sqlite3.connect(out / "results.sqlite")
+    placed = set(db.execute("SELECT status, measured_in FROM scenarios"))
+    db.close()
+    assert placed == {("done", "host")}, placed  # every scenario runs on this kernel
+    return SimpleNamespace(out=out, stdout=proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def results(run):
+    return run.out
+
+
+def test_run_show_export(run, tmp_path):
+    out, stdout = run.out, run.stdout
+    assert "results:" in stdout
+    assert (out / "study.yaml").read_text() == STUDY
+    assert sample_count(out) == SCENARIOS * 2
+
+    rows = list(csv.DictReader(io.StringIO(vpnlab("export", out, "--format", "csv").stdout)))
+    for column in ("scenario_id", "vpn", "vpn_options", "topology", "link_rate_mbit", "link_delay_ms",
+                   "link_jitter_ms", "link_loss_pct", "workload", "workload_params", "repetition",
+                   "metric", "value", "unit"):
+        assert column in rows[0]
+    metrics = {(r["vpn"], r["metric"]) for r in rows}
+    for metric in ("throughput_mbps", "retransmits", "udp_jitter_ms", "udp_loss_pct", "rtt_avg_ms",
+                   "link_utilisation_pct"):
+        assert ("none", metric) in metrics and ("wireguard", metric) in metrics
+    assert ("wireguard", "setup_s") in metrics and ("wireguard", "overhead_bytes") in metrics
+    tcp = [float(r["value"]) for r in rows if r["metric"] == "throughput_mbps" and r["workload"] == "tcp"
+           and r["vpn"] in ("none", "wireguard")]
+    assert len(tcp) == 2 * 2 and all(10 < v < 50 for v in tcp), tcp  # shaped at 50 Mbit/s
+    impl = {r["implementation"] for r in rows if r["vpn"] == "wireguard"}
+    assert impl <= {"kernel", "wireguard-go"} and len(impl) == 1
+
+    as_json = json.loads(vpnlab("export", out, "--format", "json").stdout)
+    assert len(as_json) == len(rows)
+
+    shown = vpnlab("show", out).stdout
+    assert "95% CI" in shown and "vs no-VPN" in shown
+    assert our_processes() == []
+
+    assert f"report:  {out / 'report.html'}" in stdout and (out / "report.html").stat().st_size > 10_000
+    summary = list(csv.DictReader(io.StringIO(vpnlab("export", out, "--table", "summary").stdout)))
+    assert {"n", "mean", "ci_low", "ci_high", "relative_to_no_vpn", "grade"} <= set(summary[0])
+    # the same run against itself: every scenario in common, no difference
+    page = tmp_path / "compare.html"
+    compared = vpnlab("compare", out, out, "--html", page).stdout
+    assert "wireguard" in compared and "+0.0%" in compared
+    assert "<table>" in page.read_text()
+    assert vpnlab("compare", out, tmp_path, check=False).returncode == 2
 
 
 def test_report_contents(results):
