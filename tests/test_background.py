@@ -62,7 +62,7 @@ def test_transaction_outputs():
 def test_every_protocol_crosses_the_tunnel_and_takes_its_share_of_the_link(tmp_path, no_leftovers):
     study = parse_study("""
 name: background
-repetitions: 2
+repetitions: 1
 vpns: [{driver: wireguard}]
 links:
   - rate_mbit: 8
@@ -98,4 +98,4 @@ workloads: [{kind: tcp, duration_s: 8}]
     # the background shares the bottleneck: the measured TCP flow gets visibly less of it
     assert loaded["throughput_mbps"] < 0.9 * values["8mbit"]["throughput_mbps"]
     assert loaded["background_kbps"] > 1000
-    assert len(accounts) == 2 and all("http:" in a for a in accounts)
+    assert len(accounts) == 1 and all("http:" in a for a in accounts)  # one account per loaded repetition

@@ -28,7 +28,7 @@ def test_data_sets_compress_as_their_kind_says(tmp_path, kind, compressible):
 def test_every_protocol_through_a_tunnel_and_compression_helps_only_text(tmp_path, no_leftovers):
     study = parse_study("""
 name: transfers
-repetitions: 2
+repetitions: 1
 vpns: [{driver: wireguard}, {driver: openvpn, options: {compression: lz4-v2}}]
 links: [{rate_mbit: 20}]
 workloads:
