@@ -1,6 +1,6 @@
-"""Nested tunnels and IPComp with real traffic: the automatic inner MTU leaves the WAN without IP
-fragments and a wrong one fills it with them (network namespaces); IPComp shrinks text on the WAN
-(strongSwan and libreswan with kernel ESP: in the VM where this kernel has none, as here).
+"""Nested tunnels with real traffic: the automatic inner MTU leaves the WAN without IP fragments and
+a wrong one fills it with them (network namespaces). IPComp shrinking text on the WAN needs kernel
+ESP, so the VM: test_vm.py measures it in the same boot as its other site-to-site scenarios.
 
 The arithmetic and the options are checked without traffic in test_mtu_ipcomp_units.py."""
 
@@ -8,9 +8,8 @@ import sqlite3
 
 import pytest
 
-from vpnlab import vm
 from vpnlab.capabilities import detect
-from vpnlab.plan import check_plan, make_plan, place
+from vpnlab.plan import check_plan, make_plan
 from vpnlab.runner import Runner
 from vpnlab.study import parse_study
 
@@ -68,36 +67,3 @@ workloads: [{kind: tcp, duration_s: 3, omit_s: 0}]
     print(f"\nautomatic MTU: {right['throughput_mbps']:.1f} Mbit/s, {right['wan_bytes_per_byte']:.3f} B/B;"
           f" MTU 1500: {wrong['throughput_mbps']:.1f} Mbit/s, {wrong['wan_bytes_per_byte']:.3f} B/B,"
           f" {wrong['wan_fragments']:.0f} fragments")
-
-
-def test_ipcomp_shrinks_text_on_the_wan_in_the_vm(tmp_path, no_leftovers):
-    """IPComp needs kernel ESP (strongSwan's libipsec cannot do it): here that means the VM."""
-    problem = vm.available()
-    if problem:
-        pytest.skip(problem)
-    study = parse_study("""
-name: ipcomp
-topology: site-to-site
-repetitions: 1
-vpns:
-  - {driver: strongswan, options: {esp: aes128-sha256, compression: ["off", "on"]}}
-  - {driver: libreswan, options: {esp: aes128-sha256, compression: on}}
-workloads: [{kind: transfer, protocol: http, data: text, size: 2M}]
-""")
-    plan = make_plan(study)
-    caps, problems, in_vm = place(plan, "vm")
-    assert problems == {}
-    Runner(plan, tmp_path, caps, progress=False, in_vm=in_vm).run()
-    notes, values = results(tmp_path)
-    off = values["strongswan aes128-sha256 psk"]
-    on = {"strongswan": values["strongswan aes128-sha256 psk ipcomp"],
-          "libreswan": values["libreswan aes128-sha256 psk ipcomp"]}
-    # without compression every payload byte costs more than a byte on the wire; text compresses
-    # to about half with DEFLATE, so with IPComp it costs less than one
-    assert off["wan_bytes_per_byte"] > 1
-    for name, measured in on.items():
-        assert measured["wan_bytes_per_byte"] < 0.9 * off["wan_bytes_per_byte"], name
-        # the proof's random probe is incompressible: sent as it is, the overhead is plain ESP's
-        assert measured["overhead_bytes"] == measured["overhead_model_bytes"] == off["overhead_bytes"], name
-    print(f"\nbytes per byte, text: off {off['wan_bytes_per_byte']:.3f},"
-          + ", ".join(f" {n} on {m['wan_bytes_per_byte']:.3f}" for n, m in on.items()))

@@ -1,5 +1,6 @@
 """IPComp and nested-tunnel MTU without traffic: the options, the FIPS rule, where IPComp may run,
-the configuration each driver writes, and the MTU arithmetic (tests/test_mtu_ipcomp.py measures them)."""
+the configuration each driver writes, and the MTU arithmetic (tests/test_mtu_ipcomp.py measures the MTU,
+tests/test_vm.py IPComp)."""
 
 import pytest
 

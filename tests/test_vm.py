@@ -1,21 +1,27 @@
-"""The VM backend and the drivers that need a full kernel: PPTP, L2TP, L2TP/IPsec, netem.
+"""The VM backend and the drivers that need a full kernel: PPTP, L2TP, L2TP/IPsec, libreswan,
+kernel ESP with IPComp, netem.
 
-The integration test boots the real VM (software emulation on the development machines) once
-and runs real daemons in it; the unit tests check the pieces that need no VM."""
+The integration tests boot the real VM (software emulation on the development machines) and run
+real daemons in it. A boot and the guest's start cost more than a minute there, so the scenarios
+run as two studies, one boot each (remote-access and site-to-site), and several tests read each
+study's results; two more boots check a guest that hangs and one that dies. The unit tests check
+the pieces that need no VM."""
 
 import json
 import sqlite3
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from vpnlab import vm
-from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
-from vpnlab.plan import check_plan, make_plan, place
+from vpnlab.plan import add_vm_twins, make_plan, place
 from vpnlab.runner import Runner
 from vpnlab.store import Store
 from vpnlab.study import parse_study
+
+from shared_run import held_like_a_test
 
 
 @pytest.mark.parametrize("driver,options,problem", [
@@ -99,8 +105,11 @@ def test_kvm_is_not_trusted_without_the_cpu_flag(monkeypatch, tmp_path):
     assert vm.kvm_works() is False
 
 
-def our_qemus() -> set[str]:
-    return set(subprocess.run(["pgrep", "-a", "-f", f"{vm.QEMU} -nodefaults"], capture_output=True, text=True).stdout.split("\n")[:-1])
+def our_qemus(folder: Path) -> set[str]:
+    """The emulators running for this test: their command lines name its folder (other sessions
+    on this machine boot VMs of their own meanwhile)."""
+    out = subprocess.run(["pgrep", "-a", "-f", f"{vm.QEMU} -nodefaults"], capture_output=True, text=True).stdout
+    return {line for line in out.splitlines() if str(folder) in line}
 
 
 def test_a_vm_that_cannot_start_fails_clearly_and_leaves_no_emulator(monkeypatch, tmp_path):
@@ -111,14 +120,13 @@ def test_a_vm_that_cannot_start_fails_clearly_and_leaves_no_emulator(monkeypatch
     garbage.write_bytes(b"not a kernel" * 100)
     monkeypatch.setattr(vm, "find_kernel", lambda: vm.Kernel(real.version, garbage, real.modules, "test"))
     monkeypatch.setattr(vm, "kvm_works", lambda: False)
-    before = our_qemus()
     state = vm.RunState.create()
     try:
         with pytest.raises(vm.VmError, match="stopped before the guest finished"):
             vm.Guest(state, tmp_path / "work", tmp_path / "console.log").run(["true"], 30, {})
     finally:
         state.teardown()
-    assert our_qemus() <= before
+    assert our_qemus(tmp_path) == set()
 
 
 @pytest.mark.integration
@@ -129,7 +137,6 @@ def test_a_vm_that_cannot_start_fails_clearly_and_leaves_no_emulator(monkeypatch
 def test_a_guest_that_hangs_or_dies_fails_clearly_and_leaves_no_emulator(tmp_path, command, error):
     if vm.available():
         pytest.skip(vm.available())
-    before = our_qemus()
     state = vm.RunState.create()
     try:
         with pytest.raises(vm.VmError, match=error) as failure:
@@ -137,43 +144,67 @@ def test_a_guest_that_hangs_or_dies_fails_clearly_and_leaves_no_emulator(tmp_pat
     finally:
         state.teardown()
     assert str(tmp_path / "console.log") in str(failure.value)
-    assert our_qemus() <= before
+    assert our_qemus(tmp_path) == set()
 
 
-def run_in_vm(study_text: str, folder, drop=lambda scenario: False):
-    """Run a study's scenarios in the VM (even where this kernel could run them); the status,
-    mean value of each metric and notes of each scenario, keyed by its labels."""
+class VmRun:
+    """One study's run with its VM scenarios in one boot: every scenario's status, notes and
+    where it was measured, and each metric's mean, keyed by VPN label, link label and workload kind."""
+
+    def __init__(self, folder: Path, plan):
+        self.folder, self.plan = folder, plan
+        db = sqlite3.connect(folder / "results.sqlite")
+        label = "vpn_label, link_label, workload"
+        self.status = {row[:3]: f"{row[3]} {row[4] or ''}".strip()
+                       for row in db.execute(f"SELECT {label}, status, failure FROM scenarios")}
+        self.notes = {row[:3]: row[3] or "" for row in db.execute(f"SELECT {label}, notes FROM scenarios")}
+        self.measured_in = {row[:3]: row[3] for row in db.execute(f"SELECT {label}, measured_in FROM scenarios")}
+        self.values = {}
+        for vpn, link, workload, metric, value in db.execute(
+                "SELECT sc.vpn_label, sc.link_label, sc.workload, s.metric, avg(s.value) FROM samples s"
+                " JOIN scenarios sc ON sc.id = s.scenario_id GROUP BY 1, 2, 3, 4"):
+            self.values[(vpn, link, workload, metric)] = value
+        db.close()
+
+    def valid_values(self, key: tuple[str, str, str], metric: str) -> list[float]:
+        """A metric's values over the valid repetitions of one scenario, from the store itself."""
+        store = Store.open_dir(self.folder)
+        try:
+            sid = next(r.id for r in store.scenarios() if (r.vpn_label, r.link_label, r.workload) == key)
+            return store.values(sid, metric)
+        finally:
+            store.close()
+
+
+def run_in_vm(study_text: str, folder: Path, keep, host=lambda scenario: False) -> VmRun:
+    """Run the scenarios of a study that `keep` selects in the VM (even where this kernel could
+    run them), except those `host` selects, which run here, each with its twin in the VM: one boot."""
     problem = vm.available()
     if problem and "not installed" not in problem:
         pytest.fail(problem)
-    before = our_qemus()
     plan = make_plan(parse_study(study_text))
-    plan.drop({s.index for s in plan.scenarios if drop(s)})
+    plan.drop({s.index for s in plan.scenarios if not keep(s)})
     caps, problems, in_vm = place(plan, "vm")
     assert problems == {}
     assert in_vm == {s.id for s in plan.scenarios}
-    Runner(plan, folder, caps, progress=False, in_vm=in_vm).run()
-    db = sqlite3.connect(folder / "results.sqlite")
-    label = "vpn_label || ' ' || link_label || ' ' || workload_label"
-    status = dict(db.execute(f"SELECT {label}, status || ' ' || coalesce(failure, '') FROM scenarios"))
-    notes = dict(db.execute(f"SELECT {label}, notes FROM scenarios"))
-    values = {}
-    for vpn, link, workload, metric, value in db.execute(
-            "SELECT sc.vpn_label, sc.link_label, sc.workload_label, s.metric, avg(s.value) FROM samples s"
-            " JOIN scenarios sc ON sc.id = s.scenario_id GROUP BY 1, 2, 3, 4"):
-        values[(vpn, link, workload, metric)] = value
-    db.close()
-    assert all(v.startswith("done") for v in status.values()), status
-    assert our_qemus() <= before, "an emulator was left running"
-    assert list((folder / "logs").glob("vm-run*-console.log"))
-    return values, notes
+    here = {s.id for s in plan.scenarios if host(s)}
+    in_vm -= here
+    twins = add_vm_twins(plan, in_vm)  # as `auto` does when only the VPN needs the VM
+    assert len(twins) == len(here)
+    with held_like_a_test(folder / "checks"):
+        Runner(plan, folder / "out", caps, progress=False, in_vm=in_vm | twins).run()
+    run = VmRun(folder / "out", plan)
+    assert all(v.startswith("done") for v in run.status.values()), run.status
+    assert our_qemus(folder) == set(), "an emulator was left running"
+    assert len(list((folder / "out" / "logs").glob("vm-run*-console.log"))) == 1  # one boot for the study
+    return run
 
 
-@pytest.mark.integration
-def test_pptp_l2tp_ipsec_libreswan_and_netem_in_the_vm(tmp_path, no_leftovers):
-    libreswan = REGISTRY["libreswan"]
-    values, notes = run_in_vm("""
-name: vm
+# Remote access, one boot: netem's delay and loss; PPTP, L2TP (with and without IPsec) and libreswan
+# through a delayed link; PPTP over a shaped link against no VPN, whose baseline runs here and again
+# in the VM (its twin), which grades the VPN.
+REMOTE_ACCESS = """
+name: vm-remote-access
 repetitions: 1
 topology: remote-access
 vpns:
@@ -186,33 +217,114 @@ vpns:
 links:
   - {name: wan-20ms, delay_ms: 10}
   - {name: wan-loss, loss_pct: 1}
+  - {name: 2mbit, rate_mbit: 2}
 workloads:
   - {kind: ping, count: 100, interval_s: 0.02}
-  - {kind: udp, rate_mbit: 1.12, size: 1400, duration_s: 10}
-""", tmp_path, drop=lambda s: s.vpn.driver != "none" and (s.link.name == "wan-loss" or s.workload.kind == "udp"))
+  - {kind: udp, rate_mbit: 2.8, size: 1400, duration_s: 4}
+  - {kind: tcp, duration_s: 4, omit_s: 1, reverse: true}
+"""
+# The UDP stream is 1000 datagrams (2.8 Mbit/s x 4 s / 1400 B), as many as at 1.12 Mbit/s for 10 s.
+REMOTE_ACCESS_KEEP = {
+    ("none", "wan-20ms", "ping"), ("none", "wan-loss", "ping"), ("none", "wan-loss", "udp"),
+    ("none", "2mbit", "tcp"), ("pptp mppe-128", "2mbit", "tcp"),
+    *{(vpn, "wan-20ms", "ping") for vpn in ("pptp mppe-128", "pptp mppe-40 stateful", "l2tp/ipsec aes128-sha1",
+                                             "l2tp", "libreswan default psk")},
+}
+
+
+def _key(scenario) -> tuple[str, str, str]:
+    return scenario.vpn_label, scenario.link.label, scenario.workload.kind
+
+
+@pytest.fixture(scope="module")
+def remote_access(tmp_path_factory):
+    return run_in_vm(REMOTE_ACCESS, tmp_path_factory.mktemp("vm-remote-access"),
+                     keep=lambda s: _key(s) in REMOTE_ACCESS_KEEP,
+                     host=lambda s: _key(s) == ("none", "2mbit", "tcp"))
+
+
+@pytest.mark.integration
+def test_netem_delays_and_loses_in_the_vm(remote_access):
+    values = remote_access.values
     # netem: 10 ms each way is a 20 ms round trip; 1% loss one way over 1000 datagrams
     # (an emulated guest adds its own ~0.5-1.5 ms to every round trip: the undelayed link shows it)
-    rtt_min = values[("none", "wan-20ms", "ping-56B", "rtt_min_ms")]
+    rtt_min = values[("none", "wan-20ms", "ping", "rtt_min_ms")]
     assert abs(rtt_min - 20) <= 1.5, rtt_min
-    added = values[("none", "wan-20ms", "ping-56B", "rtt_avg_ms")] - values[("none", "wan-loss", "ping-56B", "rtt_avg_ms")]
+    added = values[("none", "wan-20ms", "ping", "rtt_avg_ms")] - values[("none", "wan-loss", "ping", "rtt_avg_ms")]
     assert abs(added - 20) <= 1.5, added
-    loss = values[("none", "wan-loss", "udp-1.12M-1400B", "udp_loss_pct")]
+    loss = values[("none", "wan-loss", "udp", "udp_loss_pct")]
     assert 0.2 <= loss <= 2.2, loss
+
+
+@pytest.mark.integration
+def test_pptp_l2tp_ipsec_and_libreswan_in_the_vm(remote_access):
+    values, notes = remote_access.values, remote_access.notes
+    libreswan = REGISTRY["libreswan"]
     # the tunnels: proof passed (status done), overhead as modelled, traffic through; libreswan's
     # overhead for a 84-byte packet also tells which ESP proposal it negotiated by default
     default_esp = libreswan.overhead(libreswan.Options(), "default", "kernel", 84)
     for label, overhead in (("pptp mppe-128", 44), ("pptp mppe-40 stateful", 44), ("l2tp/ipsec aes128-sha1", 84),
                             ("l2tp", 38), ("libreswan default psk", default_esp)):
-        assert values[(label, "wan-20ms", "ping-56B", "overhead_bytes")] == overhead, label
-        assert values[(label, "wan-20ms", "ping-56B", "ping_loss_pct")] == 0, label
-        assert "measured in a VM" in notes[f"{label} wan-20ms ping-56B"]
-    assert "not encrypted" in notes["l2tp wan-20ms ping-56B"]
-    assert "not encrypted" not in notes["l2tp/ipsec aes128-sha1 wan-20ms ping-56B"]
+        assert values[(label, "wan-20ms", "ping", "overhead_bytes")] == overhead, label
+        assert values[(label, "wan-20ms", "ping", "ping_loss_pct")] == 0, label
+        assert "measured in a VM" in notes[(label, "wan-20ms", "ping")]
+    assert "not encrypted" in notes[("l2tp", "wan-20ms", "ping")]
+    assert "not encrypted" not in notes[("l2tp/ipsec aes128-sha1", "wan-20ms", "ping")]
+
+
+# PPTP over a shaped link: TCP through it carries about what the link carries.
+#
+# A 2 Mbit/s tbf drops packets whenever TCP overfills its queue. By default pptp-linux then holds
+# every GRE packet that follows a lost one for 0.3 s, in case the missing one arrives late, and TCP
+# sees each hold as a stall: 1.20 Mbit/s towards the client against no VPN's 1.86 (65%). The driver
+# passes them on at once (`pptp --nobuffer`, as RFC 2637 4.4 allows): 1.80 and 1.85 Mbit/s, 98% of
+# no VPN (VM with software emulation, 2 repetitions of 4 s each, on a machine with a load of 5-7).
+#
+# The flow runs from the gateway to the client (`reverse`): that way the receiving GRE end is the
+# client's, which the driver controls. The other way it is pptpd's, whose 0.3 s hold is a constant
+# of PoPToP 1.4.0 with no switch (0.1-0.9 Mbit/s that way before and after): not asserted here.
+#
+# Before the fix PPTP got at most 67% of no VPN this way (4 samples, with and without 10 ms of
+# delay), after it at least 86% (97-98% without delay): 80% tells the two apart and leaves 17
+# points for a busy machine, also from one 4-second sample each. PPTP's own ceiling here is 1348
+# of 1458 bytes per frame against no VPN's 1448 of 1514, 97%.
+SHARE = 0.8
 
 
 @pytest.mark.integration
-def test_site_to_site_legacy_tunnels_and_two_ipsec_implementations_in_the_vm(tmp_path, no_leftovers):
-    values, notes = run_in_vm("""
+def test_pptp_carries_tcp_over_a_shaped_link_about_as_well_as_no_vpn(remote_access):
+    goodput = {}
+    for key in (("pptp mppe-128", "2mbit", "tcp"), ("none (in the VM)", "2mbit", "tcp")):
+        values = remote_access.valid_values(key, "throughput_mbps")
+        assert len(values) == 1, (key, values)
+        goodput[key[0]] = values[0]
+    none, pptp = goodput["none (in the VM)"], goodput["pptp mppe-128"]
+    assert none > 1.6, goodput  # the link itself: 95.7% of 2 Mbit/s less what the emulator costs
+    assert pptp >= SHARE * none, goodput
+
+
+@pytest.mark.integration
+def test_a_vpn_measured_in_the_vm_is_graded_against_no_vpn_measured_there(remote_access):
+    from vpnlab.analysis import summarise
+
+    base, vpn, twin = ("none", "2mbit", "tcp"), ("pptp mppe-128", "2mbit", "tcp"), ("none (in the VM)", "2mbit", "tcp")
+    assert {k: (remote_access.status[k], remote_access.measured_in[k]) for k in (base, vpn, twin)} == {
+        base: ("done", "host"), vpn: ("done", "vm"), twin: ("done", "vm")}
+    store = Store.open_dir(remote_access.folder)
+    try:
+        rows = {(r.vpn_label, r.link_label, r.workload): r.id for r in store.scenarios()}
+        goodput = next(s for s in summarise(store)[rows[vpn]] if s.metric == "throughput_mbps")
+        value = {k: store.values(rows[k], "throughput_mbps")[0] for k in (base, vpn, twin)}  # one each
+    finally:
+        store.close()
+    # throughput is judged as a share of no VPN: the one measured in the VM, not the one measured here
+    assert goodput.relative == pytest.approx(100 * value[vpn] / value[twin])
+    assert goodput.relative != pytest.approx(100 * value[vpn] / value[base])
+
+
+# Site to site, one boot: PPTP, L2TP/IPsec and two IPsec implementations with certificates; IPComp,
+# which needs kernel ESP (strongSwan's libipsec cannot do it), shrinking text on the WAN.
+SITE_TO_SITE = """
 name: vm-site-to-site
 repetitions: 1
 topology: site-to-site
@@ -221,43 +333,48 @@ vpns:
   - driver: l2tp
   - {driver: libreswan, options: {auth: cert, esp: aes128-sha256}}
   - {driver: strongswan, options: {implementation: kernel, auth: cert, esp: aes128-sha256}}
+  - {driver: strongswan, options: {esp: aes128-sha256, compression: ["off", "on"]}}
+  - {driver: libreswan, options: {esp: aes128-sha256, compression: on}}
 workloads:
   - {kind: ping, count: 20, interval_s: 0.05}
-""", tmp_path)
+  - {kind: transfer, protocol: http, data: text, size: 2M}
+"""
+IPCOMP_TEST = {"strongswan aes128-sha256 psk", "strongswan aes128-sha256 psk ipcomp", "libreswan aes128-sha256 psk ipcomp"}
+
+
+@pytest.fixture(scope="module")
+def site_to_site(tmp_path_factory):
+    return run_in_vm(SITE_TO_SITE, tmp_path_factory.mktemp("vm-site-to-site"),
+                     keep=lambda s: (s.vpn_label in IPCOMP_TEST) == (s.workload.kind == "transfer"))
+
+
+@pytest.mark.integration
+def test_site_to_site_legacy_tunnels_and_two_ipsec_implementations_in_the_vm(site_to_site):
+    values = site_to_site.values
     strongswan = REGISTRY["strongswan"]
     ipsec = strongswan.overhead(strongswan.Options(esp="aes128-sha256"), "default", "kernel", 84)
     for label, overhead in (("pptp mppe-128", 44), ("l2tp/ipsec aes128-sha1", 84),
                             ("libreswan aes128-sha256 cert", ipsec), ("strongswan aes128-sha256 cert kernel", ipsec)):
-        assert values[(label, "unshaped", "ping-56B", "overhead_bytes")] == overhead, label
-        assert values[(label, "unshaped", "ping-56B", "ping_loss_pct")] == 0, label
+        assert values[(label, "unshaped", "ping", "overhead_bytes")] == overhead, label
+        assert values[(label, "unshaped", "ping", "ping_loss_pct")] == 0, label
 
 
 @pytest.mark.integration
-def test_a_vpn_measured_in_the_vm_is_graded_against_no_vpn_measured_there(tmp_path, no_leftovers):
-    from vpnlab.analysis import summarise
-    from vpnlab.plan import add_vm_twins
-
-    if vm.available():
-        pytest.skip(vm.available())
-    plan = make_plan(parse_study("""
-name: twins
-repetitions: 2
-vpns: [{driver: none}, {driver: wireguard}]
-workloads: [{kind: ping, count: 20, interval_s: 0.05}]
-"""))
-    base, vpn = plan.scenarios
-    in_vm = {vpn.id} | add_vm_twins(plan, {vpn.id})  # as `auto` does when only the VPN needs the VM
-    twin = plan.scenarios[-1]
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, tmp_path, caps, progress=False, in_vm=in_vm).run()
-    store = Store.open_dir(tmp_path)
-    rows = {r.id: r for r in store.scenarios()}
-    assert {sid: (r.status, r.measured_in) for sid, r in rows.items()} == {
-        base.id: ("done", "host"), vpn.id: ("done", "vm"), twin.id: ("done", "vm")}
-    assert rows[twin.id].vpn_label == "none (in the VM)"
-    rtt = {sid: next(s for s in sums if s.metric == "rtt_avg_ms") for sid, sums in summarise(store).items()}
-    assert rtt[vpn.id].relative == pytest.approx(rtt[vpn.id].geometric_mean / rtt[twin.id].geometric_mean)
-    cpu = json.loads(store.raw_output(vpn.id, 1, "cpu"))  # the guest's own cgroup v2 and its two CPUs
-    assert cpu["method"] == "cgroup2" and cpu["pinned"], cpu  # (kernel WireGuard there: no daemon to see)
-    store.close()
+def test_ipcomp_shrinks_text_on_the_wan_in_the_vm(site_to_site):
+    """IPComp needs kernel ESP (strongSwan's libipsec cannot do it): here that means the VM."""
+    metrics = {}
+    for (vpn, _, workload, metric), value in site_to_site.values.items():
+        if workload == "transfer":
+            metrics.setdefault(vpn, {})[metric] = value
+    off = metrics["strongswan aes128-sha256 psk"]
+    on = {"strongswan": metrics["strongswan aes128-sha256 psk ipcomp"],
+          "libreswan": metrics["libreswan aes128-sha256 psk ipcomp"]}
+    # without compression every payload byte costs more than a byte on the wire; text compresses
+    # to about half with DEFLATE, so with IPComp it costs less than one
+    assert off["wan_bytes_per_byte"] > 1
+    for name, measured in on.items():
+        assert measured["wan_bytes_per_byte"] < 0.9 * off["wan_bytes_per_byte"], name
+        # the proof's random probe is incompressible: sent as it is, the overhead is plain ESP's
+        assert measured["overhead_bytes"] == measured["overhead_model_bytes"] == off["overhead_bytes"], name
+    print(f"\nbytes per byte, text: off {off['wan_bytes_per_byte']:.3f},"
+          + ", ".join(f" {n} on {m['wan_bytes_per_byte']:.3f}" for n, m in on.items()))
