@@ -378,3 +378,15 @@ def test_ipcomp_shrinks_text_on_the_wan_in_the_vm(site_to_site):
         assert measured["overhead_bytes"] == measured["overhead_model_bytes"] == off["overhead_bytes"], name
     print(f"\nbytes per byte, text: off {off['wan_bytes_per_byte']:.3f},"
           + ", ".join(f" {n} on {m['wan_bytes_per_byte']:.3f}" for n, m in on.items()))
+
+
+def test_a_vpnlab_living_in_tmp_is_kept_through_the_guests_empty_tmp(tmp_path, monkeypatch):
+    """A clone in /tmp (CI's, a user's) would be hidden by the tmpfs the guest mounts there: the folder
+    it runs from is bind-mounted aside before and moved back after."""
+    if not tmp_path.is_relative_to("/tmp"):
+        pytest.skip("the test's folder is not under /tmp")
+    home = Path("/tmp") / tmp_path.relative_to("/tmp").parts[0]
+    monkeypatch.chdir(tmp_path)
+    kept = vm._keep_through_tmpfs()
+    assert f"mount --bind '{home}' /run/vpnlab-held/" in kept["hold"]
+    assert f"mount --move /run/vpnlab-held/" in kept["restore"] and f"'{home}'" in kept["restore"]

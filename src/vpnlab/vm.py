@@ -17,6 +17,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,9 +187,11 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup  # the guest's own: each tunnel end's CP
 mount -t devtmpfs dev /dev 2>/dev/null
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs shm /dev/shm
 mount -t tmpfs run /run
+{hold}
 mount -t tmpfs tmp /tmp
 mkdir -p /run/lock /run/netns /var/run/wireguard
 mount -t tmpfs vartmp /var/tmp
+{restore}
 mkdir -p {modules_mount} {work}
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 modules {modules_mount}
 mount -t 9p -o trans=virtio,version=9p2000.L,rw,msize=512000,cache=none work {work}
@@ -206,6 +209,26 @@ echo "{done}"
 echo o > /proc/sysrq-trigger
 sleep 30
 """
+
+
+def _keep_through_tmpfs() -> dict[str, str]:
+    """The guest gets an empty /tmp and /var/tmp, but vpnlab itself (its Python, its package) and the
+    folder it runs from may live there (a clone in /tmp): those folders are bind-mounted aside before
+    the tmpfs goes on and moved back after, as the host has them."""
+    import vpnlab
+
+    folders = []
+    for path in (Path(sys.prefix), Path(vpnlab.__file__).resolve().parent, Path.cwd()):
+        for tmp in (Path("/tmp"), Path("/var/tmp")):
+            if path.is_relative_to(tmp) and path != tmp:
+                top = tmp / path.relative_to(tmp).parts[0]
+                if top not in folders:
+                    folders.append(top)
+    hold = [f"mkdir -p /run/vpnlab-held/{i} && mount --bind {_quote(str(d))} /run/vpnlab-held/{i}"
+            for i, d in enumerate(folders)]
+    restore = [f"mkdir -p {_quote(str(d))} && mount --move /run/vpnlab-held/{i} {_quote(str(d))}"
+               for i, d in enumerate(folders)]
+    return {"hold": "\n".join(hold), "restore": "\n".join(restore)}
 
 
 @dataclass
@@ -231,7 +254,7 @@ class Guest:
                 exports = " ".join(f"{k}={_quote(v)}" for k, v in (env | {"VPNLAB_BACKEND": f"vm-{accel}"}).items())
                 script.write_text(GUEST_INIT.format(
                     modules_mount=f"/lib/modules/{kernel.version}", work=self.work, modules=" ".join(guest_modules()),
-                    ready=READY, done=DONE, cwd=Path.cwd(),
+                    ready=READY, done=DONE, cwd=Path.cwd(), **_keep_through_tmpfs(),
                     command=f"env {exports} " + " ".join(_quote(str(c)) for c in command)))
                 initramfs = boot / f"initramfs-{accel}.gz"
                 build_initramfs(kernel, script, initramfs)
