@@ -222,13 +222,22 @@ def _records() -> list[RunState]:
         return []
     found = []
     for directory in sorted(STATE_ROOT.iterdir()):
-        if not (directory / "state.json").is_file():
+        if not (directory / "state.json").is_file() or _claimed_by_live_cleaner(directory):
             continue
         try:
             found.append(RunState.load(directory))
         except (OSError, ValueError, KeyError):
             continue
     return found
+
+
+CLAIM = ".cleaning-"  # a stale record renamed by the vpnlab command that tears it down
+
+
+def _claimed_by_live_cleaner(directory: Path) -> bool:
+    """A record another vpnlab is tearing down is its alone; one whose cleaner died is stale again."""
+    _, claim, pid = directory.name.rpartition(CLAIM)
+    return bool(claim) and pid.isdigit() and process_start_time(int(pid)) is not None
 
 
 def stale_runs() -> list[RunState]:
@@ -258,7 +267,7 @@ def clean_stale_runs() -> list[str]:
     for state in stale_runs():
         # Two vpnlab commands may find the same stale run: the one that renames its record first
         # cleans it up, the other leaves it alone.
-        claimed = state.directory.with_name(f"{state.directory.name}.cleaning-{os.getpid()}")
+        claimed = state.directory.with_name(f"{state.run_id}{CLAIM}{os.getpid()}")
         try:
             os.rename(state.directory, claimed)
         except OSError:
