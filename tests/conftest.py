@@ -153,3 +153,16 @@ def default_dispositions():
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def run_here(study, out: Path):
+    """Run a parsed study in this process, on this machine (none of it may need the VM); its plan."""
+    from vpnlab.capabilities import detect
+    from vpnlab.plan import check_plan, make_plan
+    from vpnlab.runner import Runner
+
+    plan = make_plan(study)
+    caps = detect()
+    assert check_plan(plan, caps) == {}
+    Runner(plan, out, caps, progress=False).run()
+    return plan

@@ -6,11 +6,9 @@ import json
 
 import pytest
 
+from conftest import run_here
 from vpnlab import report
 from vpnlab.algorithms import TOOL
-from vpnlab.capabilities import detect
-from vpnlab.plan import check_plan, make_plan
-from vpnlab.runner import Runner
 from vpnlab.store import Store
 from vpnlab.study import parse_study
 
@@ -26,10 +24,7 @@ workloads: [{kind: ping, count: 3, interval_s: 0.05}]
 
 
 def test_negotiated_algorithms_are_recorded_and_match(tmp_path, no_leftovers):
-    plan = make_plan(parse_study(STUDY))
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, tmp_path, caps, progress=False).run()
+    run_here(parse_study(STUDY), tmp_path)
     store = Store.open_dir(tmp_path)
     try:
         labels = {s.id: s.vpn_label for s in store.scenarios()}

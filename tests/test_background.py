@@ -5,10 +5,9 @@ import sqlite3
 
 import pytest
 
-from vpnlab.capabilities import detect
+from conftest import run_here
 from vpnlab.errors import StudyError
-from vpnlab.plan import check_plan, make_plan
-from vpnlab.runner import Runner
+from vpnlab.plan import make_plan
 from vpnlab.study import parse_study
 from vpnlab.workloads.background import _bytes_moved
 
@@ -77,10 +76,7 @@ links:
           - {protocol: dns, queries_per_s: 10}
 workloads: [{kind: tcp, duration_s: 8}]
 """)
-    plan = make_plan(study)
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, tmp_path, caps, progress=False).run()
+    plan = run_here(study, tmp_path)
     db = sqlite3.connect(tmp_path / "results.sqlite")
     status = [row for row in db.execute("SELECT status, failure FROM scenarios")]
     values = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_dispositions
+from conftest import default_dispositions, run_here
 from vpnlab import repetition
 from vpnlab.capabilities import detect
 from vpnlab.errors import TunnelError
@@ -43,10 +43,7 @@ def our_cgroups(run_id: str) -> list[Path]:
 
 
 def test_each_tunnel_end_is_counted_in_its_own_cgroup_on_its_own_core(tmp_path, no_leftovers):
-    plan = make_plan(parse_study(STUDY))
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, tmp_path, caps, progress=False).run()
+    plan = run_here(parse_study(STUDY), tmp_path)
     store = Store.open_dir(tmp_path)
     single, nested = plan.scenarios
     records = {sid: json.loads(store.raw_output(sid, 1, "cpu")) for sid in (single.id, nested.id)}

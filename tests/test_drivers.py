@@ -5,9 +5,7 @@ import sqlite3
 
 import pytest
 
-from vpnlab.capabilities import detect
-from vpnlab.plan import check_plan, make_plan
-from vpnlab.runner import Runner
+from conftest import run_here
 from vpnlab.study import parse_study
 
 pytestmark = pytest.mark.integration
@@ -54,10 +52,7 @@ vpns: {vpns}
 links: [{{rate_mbit: 50}}]
 workloads: [{{kind: tcp, duration_s: 1, omit_s: 0}}]
 """)
-    plan = make_plan(study)
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, tmp_path, caps, progress=False).run()
+    run_here(study, tmp_path)
     db = sqlite3.connect(tmp_path / "results.sqlite")
     db.row_factory = sqlite3.Row
     scenarios = db.execute("SELECT * FROM scenarios").fetchall()

@@ -8,9 +8,7 @@ import sqlite3
 
 import pytest
 
-from vpnlab.capabilities import detect
-from vpnlab.plan import check_plan, make_plan
-from vpnlab.runner import Runner
+from conftest import run_here
 from vpnlab.study import parse_study
 
 pytestmark = pytest.mark.integration
@@ -45,10 +43,7 @@ vpns:
 links: [{rate_mbit: 100}]
 workloads: [{kind: tcp, duration_s: 3, omit_s: 0}]
 """)
-    plan = make_plan(study)
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, tmp_path, caps, progress=False).run()
+    run_here(study, tmp_path)
     notes, values = results(tmp_path)
     right, wrong = (values["openvpn aes-256-gcm udp in openvpn aes-256-gcm udp"],
                     values["openvpn aes-256-gcm udp mtu-1500 in openvpn aes-256-gcm udp"])

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_here
 from vpnlab.capabilities import detect
-from vpnlab.plan import check_plan, make_plan
+from vpnlab.plan import make_plan
 from vpnlab.runner import Runner
 from vpnlab.study import parse_study
 from vpnlab.workloads import datasets
@@ -36,10 +37,7 @@ workloads:
   - {kind: transfer, protocol: http, data: text, size: 4M}
   - {kind: transfer, protocol: http, data: random, size: 4M}
 """)
-    plan = make_plan(study)
-    caps = detect()
-    assert check_plan(plan, caps) == {}
-    Runner(plan, tmp_path, caps, progress=False).run()
+    plan = run_here(study, tmp_path)
     db = sqlite3.connect(tmp_path / "results.sqlite")
     status = dict(db.execute("SELECT vpn_label || ' ' || workload_label, status || ' ' || coalesce(failure, '')"
                              " FROM scenarios"))

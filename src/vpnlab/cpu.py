@@ -176,22 +176,28 @@ class CpuMeter:
 
     def _bottlenecks(self, values: dict[str, float], wall: float, daemons: set[int]) -> list[str]:
         """The busiest core and daemon thread, into `values`; a flag for each that was saturated."""
-        flags = []
         cores = [(b - b0, si - si0, t - t0) for (b, si, t), (b0, si0, t0) in zip(_core_ticks(), self._cores)]
         shares = [(100 * busy / total, 100 * soft / total, n) for n, (busy, soft, total) in enumerate(cores) if total]
-        if shares:
-            busy, soft, core = max(shares)
-            values["cpu_busiest_core_pct"] = busy
-            if busy > SATURATED_PCT:
-                flags.append(f"core {core} saturated ({busy:.0f}% busy, {soft:.0f}% in softirq): "
-                             "throughput is a bound set by that core")
         after = _thread_ticks(daemons)  # a thread that appeared during the window started from zero
         used = [(100 * (t - self._threads.get(key, (name, 0))[1]) / TICK / wall, name)
                 for key, (name, t) in after.items()]
-        if used:
-            share, name = max(used)
-            values["cpu_busiest_thread_pct"] = share
-            if share > SATURATED_PCT:
-                flags.append(f"thread {name} at {share:.0f}% of a core: throughput is a bound set by that "
-                             "single-threaded daemon")
-        return flags
+        return bottleneck_flags(values, max(shares, default=None), max(used, default=None))
+
+
+def bottleneck_flags(values: dict[str, float], core: tuple | None, thread: tuple | None) -> list[str]:
+    """The busiest core (busy %, softirq %, which) and daemon thread (% of one core, which), into
+    `values`; a flag for each that was saturated."""
+    flags = []
+    if core:
+        busy, soft, which = core
+        values["cpu_busiest_core_pct"] = busy
+        if busy > SATURATED_PCT:
+            flags.append(f"core {which} saturated ({busy:.0f}% busy, {soft:.0f}% in softirq): "
+                         "throughput is a bound set by that core")
+    if thread:
+        share, which = thread
+        values["cpu_busiest_thread_pct"] = share
+        if share > SATURATED_PCT:
+            flags.append(f"thread {which} at {share:.0f}% of a core: throughput is a bound set by that "
+                         "single-threaded daemon")
+    return flags

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from ..cpu import SATURATED_PCT, TRAFFIC_TOOLS
+from ..cpu import SATURATED_PCT, TRAFFIC_TOOLS, bottleneck_flags
 
 # Clock ticks per second, /proc/stat's machine and core lines, then for each PID given: "P pid
 # utime stime cutime cstime" and, per thread, "T pid tid utime stime comm".
@@ -83,7 +83,7 @@ class RemoteCpuMeter:
             for n, (now, then) in enumerate(zip(a["cores"], b["cores"])):
                 if now[2] - then[2]:
                     cores.append((100 * (now[0] - then[0]) / (now[2] - then[2]),
-                                  100 * (now[1] - then[1]) / (now[2] - then[2]), n, site.name))
+                                  100 * (now[1] - then[1]) / (now[2] - then[2]), f"{n} of host {site.name}"))
             for tid, (name, ticks) in a["threads"].items():
                 program = self._pids[key][tid[0]][1]
                 threads.append((100 * (ticks - b["threads"].get(tid, (name, 0))[1]) / tick / wall,
@@ -97,17 +97,6 @@ class RemoteCpuMeter:
         if busiest[0] > SATURATED_PCT:
             flags.append(f"cpu saturated on host {busiest[1]} ({busiest[0]:.0f}% of all cores): throughput is a "
                          "bound set by that host, not by the VPN alone")
-        if cores:
-            busy, soft, core, host = max(cores)
-            values["cpu_busiest_core_pct"] = busy
-            if busy > SATURATED_PCT:
-                flags.append(f"core {core} of host {host} saturated ({busy:.0f}% busy, {soft:.0f}% in softirq): "
-                             "throughput is a bound set by that core")
-        if threads:
-            share, name = max(threads)
-            values["cpu_busiest_thread_pct"] = share
-            if share > SATURATED_PCT:
-                flags.append(f"thread {name} at {share:.0f}% of a core: throughput is a bound set by that "
-                             "single-threaded daemon")
+        flags += bottleneck_flags(values, max(cores, default=None), max(threads, default=None))
         self.record |= {"wall_s": wall, "ticks_s": used, "hosts": [site.name for site in self.pair.sites]}
         return values, flags

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from ..capabilities import FEATURES, Capabilities
 from ..errors import StudyError, VpnlabError
 from ..testbed.shaping import shape_commands
-from ..testbed.topology import HOST_ROLES, Layout, Testbed, tunnel_subnet
+from ..testbed.topology import HOST_ROLES, Layout, Testbed, chain_routes
 from ..tools import declared
 from .doctor import version_script
 from .inventory import Host, load_inventory, select
@@ -284,17 +284,7 @@ class RemoteTestbed(Testbed):
             if 0 <= j < count - 1 and j != wan:
                 dev = self.ifname(n, j)
                 cmds += [f"addr add {self.address(n, j)}/24 dev {dev}", f"link set {dev} up"]
-        for j in range(count - 1):
-            if j != wan and j < n - 1 and n - 1 != wan:
-                cmds.append(f"route add {layout.subnet(j)} via {self.address(n - 1, n - 1)}")
-            elif j != wan and j > n and n != wan:
-                cmds.append(f"route add {layout.subnet(j)} via {self.address(n + 1, n)}")
-        for layer, (a, b) in enumerate(layout.tunnels):
-            if n > b:
-                cmds.append(f"route add {tunnel_subnet(layer)} via {self.address(n - 1, n - 1)}")
-            elif n < a:
-                cmds.append(f"route add {tunnel_subnet(layer)} via {self.address(n + 1, n)}")
-        return cmds
+        return cmds + chain_routes(layout, n, self.address, wan)
 
     def ifname(self, node: int, link: int) -> str:
         return self.ifnames.get((node, link), f"l{link}")

@@ -42,6 +42,24 @@ def tunnel_subnet(layer: int) -> ipaddress.IPv4Network:
     return ipaddress.ip_network(f"198.19.{1 + layer}.0/24")
 
 
+def chain_routes(layout: Layout, n: int, address, wan: int | None = None) -> list[str]:
+    """`ip route` commands of node n of the chain: a link further left via the left neighbour, one
+    further right via the right one; tunnel-internal subnets too, for replies to a remote-access
+    client's tunnel address. With `wan`, no route crosses that link (real hosts route it themselves)."""
+    cmds = []
+    for j in range(layout.links):
+        if j != wan and j < n - 1 and n - 1 != wan:
+            cmds.append(f"route add {layout.subnet(j)} via {address(n - 1, n - 1)}")
+        elif j != wan and j > n and n != wan:
+            cmds.append(f"route add {layout.subnet(j)} via {address(n + 1, n)}")
+    for layer, (a, b) in enumerate(layout.tunnels):
+        if n > b:
+            cmds.append(f"route add {tunnel_subnet(layer)} via {address(n - 1, n - 1)}")
+        elif n < a:
+            cmds.append(f"route add {tunnel_subnet(layer)} via {address(n + 1, n)}")
+    return cmds
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where the nodes, the WAN and each tunnel layer sit in the chain."""
@@ -184,19 +202,7 @@ class Testbed:
                 if 0 <= j < count - 1:
                     cmds.append(f"addr add {bed.address(n, j)}/24 dev l{j}")
                     cmds.append(f"link set l{j} up")
-            # Chain routing: links further left via the left neighbour, further right via the right one.
-            for j in range(count - 1):
-                if j < n - 1:
-                    cmds.append(f"route add {layout.subnet(j)} via {bed.address(n - 1, n - 1)}")
-                elif j > n:
-                    cmds.append(f"route add {layout.subnet(j)} via {bed.address(n + 1, n)}")
-            # Tunnel-internal subnets, for replies to a remote-access client's tunnel address.
-            for layer, (a, b) in enumerate(layout.tunnels):
-                if n > b:
-                    cmds.append(f"route add {tunnel_subnet(layer)} via {bed.address(n - 1, n - 1)}")
-                elif n < a:
-                    cmds.append(f"route add {tunnel_subnet(layer)} via {bed.address(n + 1, n)}")
-            node.ip(*cmds)
+            node.ip(*cmds, *chain_routes(layout, n, bed.address))
         left, right = bed.wan_nodes
         for node in (left, right):
             # A wire carries frames of at most the MTU: no veth segmentation offload on the WAN, so
