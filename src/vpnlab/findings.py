@@ -263,11 +263,9 @@ def _pick(a_rows: list, b_rows: list):
 def judge(store, study_text: str | None = None) -> list[Judgement]:
     """A verdict on each finding of the run's study (the last run's study text unless given), from the
     store's valid samples, Holm-corrected over the findings that have a test."""
-    from . import metrics
-    from .analysis import matched
+    from .algorithms import explain_profiles  # what two profiles of one configuration really changed
     from .judging import settings_of, values_of
-    from .stats import difference_ms, holm, outlier_flags, paired_log_ratio, tost_log_ratio, welch_log_ratio
-    from .workloads import KINDS
+    from .stats import holm
 
     if study_text is None:
         runs = store.runs()
@@ -277,91 +275,16 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
         return []
     rows = store.scenarios()
     values = values_of(store, settings_of(study_text))[0]   # the flagged samples as the study fixed
-    flagged: dict[str, int] = defaultdict(int)
+    flagged: dict[tuple[str, str], int] = defaultdict(int)
     for sample in store.samples():
         if sample.flags:
             flagged[(sample.scenario_id, sample.metric)] += 1
-
-    out: list[Judgement] = []
-    for finding in findings:
-        if finding.not_comparable:
-            out.append(Judgement(finding, "not comparable here", finding.not_comparable))
-            continue
-        a_rows, b_rows = _side_rows(finding.a, rows), _side_rows(finding.b, rows)
-        sa, sb = _pick(a_rows, b_rows)
-        missing = [s.describe() for s, r in ((finding.a, sa), (finding.b, sb)) if r is None]
-        if missing:
-            out.append(Judgement(finding, "not comparable here",
-                                 f"not in this run's results: {'; '.join(missing)}"))
-            continue
-        metric = finding.metric or KINDS[sa.workload].primary if sa.workload in KINDS else finding.metric
-        j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=f"{sa.shown} | {sa.link_label} | "
-                      f"{sa.workload_label}", b_label=f"{sb.shown} | {sb.link_label} | {sb.workload_label}",
-                      unit=metrics.get(metric).unit if metric else "",
-                      measured_in=sa.measured_in if sa.measured_in == sb.measured_in else "host and VM")
-        out.append(j)
-        failed = [r for r in (sa, sb) if r.status == "failed"]
-        if failed:
-            j.verdict, j.reason = "not comparable here", "; ".join(
-                f"{r.shown} | {r.workload_label} could not be measured here: {(r.failure or 'failed')[:200]}"
-                for r in failed)
-            continue
-        emulated = [r for r in (sa, sb) if _emulated(r)]
-        if emulated:
-            j.verdict = "not comparable here"
-            j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
-                        "a machine like the seed's, so rates and delays that depend on it are the emulator's"
-                        + ("" if sa.measured_in == sb.measured_in else "; and A and B were measured in different "
-                           "places"))
-        elif finding.needs_kernel_datapath and (stand_ins := [r for r in (sa, sb) if _userspace(r)]):
-            j.verdict = "not comparable here"
-            j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
-                f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
-        elif sa.measured_in != sb.measured_in:
-            j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
-        if not metric:
-            j.verdict, j.reason = "not comparable here", f"the workload kind {sa.workload!r} is unknown here"
-            continue
-        a_vals, b_vals = values.get((sa.id, metric), []), values.get((sb.id, metric), [])
-        if finding.per_link_rate:
-            if not (sa.link_rate_mbit and sb.link_rate_mbit):
-                j.verdict, j.reason = "not comparable here", "per_link_rate needs both links shaped to a rate"
-                continue
-            a_vals = [(r, v / sa.link_rate_mbit) for r, v in a_vals]
-            b_vals = [(r, v / sb.link_rate_mbit) for r, v in b_vals]
-            j.unit = f"{j.unit} per Mbit/s of link"
-        j.flagged = flagged.get((sa.id, metric), 0) + flagged.get((sb.id, metric), 0)
-        a, b, paired = matched(a_vals, b_vals)
-        j.n_a, j.n_b = len(a), len(b)
-        j.outliers = sum(outlier_flags(a)) + sum(outlier_flags(b)) if len(a) > 2 and len(b) > 2 else 0
-        j.mean_a = sum(a) / len(a) if a else None
-        j.mean_b = sum(b) / len(b) if b else None
-        if len(a) < 2 or len(b) < 2:
-            if j.verdict != "not comparable here":
-                j.reason = f"fewer than two valid values of {metric} on a side ({len(a)} and {len(b)}): no test"
-            continue
-        positive = metrics.get(metric).positive and min(a + b) > 0
-        if positive:
-            test = paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
-            j._tost = tost_log_ratio(a, b, margin=finding.margin_pct / 100, alpha=ALPHA, paired=paired)
-        else:
-            test = difference_ms(a, b, paired=paired)
-        j._test = test
-        j.scale, j.estimate, j.low, j.high, j.p, j.method = (test.scale, test.estimate, test.low, test.high,
-                                                             test.p, test.method)
-        if positive and finding.graded and test.low is not None:
-            from .stats import grade_range
-
-            kind = finding.graded
-            grade = grade_range(test.low, test.high, kind, len(b), len(a),
-                                baseline_ms=j.mean_a if kind == "latency" else None)
-            j.grade = grade.grade or grade.reason
+    out = [_judge_one(finding, rows, values, flagged) for finding in findings]
 
     # Holm over the findings that are compared here (a comparison without a test still counts)
     family = [j for j in out if j._test is not None and j.verdict != "not comparable here"]
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
-    adjusted = holm([j.p for j in family])
-    for j, p in zip(family, adjusted):
+    for j, p in zip(family, holm([j.p for j in family])):
         j.holm_p = p
     for j in out:
         if j.verdict == "not comparable here" or j._test is None:
@@ -370,65 +293,161 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
         if j.flagged or j.outliers:
             j.reason += (f"; kept in the test: {j.flagged} flagged sample(s), {j.outliers} far from the rest "
                          "(the seeds re-ran such runs; vpnlab keeps and flags them)")
-    from .algorithms import explain_profiles  # what two profiles of one configuration really changed
-
     explain_profiles(out, store)
     return out
 
 
+def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Judgement:
+    """One finding's pair of scenarios, whether they compare like the seed's, and its primary test."""
+    from . import metrics
+    from .workloads import KINDS
+
+    if finding.not_comparable:
+        return Judgement(finding, "not comparable here", finding.not_comparable)
+    sa, sb = _pick(_side_rows(finding.a, rows), _side_rows(finding.b, rows))
+    missing = [s.describe() for s, r in ((finding.a, sa), (finding.b, sb)) if r is None]
+    if missing:
+        return Judgement(finding, "not comparable here", f"not in this run's results: {'; '.join(missing)}")
+    metric = finding.metric or KINDS[sa.workload].primary if sa.workload in KINDS else finding.metric
+    j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=f"{sa.shown} | {sa.link_label} | "
+                  f"{sa.workload_label}", b_label=f"{sb.shown} | {sb.link_label} | {sb.workload_label}",
+                  unit=metrics.get(metric).unit if metric else "",
+                  measured_in=sa.measured_in if sa.measured_in == sb.measured_in else "host and VM")
+    failed = [r for r in (sa, sb) if r.status == "failed"]
+    if failed:
+        j.verdict, j.reason = "not comparable here", "; ".join(
+            f"{r.shown} | {r.workload_label} could not be measured here: {(r.failure or 'failed')[:200]}"
+            for r in failed)
+        return j
+    _mark_unlike_the_seed(j, finding, sa, sb)
+    if not metric:
+        j.verdict, j.reason = "not comparable here", f"the workload kind {sa.workload!r} is unknown here"
+        return j
+    a_vals, b_vals = values.get((sa.id, metric), []), values.get((sb.id, metric), [])
+    if finding.per_link_rate:
+        if not (sa.link_rate_mbit and sb.link_rate_mbit):
+            j.verdict, j.reason = "not comparable here", "per_link_rate needs both links shaped to a rate"
+            return j
+        a_vals = [(r, v / sa.link_rate_mbit) for r, v in a_vals]
+        b_vals = [(r, v / sb.link_rate_mbit) for r, v in b_vals]
+        j.unit = f"{j.unit} per Mbit/s of link"
+    j.flagged = flagged.get((sa.id, metric), 0) + flagged.get((sb.id, metric), 0)
+    _test(j, a_vals, b_vals)
+    return j
+
+
+def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa, sb) -> None:
+    """'not comparable here' when the pair was measured unlike the seed's machines (its values are
+    still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
+    if any(_emulated(r) for r in (sa, sb)):
+        j.verdict = "not comparable here"
+        j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
+                    "a machine like the seed's, so rates and delays that depend on it are the emulator's"
+                    + ("" if sa.measured_in == sb.measured_in else "; and A and B were measured in different "
+                       "places"))
+    elif finding.needs_kernel_datapath and (stand_ins := [r for r in (sa, sb) if _userspace(r)]):
+        j.verdict = "not comparable here"
+        j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
+            f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
+    elif sa.measured_in != sb.measured_in:
+        j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
+
+
+def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
+    """The primary test of B against A on the rounds both completed (a ratio where the metric is
+    positive, else a difference), its TOST, and the seed's grade where the finding asks for one."""
+    from . import metrics
+    from .analysis import matched
+    from .stats import difference_ms, grade_range, outlier_flags, paired_log_ratio, tost_log_ratio, welch_log_ratio
+
+    a, b, paired = matched(a_vals, b_vals)
+    j.n_a, j.n_b = len(a), len(b)
+    j.outliers = sum(outlier_flags(a)) + sum(outlier_flags(b)) if len(a) > 2 and len(b) > 2 else 0
+    j.mean_a = sum(a) / len(a) if a else None
+    j.mean_b = sum(b) / len(b) if b else None
+    if len(a) < 2 or len(b) < 2:
+        if j.verdict != "not comparable here":
+            j.reason = f"fewer than two valid values of {j.metric} on a side ({len(a)} and {len(b)}): no test"
+        return
+    positive = metrics.get(j.metric).positive and min(a + b) > 0
+    if positive:
+        test = paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
+        j._tost = tost_log_ratio(a, b, margin=j.finding.margin_pct / 100, alpha=ALPHA, paired=paired)
+    else:
+        test = difference_ms(a, b, paired=paired)
+    j._test = test
+    j.scale, j.estimate, j.low, j.high = test.scale, test.estimate, test.low, test.high
+    j.p, j.method = test.p, test.method
+    if positive and j.finding.graded and test.low is not None:
+        kind = j.finding.graded
+        grade = grade_range(test.low, test.high, kind, len(b), len(a),
+                            baseline_ms=j.mean_a if kind == "latency" else None)
+        j.grade = grade.grade or grade.reason
+
+
 def _decide(j: Judgement, family_size: int) -> None:
     """The verdict of RULE from the Holm-adjusted primary test (and the TOST on ratios)."""
-    from .stats import repetitions_needed, verdict
-
-    f, test = j.finding, j._test
-    margin = f.margin_pct / 100
-    alpha = ALPHA / max(family_size, 1)   # what the rounds are planned for: Bonferroni, as conservative as Holm's first step
+    test = j._test
+    # what the rounds are planned for: Bonferroni, as conservative as Holm's first step
+    alpha = ALPHA / max(family_size, 1)
     if test.p is None or j.holm_p is None:
         j.verdict, j.reason = "inconclusive", f"no test: {test.note}"
-        return
-    significant = j.holm_p < ALPHA
-    if test.scale == "ratio":
-        decision = verdict(test, j.holm_p, j._tost, threshold=margin, alpha=ALPHA, names=("A", "B"))
-        word = decision.word   # ahead: B/A above 1 + margin; behind: below it; equivalent; undecided
-        change = 100 * (test.estimate - 1)
-        shown = (f"B/A = {test.estimate:.3g}, {abs(change):.1f}% {'higher' if change > 0 else 'lower'} "
-                 f"(Holm-adjusted p = {j.holm_p:.2g})")
-        tost = j._tost
-        equivalence = (f"TOST 90% interval of B/A {tost.low:.3g} - {tost.high:.3g}" if tost.low is not None
-                       else f"no TOST: {tost.note}")
-        if f.direction == "same":
-            if word == "equivalent":
-                j.verdict, j.reason = "reproduced", f"equivalent within ±{f.margin_pct:g}% ({equivalence})"
-            elif word in ("ahead", "behind") and (test.low > 1 + margin or test.high < 1 / (1 + margin)):
-                j.verdict = "contradicted"
-                j.reason = (f"the seed found no difference; here {shown}, its 95% interval outside "
-                            f"±{f.margin_pct:g}%")
-            else:
-                needed = _needed(test, margin, alpha, goal="equivalent")
-                j.verdict, j.rounds_needed = "inconclusive", needed
-                j.reason = (f"{shown}; equivalence within ±{f.margin_pct:g}% not shown ({equivalence}); "
-                            f"{_about(needed)} repetitions per side would show it if there is no difference")
-            return
-        wanted = "ahead" if f.direction == "higher" else "behind"
-        if word == wanted:
-            j.verdict, j.reason = "reproduced", shown
-        elif word in ("ahead", "behind"):
-            j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
-        elif word == "equivalent":
+    elif test.scale == "ratio":
+        _decide_ratio(j, alpha)
+    else:
+        _decide_difference(j, alpha)
+
+
+def _decide_ratio(j: Judgement, alpha: float) -> None:
+    from .stats import verdict
+
+    f, test, tost = j.finding, j._test, j._tost
+    margin = f.margin_pct / 100
+    decision = verdict(test, j.holm_p, tost, threshold=margin, alpha=ALPHA, names=("A", "B"))
+    word = decision.word   # ahead: B/A above 1 + margin; behind: below it; equivalent; undecided
+    change = 100 * (test.estimate - 1)
+    shown = (f"B/A = {test.estimate:.3g}, {abs(change):.1f}% {'higher' if change > 0 else 'lower'} "
+             f"(Holm-adjusted p = {j.holm_p:.2g})")
+    equivalence = (f"TOST 90% interval of B/A {tost.low:.3g} - {tost.high:.3g}" if tost.low is not None
+                   else f"no TOST: {tost.note}")
+    if f.direction == "same":
+        if word == "equivalent":
+            j.verdict, j.reason = "reproduced", f"equivalent within ±{f.margin_pct:g}% ({equivalence})"
+        elif word in ("ahead", "behind") and (test.low > 1 + margin or test.high < 1 / (1 + margin)):
             j.verdict = "contradicted"
-            j.reason = (f"the seed found B {f.direction} than A; here the two are equivalent within "
-                        f"±{f.margin_pct:g}% ({equivalence})")
+            j.reason = (f"the seed found no difference; here {shown}, its 95% interval outside "
+                        f"±{f.margin_pct:g}%")
         else:
-            needed = _needed(test, margin, alpha, goal="detect")
+            needed = _needed(test, margin, alpha, goal="equivalent")
             j.verdict, j.rounds_needed = "inconclusive", needed
-            why = ("significant but not shown beyond the margin" if significant
-                   else "not significant after Holm's correction")
-            j.reason = (f"{shown}: {why}, nor equivalent within ±{f.margin_pct:g}%; {_about(needed)} repetitions "
-                        f"per side would detect a {f.margin_pct:g}% difference at the family's level "
-                        f"(alpha {alpha:.2g})")
+            j.reason = (f"{shown}; equivalence within ±{f.margin_pct:g}% not shown ({equivalence}); "
+                        f"{_about(needed)} repetitions per side would show it if there is no difference")
         return
-    # a difference B - A in the unit (a metric that can be zero): no ratio, no equivalence test
-    goes_up = test.estimate > 0
+    wanted = "ahead" if f.direction == "higher" else "behind"
+    if word == wanted:
+        j.verdict, j.reason = "reproduced", shown
+    elif word in ("ahead", "behind"):
+        j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
+    elif word == "equivalent":
+        j.verdict = "contradicted"
+        j.reason = (f"the seed found B {f.direction} than A; here the two are equivalent within "
+                    f"±{f.margin_pct:g}% ({equivalence})")
+    else:
+        needed = _needed(test, margin, alpha, goal="detect")
+        j.verdict, j.rounds_needed = "inconclusive", needed
+        why = ("significant but not shown beyond the margin" if j.holm_p < ALPHA
+               else "not significant after Holm's correction")
+        j.reason = (f"{shown}: {why}, nor equivalent within ±{f.margin_pct:g}%; {_about(needed)} repetitions "
+                    f"per side would detect a {f.margin_pct:g}% difference at the family's level "
+                    f"(alpha {alpha:.2g})")
+
+
+def _decide_difference(j: Judgement, alpha: float) -> None:
+    """A difference B - A in the unit (a metric that can be zero): no ratio, no equivalence test."""
+    from .stats import repetitions_needed
+
+    f, test = j.finding, j._test
+    significant, goes_up = j.holm_p < ALPHA, test.estimate > 0
     shown = f"B - A = {test.estimate:+.3g} (Holm-adjusted p = {j.holm_p:.2g})"
     if f.direction == "same":
         j.verdict, j.reason = "inconclusive", f"{shown}; equivalence is only tested on ratios"
@@ -437,13 +456,14 @@ def _decide(j: Judgement, family_size: int) -> None:
     elif significant:
         j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
     else:
+        margin = max(f.margin_pct / 100, 0.1)
         needed = None
         if j.mean_a and test.sd_round and test.df:
-            needed = repetitions_needed(test.sd_round / abs(j.mean_a), test.df, margin=max(margin, 0.1),
+            needed = repetitions_needed(test.sd_round / abs(j.mean_a), test.df, margin=margin,
                                         alpha=alpha, paired=test.paired)
         j.verdict, j.rounds_needed = "inconclusive", needed
         j.reason = (f"{shown}: not significant; {_about(needed)} repetitions per side would detect a difference "
-                    f"of {100 * max(margin, 0.1):g}% of A's mean")
+                    f"of {100 * margin:g}% of A's mean")
 
 
 def _needed(test, margin: float, alpha: float, goal: str) -> int | None:
