@@ -372,6 +372,50 @@ def parse_study(text: str, source: str = "<study>", here: bool = False) -> Study
 
 
 def _parse(text: str, source: str, here: bool) -> Study:
+    top = _load(text, source)
+    problems: list[str] = []
+    placed_vpns = _vpns(top.vpns, problems)
+    vpns = [vpn for _, vpn in placed_vpns]
+    context = {"socket_buffer_max": socket_buffer_limit()} if here else None
+    placed_links = _expand("links", top.links, Link.model_validate, problems)
+    links = [link for _, link in placed_links]
+    placed = _expand("workloads", top.workloads, lambda v: _workload_adapter.validate_python(v, context=context),
+                     problems)
+    nesting = max((len(v.layers) for v in vpns), default=0)
+    if nesting > MAX_LAYERS:
+        problems.append(f"vpns: at most {MAX_LAYERS} tunnel layers (one VPN inside another)")
+    if nesting > 1 and top.topology != "site-to-site":
+        problems.append("topology: nested tunnels need topology 'site-to-site' (two gateway layers per side)")
+    # A scenario's id hashes its configuration, not its label: two entries that differ only in
+    # their labels would be measured once, as one scenario.
+    _check_distinct("the same configuration (driver, profile, options)",
+                    [(w, v.label, v.as_dict()) for w, v in placed_vpns], problems)
+    _check_unique("vpns", [v.label for v in vpns], problems)
+    _check_distinct("the same workload", [(w, x.label, x.model_dump(mode="json")) for w, x in placed],
+                    problems)
+    _check_unique("links", [l.label for l in links], problems)
+    if top.hosts is not None:
+        _check_hosts(top, placed_vpns, placed_links, placed, problems)
+    if problems:
+        raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(problems))
+    return Study(
+        name=top.name,
+        description=top.description,
+        topology=top.topology,
+        repetitions=top.repetitions,
+        order=top.order,
+        seed=top.seed,
+        vpns=vpns,
+        links=links,
+        workloads=[workload for _, workload in placed],
+        source_text=text,
+        source_path=source,
+        hosts=[dict(top.hosts)] if isinstance(top.hosts, dict) else list(top.hosts or []),
+    )
+
+
+def _load(text: str, source: str) -> "_StudyFile":
+    """The file's top level, validated, within the size limits: before any sweep is expanded."""
     if len(text) > MAX_FILE_BYTES:
         raise StudyError(f"{source}: {len(text):,} characters, more than a study file may hold "
                          f"({MAX_FILE_BYTES // 1024**2} MB); sweeps are lists, not copies")
@@ -392,75 +436,40 @@ def _parse(text: str, source: str, here: bool) -> Study:
     except ValidationError as exc:
         raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(_errors(exc, ""))) from exc
     _check_size(top, source)
+    return top
 
-    problems: list[str] = []
-    vpns: list[VpnConfig] = []
-    vpn_where: list[str] = []
-    for i, entry in enumerate(top.vpns):
+
+def _vpns(entries: list, problems: list[str]) -> list[tuple[str, VpnConfig]]:
+    """Each VPN configuration with where in the file it came from (an entry may sweep several)."""
+    out = []
+    for i, entry in enumerate(entries):
         where = f"vpns[{i}]"
         try:
             parsed = _VpnEntry.model_validate(entry)
         except ValidationError as exc:
             problems.extend(_errors(exc, where))
             continue
-        built = _build_vpn(parsed, where, problems)
-        vpns.extend(built)
-        vpn_where.extend([where] * len(built))
+        out += [(where, vpn) for vpn in _build_vpn(parsed, where, problems)]
+    return out
 
-    def expand(section: str, entries: list[dict], validate) -> list[tuple[str, Any]]:
-        out = []
-        for i, entry in enumerate(entries):
-            where = f"{section}[{i}]"
+
+def _expand(section: str, entries: list[dict], validate, problems: list[str]) -> list[tuple[str, Any]]:
+    """Each entry's sweeps expanded and validated, with where in the file it came from."""
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"{section}[{i}]"
+        try:
+            variants = expand_sweeps(entry)
+        except ValueError as exc:
+            problems.append(f"{where}.{exc}")
+            continue
+        for variant in variants:
             try:
-                variants = expand_sweeps(entry)
-            except ValueError as exc:
-                problems.append(f"{where}.{exc}")
-                continue
-            for variant in variants:
-                try:
-                    out.append((where, validate(variant)))
-                except ValidationError as exc:
-                    problems.extend(_errors(exc, where, skip_tags=True))
-                    break  # one report per entry is enough
-        return out
-
-    context = {"socket_buffer_max": socket_buffer_limit()} if here else None
-    placed_links = expand("links", top.links, Link.model_validate)
-    links = [link for _, link in placed_links]
-    placed = expand("workloads", top.workloads, lambda v: _workload_adapter.validate_python(v, context=context))
-    workloads = [workload for _, workload in placed]
-
-    nesting = max((len(v.layers) for v in vpns), default=0)
-    if nesting > MAX_LAYERS:
-        problems.append(f"vpns: at most {MAX_LAYERS} tunnel layers (one VPN inside another)")
-    if nesting > 1 and top.topology != "site-to-site":
-        problems.append("topology: nested tunnels need topology 'site-to-site' (two gateway layers per side)")
-    # A scenario's id hashes its configuration, not its label: two entries that differ only in
-    # their labels would be measured once, as one scenario.
-    _check_distinct("the same configuration (driver, profile, options)",
-                    [(w, v.label, v.as_dict()) for w, v in zip(vpn_where, vpns)], problems)
-    _check_unique("vpns", [v.label for v in vpns], problems)
-    _check_distinct("the same workload", [(w, x.label, x.model_dump(mode="json")) for w, x in placed],
-                    problems)
-    _check_unique("links", [l.label for l in links], problems)
-    if top.hosts is not None:
-        _check_hosts(top, list(zip(vpn_where, vpns)), placed_links, placed, problems)
-    if problems:
-        raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(problems))
-    return Study(
-        name=top.name,
-        description=top.description,
-        topology=top.topology,
-        repetitions=top.repetitions,
-        order=top.order,
-        seed=top.seed,
-        vpns=vpns,
-        links=links,
-        workloads=workloads,
-        source_text=text,
-        source_path=source,
-        hosts=[dict(top.hosts)] if isinstance(top.hosts, dict) else list(top.hosts or []),
-    )
+                out.append((where, validate(variant)))
+            except ValidationError as exc:
+                problems.extend(_errors(exc, where, skip_tags=True))
+                break  # one report per entry is enough
+    return out
 
 
 SHAPED_FIELDS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct")
