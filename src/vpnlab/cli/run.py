@@ -60,24 +60,11 @@ def run(
                                              "study's `hosts:` names: run it on them, over SSH"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
-    from .. import overrides
-    from ..plan import BACKENDS, make_plan, place
-    from ..study import parse_study
+    from ..plan import BACKENDS, make_plan
     from ..runner import Runner, default_out_dir
 
-    if resume is not None:
-        loaded, text = _stored_study(resume)
-        if study is not None:
-            given, _ = load_study_arg(study)
-            if given.source_text != text:
-                raise StudyError(f"{study}: differs from the study stored in {resume}; resume takes the stored one")
-        out_dir, is_default = resume, loaded.name == "default"
-    else:
-        loaded, is_default = load_study_arg(study)
-    if sets:  # the overridden study is a study of its own: shown, stored, compared on --resume
-        if resume is not None:
-            raise StudyError("--set: a resumed run takes the study stored with it, overrides included")
-        loaded = parse_study(overrides.apply(loaded.source_text, sets), f"{loaded.source_path} with --set")
+    loaded, is_default = _the_study(study, resume, sets)
+    out_dir = resume if resume is not None else out_dir
     plan = make_plan(loaded)
     if backend not in BACKENDS:
         raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -94,18 +81,7 @@ def run(
             out.print(f"on real hosts: {hosts.text} (not contacted)", highlight=False)
         return
     need_root("vpnlab run")
-    if hosts:
-        caps, problems, in_vm = _place_on_hosts(plan, hosts), {}, set()
-    else:
-        caps, problems, in_vm = place(plan, backend)
-    if problems and is_default:
-        # The default study means "every VPN this machine can run": drop the others, say so.
-        for p in problems.values():
-            err.print(f"[yellow]skipped:[/] {p}", highlight=False)
-        plan.drop(problems)
-    elif problems:
-        raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems.values())
-                          + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
+    caps, in_vm = _placed(plan, backend, hosts, is_default)
     if dry_run:  # exactly what the run would do: the same placement, twins and estimate
         _print_plan(plan, in_vm)
         return
@@ -128,6 +104,47 @@ def run(
     _finish(out_dir)
     if runner.failures:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
+
+
+def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
+    """The study to run (the one stored with a resumed run) with its --set overrides, and whether
+    it is the default study."""
+    from .. import overrides
+    from ..study import parse_study
+
+    if resume is not None:
+        loaded, text = _stored_study(resume)
+        if study is not None:
+            given, _ = load_study_arg(study)
+            if given.source_text != text:
+                raise StudyError(f"{study}: differs from the study stored in {resume}; resume takes the stored one")
+        is_default = loaded.name == "default"
+    else:
+        loaded, is_default = load_study_arg(study)
+    if sets:  # the overridden study is a study of its own: shown, stored, compared on --resume
+        if resume is not None:
+            raise StudyError("--set: a resumed run takes the study stored with it, overrides included")
+        loaded = parse_study(overrides.apply(loaded.source_text, sets), f"{loaded.source_path} with --set")
+    return loaded, is_default
+
+
+def _placed(plan, backend: str, hosts, is_default: bool):
+    """Where each scenario runs (here, the VM, real hosts) and what it finds there; what cannot run
+    is an error, except in the default study ("every VPN this machine can run"), which drops it."""
+    from ..plan import place
+
+    if hosts:
+        caps, problems, in_vm = _place_on_hosts(plan, hosts), {}, set()
+    else:
+        caps, problems, in_vm = place(plan, backend)
+    if problems and is_default:
+        for p in problems.values():
+            err.print(f"[yellow]skipped:[/] {p}", highlight=False)
+        plan.drop(problems)
+    elif problems:
+        raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems.values())
+                          + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
+    return caps, in_vm
 
 
 def _place_on_hosts(plan, hosts):
