@@ -3,6 +3,7 @@ agrees with the clock ticks, the ends sit on the cores recorded, and no cgroup i
 a run, an error, SIGTERM, or a crash cleaned up by `vpnlab clean`."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,23 @@ def test_each_tunnel_end_is_counted_in_its_own_cgroup_on_its_own_core(tmp_path, 
     if not two["pinned"]:
         assert two["placement"] == f"not pinned: {len(cores())} cores for 4 tunnel ends"
         assert two["placement"] in notes[nested.id]
+
+
+def test_a_study_that_turns_pinning_off_leaves_its_daemons_on_every_core(tmp_path, no_leftovers):
+    study = parse_study(f"name: free\npin_tunnel_ends: false\nvpns: [{WG}]\n"
+                        "workloads: [{kind: ping, count: 5, interval_s: 0.02}]\n")
+    (scenario,) = run_here(study, tmp_path).scenarios
+    store = Store.open_dir(tmp_path)
+    record = json.loads(store.raw_output(scenario.id, 1, "cpu"))
+    (notes,) = [sc.notes for sc in store.scenarios()]
+    store.close()
+    assert not record["pinned"] and all(end["core"] is None for end in record["ends"])
+    assert record["placement"] == "not pinned: the study turns pinning off (pin_tunnel_ends: false)"
+    assert record["placement"] in notes
+    # what the kernel says: each end's daemons may run wherever vpnlab itself may
+    ours = re.search(r"^Cpus_allowed_list:\s*(\S+)", Path("/proc/self/status").read_text(), re.M).group(1)
+    if this_machine().parent is not None:  # read through each end's cgroup
+        assert list(record["observed_cores"].values()) == [ours, ours]
 
 
 def test_cgroup_v2_accounting_on_this_kernel(tmp_path, no_leftovers, monkeypatch):

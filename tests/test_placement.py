@@ -132,6 +132,14 @@ def test_nested_tunnels_on_two_cores_are_not_pinned_and_say_so(tmp_path, run_sta
     assert baseline.ends == [] and baseline.text == "no tunnel ends"
 
 
+def test_a_study_can_turn_pinning_off_where_there_are_cores_enough(tmp_path, run_state):
+    layout = Layout.for_topology("remote-access", 1)
+    placement = Placement.create(run_state, layout, nodes_for(layout), Accounting("ticks"), [0, 1], pin=False)
+    assert len(placement.ends) == 2 and not placement.pinned
+    assert placement.text == "not pinned: the study turns pinning off (pin_tunnel_ends: false)"
+    assert all(e.launcher() == [] for e in placement.ends)
+
+
 def test_a_cgroup_that_exists_already_is_not_ours(tmp_path, run_state):
     parent = tmp_path / "cg"
     (parent / "vlabc123-0gw").mkdir(parents=True)

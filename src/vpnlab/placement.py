@@ -189,18 +189,19 @@ class Placement:
     accounting: Accounting
     ends: list[End] = field(default_factory=list)
     cores_available: int = 0
+    pin: bool = True   # False: the study turned pinning off (pin_tunnel_ends)
 
     @classmethod
     def create(cls, state, layout, nodes: list, accounting: Accounting | None = None,
-               available: list[int] | None = None) -> "Placement":
+               available: list[int] | None = None, pin: bool = True) -> "Placement":
         """One cgroup per tunnel end (recorded in the run's state before it is made) and a core
-        each when there are enough; a testbed without tunnel layers has no ends."""
+        each when there are enough and `pin`; a testbed without tunnel layers has no ends."""
         accounting = accounting or this_machine()
         available = cores() if available is None else available
-        placement = cls(state, accounting, cores_available=len(available))
+        placement = cls(state, accounting, cores_available=len(available), pin=pin)
         indices = sorted({i for pair in layout.tunnels for i in pair})
         left = {a for a, _ in layout.tunnels}
-        chosen = assign(len(indices), available)
+        chosen = assign(len(indices), available) if pin else None
         try:
             for n, index in enumerate(indices):
                 node = nodes[index]
@@ -228,6 +229,8 @@ class Placement:
         """How the ends were placed, in a sentence: 'not pinned: 2 cores for 4 tunnel ends'."""
         if not self.ends:
             return "no tunnel ends"
+        if not self.pin:
+            return "not pinned: the study turns pinning off (pin_tunnel_ends: false)"
         if not self.pinned:
             return f"not pinned: {self.cores_available} cores for {len(self.ends)} tunnel ends"
         return "pinned by " + PINNED_HOW + ": " + ", ".join(

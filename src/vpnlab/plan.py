@@ -44,6 +44,7 @@ class Scenario:
     vm_twin: bool = False  # a no-VPN baseline measured again in the VM, for the VPNs measured there
     run_link: Link | None = None  # the link as run, when it differs from the study's (emulation)
     hosts: dict | None = None     # on real hosts: the pair it runs on, role -> inventory host
+    pin: bool = True              # its tunnel ends on cores of their own, where there are enough (placement.py)
 
     @property
     def link_as_run(self) -> Link:
@@ -146,7 +147,8 @@ def make_plan(study: Study) -> Plan:
                 if len(pairs) > 1:
                     link = link.model_copy(update={"name": f"{link.label} ({', '.join(pair.values())})"})
                 for workload in study.workloads:
-                    scenarios.append(Scenario(0, study.topology, vpn, link, workload, study.repetitions, hosts=pair))
+                    scenarios.append(Scenario(0, study.topology, vpn, link, workload, study.repetitions, hosts=pair,
+                                              pin=study.pin_tunnel_ends))
     for i, scenario in enumerate(scenarios):
         scenario.index = i
     return Plan(study, scenarios)

@@ -45,7 +45,7 @@ def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None) -> Atte
         if hosts:
             bed = hosts.testbed(state, layout, scenario.link_as_run, f"{scenario.index}", not scenario.vpn.layers)
         else:
-            bed = Testbed.build(state, layout, scenario.link_as_run, tag=f"{scenario.index}")
+            bed = Testbed.build(state, layout, scenario.link_as_run, tag=f"{scenario.index}", pin=scenario.pin)
         ctx = WorkloadContext(bed, log_dir)
         bring_up(stage, bed, scenario, state, log_dir)
         prove_and_measure(stage, bed, scenario, log_dir)

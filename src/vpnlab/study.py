@@ -198,6 +198,8 @@ class _StudyFile(Strict):
     seed: int = 0
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings,
                                        description="how the data are judged, fixed before the run (judging.py)")
+    pin_tunnel_ends: bool = Field(True, description="each tunnel end's daemons on a core of their own when the "
+                                  "machine has a core per end (placement.py); false: they share every core")
     vpns: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("repetitions", mode="before")
@@ -231,6 +233,7 @@ class Study:
     source_text: str = ""
     source_path: str = ""
     hosts: list[dict[str, str]] = field(default_factory=list)  # pairs: role -> inventory host (HOST_ROLES); [] here
+    pin_tunnel_ends: bool = True
     nesting: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -411,6 +414,7 @@ def _parse(text: str, source: str, here: bool) -> Study:
         source_text=text,
         source_path=source,
         hosts=[dict(top.hosts)] if isinstance(top.hosts, dict) else list(top.hosts or []),
+        pin_tunnel_ends=top.pin_tunnel_ends,
     )
 
 

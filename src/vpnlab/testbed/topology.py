@@ -170,10 +170,11 @@ class Testbed:
 
     # -- building ----------------------------------------------------------
     @classmethod
-    def build(cls, state: RunState, layout: Layout, link, tag: str) -> "Testbed":
+    def build(cls, state: RunState, layout: Layout, link, tag: str, pin: bool = True) -> "Testbed":
         """Create namespaces, veth links, addresses, routes and WAN shaping.
 
-        `tag` keeps namespaces of consecutive scenarios apart in one run.
+        `tag` keeps namespaces of consecutive scenarios apart in one run; `pin` False leaves the
+        tunnel ends unpinned even where there are cores enough (the study's pin_tunnel_ends).
         """
         bed = cls(state, layout)
         for role in layout.roles:
@@ -181,7 +182,7 @@ class Testbed:
             state.add_namespace(name)  # recorded first: a crash right after still gets cleaned
             _run(["ip", "netns", "add", name])
             bed.nodes.append(Node(role, name, state))
-        bed.placement = Placement.create(state, layout, bed.nodes)
+        bed.placement = Placement.create(state, layout, bed.nodes, pin=pin)
         count = len(bed.nodes)
         for i in range(count - 1):
             left, right = bed.nodes[i], bed.nodes[i + 1]
