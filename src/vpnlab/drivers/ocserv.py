@@ -11,6 +11,7 @@ import ipaddress
 import re
 import secrets as random_secrets
 import subprocess
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -66,21 +67,49 @@ class Ocserv(Driver):
         folder = env.secrets
         pki = make_pki(folder, right.underlay_ip, "")
         password = random_secrets.token_urlsafe(18)
+        answer = env.secret_file("password", password + "\n")
+        config = self._server_config(left, right, dtls, profile, env, pki, password)
+        tunnel = Tunnel(env, ("udp" if dtls else "tcp", PORT),
+                        control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
+        log = env.log("ocserv")
+        proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.state.directory), log,
+                                what="ocserv")
+        tunnel.processes.append((right.node, proc, log))
+        wait_for(lambda: right.node.listening(PORT), 15, "ocserv to listen", tunnel)
+
+        ready = folder / "client-ready"
+        script = folder / "connect-script"
+        script.write_text(CONNECT_SCRIPT.format(routes=" ".join(right.subnets), ready=ready))
+        script.chmod(0o700)
+        log = env.log("openconnect")
+        proc = left.node.spawn(self._client_argv(right, dtls, pki, script, f"vc{env.unique}"), log, stdin=answer,
+                               what="openconnect")
+        tunnel.processes.append((left.node, proc, log))
+        wait_for(ready.exists, 30, "openconnect to connect", tunnel)
+        mtu = ready.read_text().split()
+        tunnel.mtu = int(mtu[1]) if len(mtu) > 1 and mtu[1].isdigit() else None
+        if dtls:  # the data only moves to UDP once DTLS is up; measure nothing before
+            wait_for(lambda: re.search(r"Established DTLS connection", log.read_text(errors="replace")) is not None,
+                     15, "the DTLS channel", tunnel)
+        return tunnel
+
+    @staticmethod
+    def _server_config(left, right, dtls: bool, profile: str, env: TunnelEnv, pki, password: str) -> Path:
+        """ocserv.conf for this tunnel (0600), with the one user's password file beside it."""
         hashed = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True,
                                 text=True, check=True).stdout.strip()
         passwd = env.secret_file("ocpasswd", f"vpnlab:*:{hashed}\n")
-        answer = env.secret_file("password", password + "\n")
         net = ipaddress.ip_network(f"{left.tunnel_ip}/24", strict=False)
         routes = [f"route = {right.prefix}"] if right.prefix else []
         if left.subnets:  # site-to-site: the client's LANs, reached through its session
-            users = folder / "users"
+            users = env.secrets / "users"
             users.mkdir(mode=0o700)
             (users / "vpnlab").write_text("".join(f"iroute = {net}\n" for net in left.subnets))
             routes += [f"config-per-user = {users}/",
                        # replace: the chain's own route to those LANs must give way to the tunnel
                        'route-add-cmd = "ip route replace %{R} dev %{D}"',
                        'route-del-cmd = "ip route delete %{R} dev %{D}"']
-        config = env.secret_file("ocserv.conf", "\n".join([
+        return env.secret_file("ocserv.conf", "\n".join([
             f'auth = "plain[passwd={passwd}]"',
             f"tcp-port = {PORT}",
             *([f"udp-port = {PORT}"] if dtls else []),
@@ -95,19 +124,9 @@ class Ocserv(Driver):
             f"ipv4-network = {net.network_address}", f"ipv4-netmask = {net.netmask}",
             *routes, "ping-leases = false", "cisco-client-compat = true", "dtls-legacy = true", "log-level = 2",
         ]) + "\n")
-        dev = f"vc{env.unique}"
-        tunnel = Tunnel(env, ("udp" if dtls else "tcp", PORT),
-                        control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
-        log = env.log("ocserv")
-        proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.state.directory), log,
-                                what="ocserv")
-        tunnel.processes.append((right.node, proc, log))
-        wait_for(lambda: right.node.listening(PORT), 15, "ocserv to listen", tunnel)
 
-        ready = folder / "client-ready"
-        script = folder / "connect-script"
-        script.write_text(CONNECT_SCRIPT.format(routes=" ".join(right.subnets), ready=ready))
-        script.chmod(0o700)
+    @staticmethod
+    def _client_argv(right, dtls: bool, pki, script: Path, dev: str) -> list[str]:
         # The per-run CA authenticates the gateway, whose certificate names its IP.
         client = ["openconnect", "--protocol=anyconnect", "--user=vpnlab", "--passwd-on-stdin", "--non-inter",
                   f"--cafile={pki.ca}", f"--script={script}", f"--interface={dev}",
@@ -121,16 +140,7 @@ class Ocserv(Driver):
             # and TCP retransmitted 15-25% of its segments. 4096 x MTU (12 MB, doubled by the kernel
             # and allowed by the namespace's wmem_max) holds the default 50 ms queue up to 1 Gbit/s.
             client[1:1] = ["--queue-len=4096"]
-        log = env.log("openconnect")
-        proc = left.node.spawn(client, log, stdin=answer, what="openconnect")
-        tunnel.processes.append((left.node, proc, log))
-        wait_for(ready.exists, 30, "openconnect to connect", tunnel)
-        mtu = ready.read_text().split()
-        tunnel.mtu = int(mtu[1]) if len(mtu) > 1 and mtu[1].isdigit() else None
-        if dtls:  # the data only moves to UDP once DTLS is up; measure nothing before
-            wait_for(lambda: re.search(r"Established DTLS connection", log.read_text(errors="replace")) is not None,
-                     15, "the DTLS channel", tunnel)
-        return tunnel
+        return client
 
     # -- algorithms (algorithms.py) --------------------------------------------
     def algorithms(self, options, profile, implementation=""):
