@@ -3,6 +3,8 @@
 import sqlite3
 import subprocess
 import sys
+import time
+from datetime import datetime, timezone
 
 from vpnlab.plan import make_plan
 from vpnlab.store import Store
@@ -120,3 +122,30 @@ def test_opening_a_store_twice_keeps_what_another_process_sees(tmp_path):
     seen = subprocess.run(reader, check=True, capture_output=True, text=True).stdout.strip()
     a.close()
     assert seen == "2"
+
+
+def test_a_vm_guests_repetitions_are_flagged_where_another_run_shared_the_machine(tmp_path):
+    """The guest cannot see other runs on the host; the host's watch of the boot flags what the
+    guest measured while one went on, by each repetition's span (from the one before it)."""
+    from vpnlab.judging import disturbed
+    from vpnlab.runner import OtherRunsWatch
+
+    plan = make_plan(parse_study(STUDY))
+    scenario = plan.scenarios[0]
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=STUDY)
+    store.add_scenario(scenario, "vm")
+    base = time.time()
+    for repetition in (1, 2, 3):  # completed 10, 20 and 30 s after the boot began
+        store.record_repetition(run, scenario.id, repetition, {"rtt_avg_ms": 1.5}, {}, [])
+        store.db.execute("UPDATE repetitions SET completed_at=? WHERE repetition=?",
+                         (datetime.fromtimestamp(base + 10 * repetition, timezone.utc).isoformat(), repetition))
+    watch = OtherRunsWatch("abc123")
+    watch.started, watch.seen = base, [(base + 15, ["def456 (pid 7)"])]  # seen once, during the second
+    watch.flag(store, run, [scenario.id])
+    flags = {r[1]: r[3] for r in store.db.execute("SELECT scenario_id, repetition, completed_at, flags"
+                                                   " FROM repetitions")}
+    store.close()
+    assert [disturbed(flags[n]) for n in (1, 2, 3)] == [False, True, False], flags
+    assert "def456 (pid 7)" in flags[2]

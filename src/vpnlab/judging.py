@@ -64,6 +64,12 @@ def stored_settings(store) -> AnalysisSettings:
     return settings_of(runs[-1]["study_text"] if runs else "")
 
 
+def shared_machine_flag(others) -> str:
+    """The flag of a repetition measured while other vpnlab runs (their ids and PIDs) were going on."""
+    return (f"{DISTURBED}another vpnlab run shared this machine ({', '.join(sorted(set(others)))}): its load is "
+            "in these CPU and throughput figures")
+
+
 def disturbed(flags: str) -> bool:
     return any(flag.startswith(DISTURBED) for flag in flags.split(";"))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import VpnlabError
-from .judging import DISTURBED
+from .judging import shared_machine_flag
 from .algorithms import record as record_algorithms
 from .measure import Sample, measure
 from .testbed.state import RunState, other_live_runs
@@ -61,9 +61,7 @@ def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None) -> Atte
                 attempt.failure = str(exc)
             others += other_live_runs(state.run_id)
         if others:
-            attempt.sample.flags.append(f"{DISTURBED}another vpnlab run shared this machine "
-                                        f"({', '.join(sorted(set(others)))}): its load is in these CPU and "
-                                        "throughput figures")
+            attempt.sample.flags.append(shared_machine_flag(others))
         attempt.failure = watch.death or still_carrying(stage, bed) or attempt.failure
         attempt.sample.values |= stage.values
         record_algorithms(stage, scenario, attempt.sample)  # declared and negotiated, per layer

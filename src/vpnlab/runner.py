@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -24,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__, vm
 from .capabilities import Capabilities, this_machine, tool_versions
 from .files import tail
+from .judging import shared_machine_flag
 from .plan import Plan, Scenario, round_order
 from .repetition import run_repetition
 from .signals import Interrupted
@@ -76,6 +78,48 @@ class Progressor:
 
     def log(self, text: str) -> None:
         self.console.print(text)
+
+
+class OtherRunsWatch:
+    """Other vpnlab runs seen on this machine while a VM guest measures: the guest cannot see them
+    (its /run is its own), so the host flags each repetition it measured while one was going on,
+    as a repetition measured here is flagged (repetition.py)."""
+
+    POLL_S = 2.0
+
+    def __init__(self, run_id: str):
+        self.run_id, self.seen = run_id, []  # (time, the other runs then)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self):
+        self.started = time.time()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while True:
+            others = other_live_runs(self.run_id)
+            if others:
+                self.seen.append((time.time(), others))
+            if self._stop.wait(self.POLL_S):
+                return
+
+    def flag(self, store: Store, run_id: int, scenario_ids: list[str]) -> None:
+        """Flag each repetition the guest completed for these scenarios whose span (from the one
+        before it, or the boot) came within a poll of a moment another run was seen."""
+        start = self.started
+        for scenario_id, repetition, completed_at in store.completed(run_id, scenario_ids):
+            end = datetime.fromisoformat(completed_at).timestamp()
+            others = [name for t, names in self.seen if start - self.POLL_S <= t <= end + self.POLL_S
+                      for name in names]
+            if others:
+                store.add_flag(scenario_id, repetition, shared_machine_flag(others))
+            start = end
 
 
 class Runner:
@@ -165,9 +209,11 @@ class Runner:
         timeout = VM_GUEST_SETUP_S + sum(s.estimate_s(in_vm=True, most=True) * VM_TIME_LIMIT_FACTOR
                                          + VM_SCENARIO_MARGIN_S for s in scenarios)
         accel, error = "", None
+        watch = OtherRunsWatch(state.run_id)
         try:
-            accel = vm.Guest(state, work, console).run(
-                [sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
+            with watch:
+                accel = vm.Guest(state, work, console).run(
+                    [sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
         except vm.VmError as exc:
             error = str(exc)
         finally:
@@ -175,6 +221,7 @@ class Runner:
                     f"kernel {vm.find_kernel(download=False).version})") if accel else ""
             if guest_store.is_file():
                 store.merge(guest_store, run_id, note)
+                watch.flag(store, run_id, [s.id for s in scenarios])
         guest_log = work / "guest.log"
         for scenario in scenarios:
             if self._needs_more(store, scenario):

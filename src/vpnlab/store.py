@@ -420,6 +420,18 @@ class Store:
                     (scenario_id, repetition, run_id, stamp, ";".join(flags), round_, position, failure),
                 )
 
+    def completed(self, run_id: int, scenario_ids) -> list[tuple[str, int, str]]:
+        """(scenario, repetition, completed_at) of what this run completed for these scenarios."""
+        marks = ",".join("?" * len(scenario_ids))
+        return [tuple(r) for r in self.db.execute(
+            f"SELECT scenario_id, repetition, completed_at FROM repetitions WHERE run_id=? AND scenario_id IN ({marks})"
+            " ORDER BY completed_at", (run_id, *scenario_ids))]
+
+    def add_flag(self, scenario_id: str, repetition: int, flag: str) -> None:
+        with self.db:
+            self.db.execute("UPDATE repetitions SET flags = CASE WHEN flags = '' THEN ? ELSE flags || ';' || ? END"
+                            " WHERE scenario_id=? AND repetition=?", (flag, flag, scenario_id, repetition))
+
     def merge(self, other: Path, run_id: int, note: str) -> list[str]:
         """Take in what another store (a VM guest's) measured for scenarios this one planned:
         repetitions with their samples and raw output, status, notes. Idempotent, so a store left
