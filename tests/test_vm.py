@@ -20,6 +20,7 @@ from vpnlab.plan import add_vm_twins, make_plan, place
 from vpnlab.runner import Runner
 from vpnlab.store import Store
 from vpnlab.study import parse_study
+from vpnlab.testbed.state import RunState
 
 from shared_run import held_like_a_test
 
@@ -159,6 +160,8 @@ class VmRun:
                        for row in db.execute(f"SELECT {label}, status, failure FROM scenarios")}
         self.notes = {row[:3]: row[3] or "" for row in db.execute(f"SELECT {label}, notes FROM scenarios")}
         self.measured_in = {row[:3]: row[3] for row in db.execute(f"SELECT {label}, measured_in FROM scenarios")}
+        self.vm_flags = [row[0] for row in db.execute("SELECT r.flags FROM repetitions r JOIN scenarios sc"
+                                                      " ON sc.id = r.scenario_id WHERE sc.measured_in = 'vm'")]
         self.values = {}
         for vpn, link, workload, metric, value in db.execute(
                 "SELECT sc.vpn_label, sc.link_label, sc.workload, s.metric, avg(s.value) FROM samples s"
@@ -176,9 +179,10 @@ class VmRun:
             store.close()
 
 
-def run_in_vm(study_text: str, folder: Path, keep, host=lambda scenario: False) -> VmRun:
+def run_in_vm(study_text: str, folder: Path, keep, host=lambda scenario: False, beside=False) -> VmRun:
     """Run the scenarios of a study that `keep` selects in the VM (even where this kernel could
-    run them), except those `host` selects, which run here, each with its twin in the VM: one boot."""
+    run them), except those `host` selects, which run here, each with its twin in the VM: one boot.
+    `beside`: with the record of another live vpnlab run on the machine all along."""
     problem = vm.available()
     if problem and "not installed" not in problem:
         pytest.fail(problem)
@@ -192,7 +196,12 @@ def run_in_vm(study_text: str, folder: Path, keep, host=lambda scenario: False) 
     twins = add_vm_twins(plan, in_vm)  # as `auto` does when only the VPN needs the VM
     assert len(twins) == len(here)
     with held_like_a_test(folder / "checks"):
-        Runner(plan, folder / "out", caps, progress=False, in_vm=in_vm | twins).run()
+        other = RunState.create() if beside else None
+        try:
+            Runner(plan, folder / "out", caps, progress=False, in_vm=in_vm | twins).run()
+        finally:
+            if other:
+                other.teardown()
     run = VmRun(folder / "out", plan)
     assert all(v.startswith("done") for v in run.status.values()), run.status
     assert our_qemus(folder) == set(), "an emulator was left running"
@@ -240,7 +249,7 @@ def _key(scenario) -> tuple[str, str, str]:
 def remote_access(tmp_path_factory):
     return run_in_vm(REMOTE_ACCESS, tmp_path_factory.mktemp("vm-remote-access"),
                      keep=lambda s: _key(s) in REMOTE_ACCESS_KEEP,
-                     host=lambda s: _key(s) == ("none", "2mbit", "tcp"))
+                     host=lambda s: _key(s) == ("none", "2mbit", "tcp"), beside=True)
 
 
 @pytest.mark.integration
@@ -270,6 +279,17 @@ def test_pptp_l2tp_ipsec_and_libreswan_in_the_vm(remote_access):
         assert "measured in a VM" in notes[(label, "wan-20ms", "ping")]
     assert "not encrypted" in notes[("l2tp", "wan-20ms", "ping")]
     assert "not encrypted" not in notes[("l2tp/ipsec aes128-sha1", "wan-20ms", "ping")]
+
+
+@pytest.mark.integration
+def test_what_a_guest_measured_while_another_run_went_on_is_flagged(remote_access, site_to_site):
+    """A guest cannot see other runs (its /run is its own): the host watches the boot and flags
+    what the guest measured meanwhile. Another run's record was there through the whole
+    remote-access study and never during the site-to-site one."""
+    from vpnlab.judging import disturbed
+
+    assert remote_access.vm_flags and all(disturbed(flags) for flags in remote_access.vm_flags)
+    assert site_to_site.vm_flags and not any(disturbed(flags) for flags in site_to_site.vm_flags)
 
 
 # PPTP over a shaped link: TCP through it carries about what the link carries.
