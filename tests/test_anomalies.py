@@ -65,7 +65,7 @@ def test_openvpn_carries_its_first_packet_at_once(state, tmp_path, transport, mo
     pki_done = []
     make_pki = openvpn.make_pki
 
-    def timed_make_pki(*args):  # the per-run PKI takes 0.1-0.4 s of openssl, more on a busy machine
+    def timed_make_pki(*args):  # the per-tunnel PKI is made before the daemons start
         pki = make_pki(*args)
         pki_done.append(time.monotonic())
         return pki
