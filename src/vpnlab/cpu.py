@@ -19,12 +19,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .metrics import declare
+from .testbed import netns
 
 TICK = os.sysconf("SC_CLK_TCK")
 TRAFFIC_TOOLS = {"iperf3", "ping", "tcpdump"}  # the measuring tools, not the VPN
@@ -51,11 +51,6 @@ METRICS = (
 )
 
 
-def _namespace_pids(namespace: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
 def _process_ticks(pid: int) -> tuple[str, int] | None:
     """(command name, user + system ticks of the process, its threads and reaped children)."""
     try:
@@ -71,7 +66,7 @@ def _process_ticks(pid: int) -> tuple[str, int] | None:
 def _daemon_ticks(namespaces: list[str]) -> dict[int, int]:
     ticks = {}
     for ns in namespaces:
-        for pid in _namespace_pids(ns):
+        for pid in netns.pids(ns):
             found = _process_ticks(pid)
             if found and found[0] not in TRAFFIC_TOOLS:
                 ticks[pid] = found[1]

@@ -60,7 +60,7 @@ class WanObserver:
         """IP fragments created so far in the two WAN ends' namespaces (/proc/net/snmp)."""
         total = 0
         for node in self.bed.wan_nodes:
-            header, numbers = [line.split() for line in node.run(["cat", "/proc/net/snmp"]).stdout.splitlines()
+            header, numbers = [line.split() for line in node.read_net("snmp").splitlines()
                                if line.startswith("Ip:")][:2]
             total += int(numbers[header.index("FragCreates")])
         return total

@@ -18,6 +18,7 @@ from .errors import VpnlabError
 from .judging import shared_machine_flag
 from .algorithms import record as record_algorithms
 from .measure import Sample, measure
+from .testbed import netns
 from .testbed.state import RunState, other_live_runs
 from .testbed.topology import Layout, Testbed
 from .tunnels import TunnelStage, bring_up, first_packet, prove_and_measure
@@ -125,8 +126,7 @@ class TunnelWatch:
     def _end_clients(self) -> None:
         if self.bed.remote:
             return  # on a real host the client's own time limit (`timeout`) ends it
-        out = subprocess.run(["ip", "netns", "pids", self.bed.source.namespace], capture_output=True, text=True)
-        for pid in map(int, out.stdout.split()):
+        for pid in netns.pids(self.bed.source.namespace):
             try:
                 if Path(f"/proc/{pid}/comm").read_text().strip() in self.clients:
                     os.kill(pid, 15)

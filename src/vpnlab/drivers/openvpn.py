@@ -163,8 +163,7 @@ class OpenVpn(Driver):
             if site is right:
                 # The client starts once the server's socket exists: a UDP client that starts first
                 # gets "port unreachable" and tries again only after OpenVPN's 2 s handshake timeout.
-                socket = ["ss", "-Hln" + ("u" if udp else "t"), f"sport = :{options.port}"]
-                wait_for(lambda: right.node.run(socket, check=False).stdout.strip() != "", 15,
+                wait_for(lambda: right.node.listening(options.port, udp), 15,
                          "the OpenVPN server's socket", tunnel, interval=0.01)
         ready = "Initialization Sequence Completed"
         wait_for(lambda: all(ready in log.read_text(errors="replace") for log in logs.values()), 30,

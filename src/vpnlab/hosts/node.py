@@ -95,9 +95,13 @@ class RemoteNode:
         if self.own_namespace:
             self.host.sysctls_set.update(wanted)
 
-    def listening(self, port: int) -> bool:
-        """Does a TCP socket listen on this port on this node?"""
-        return self.run(["ss", "-Htln", f"sport = :{port}"], check=False).stdout.strip() != ""
+    def listening(self, port: int, udp: bool = False) -> bool:
+        """Does a TCP socket listen on this port on this node (with `udp`: is a UDP one bound)?"""
+        return self.run(["ss", "-Hlnu" if udp else "-Htln", f"sport = :{port}"], check=False).stdout.strip() != ""
+
+    def read_net(self, name: str) -> str:
+        """This node's /proc/net/<name>."""
+        return self.run(["cat", f"/proc/net/{name}"]).stdout
 
     def wait_listening(self, port: int, proc: RemoteProcess, log: Path, timeout: float = 10) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CommandError, VpnlabError
+from . import netns
 from .state import RunState
 
 
@@ -68,9 +69,13 @@ class Node:
         if proc.returncode != 0:
             raise CommandError([*argv, "<<", script.strip()], proc.returncode, "", proc.stderr)
 
-    def listening(self, port: int) -> bool:
-        """Does a TCP socket listen on this port in this namespace?"""
-        return self.run(["ss", "-Htln", f"sport = :{port}"], check=False).stdout.strip() != ""
+    def listening(self, port: int, udp: bool = False) -> bool:
+        """Does a TCP socket listen on this port in this namespace (with `udp`: is a UDP one bound)?"""
+        return netns.listening(self.namespace, port, udp)
+
+    def read_net(self, name: str) -> str:
+        """This namespace's /proc/net/<name>."""
+        return netns.read_net(self.namespace, name)
 
     def wait_listening(self, port: int, proc: subprocess.Popen, log: Path, timeout: float = 10) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
@@ -83,9 +88,7 @@ class Node:
                           f"{log.read_text(errors='replace')[-500:].strip()}")
 
     def sysctl(self, **settings) -> None:
-        # Run inside the namespace, /proc/sys/net is the namespace's own. -e: a key this
-        # kernel does not make per-namespace is left alone rather than failing the run.
-        self.run(["sysctl", "-q", "-e", "-w", *(f"{k}={v}" for k, v in settings.items())])
+        netns.sysctl(self.namespace, settings)
 
     def spawn(self, argv: list, log_path: Path, *, env: dict | None = None, what: str = "",
               stdin: Path | None = None) -> subprocess.Popen:

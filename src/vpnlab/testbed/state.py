@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import netns
+
 STATE_ROOT = Path(os.environ.get("VPNLAB_STATE_DIR", "/run/vpnlab"))
 NAMESPACE_PREFIX = "vl"  # namespaces are named vl<run-id>-<role>
 
@@ -168,8 +170,7 @@ class RunState:
         """Kill what still runs inside the namespace, then delete it."""
         if name not in self.namespaces:
             return
-        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
-        for pid in map(int, pids):
+        for pid in netns.pids(name):
             _signal(pid, signal.SIGKILL)
             _reap(pid)
         # Whatever the namespace's state (an `ip netns add` cut short by a signal may have left

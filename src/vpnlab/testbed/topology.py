@@ -20,11 +20,10 @@ of that end (IPsec traffic selectors want both).
 from __future__ import annotations
 
 import ipaddress
-import json
 import subprocess
 from dataclasses import dataclass, field
 
-from ..errors import CommandError
+from ..errors import CommandError, VpnlabError
 from ..placement import Placement
 from .node import Node
 from .shaping import shape_commands
@@ -221,14 +220,17 @@ class Testbed:
 
     def wan_counters(self) -> dict[str, int]:
         """Bytes and packets the left WAN end has sent and received."""
-        out = self.wan_nodes[0].run(["ip", "-j", "-s", "link", "show", self.wan_device(0)]).stdout
-        stats = json.loads(out)[0]["stats64"]
-        return {
-            "tx_bytes": stats["tx"]["bytes"],
-            "rx_bytes": stats["rx"]["bytes"],
-            "tx_packets": stats["tx"]["packets"],
-            "rx_packets": stats["rx"]["packets"],
-        }
+        return device_counters(self.wan_nodes[0].read_net("dev"), self.wan_device(0))
+
+
+def device_counters(proc_net_dev: str, device: str) -> dict[str, int]:
+    """A device's byte and packet counters from /proc/net/dev (what `ip -s link` shows)."""
+    for line in proc_net_dev.splitlines()[2:]:
+        name, _, numbers = line.partition(":")
+        if name.strip() == device:
+            n = [int(x) for x in numbers.split()]
+            return {"rx_bytes": n[0], "rx_packets": n[1], "tx_bytes": n[8], "tx_packets": n[9]}
+    raise VpnlabError(f"no device {device} in /proc/net/dev")
 
 
 def _run(argv: list[str]) -> None:

@@ -1,0 +1,62 @@
+"""Reading a namespace's tables and processes without starting a program in it (testbed/netns.py)
+gives what the programs it replaces (`cat`, `ss`, `ip netns pids`, `sysctl`) give."""
+
+import subprocess
+import sys
+
+import pytest
+
+from vpnlab.testbed import netns
+from vpnlab.testbed.state import RunState
+
+SERVER = """
+import socket, sys, time
+tcp = socket.socket(socket.AF_INET6); tcp.bind(("::1", 5201)); tcp.listen()
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind(("127.0.0.1", 1194))
+print("up", flush=True); time.sleep(30)
+"""
+
+
+@pytest.fixture
+def namespace():
+    state = RunState.create()
+    name = state.namespace_name("netns")
+    state.add_namespace(name)
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    yield name
+    state.teardown()
+
+
+def in_namespace(name: str, *argv: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", name, *argv], capture_output=True, text=True, check=True).stdout
+
+
+def test_tables_and_processes_match_the_programs_they_replace(namespace):
+    assert netns.pids(namespace) == [] and not netns.listening(namespace, 5201)
+    server = subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, "-c", SERVER], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout.readline().strip() == "up"
+        listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+        assert netns.pids(namespace) == [int(p) for p in listed] == [server.pid]
+        assert netns.listening(namespace, 5201) and netns.listening(namespace, 1194, udp=True)
+        assert not netns.listening(namespace, 1194) and not netns.listening(namespace, 5201, udp=True)
+        # nothing crosses lo meanwhile: the tables read the same both ways, and are not the default namespace's
+        for table in ("dev", "snmp", "tcp6", "udp"):
+            assert netns.read_net(namespace, table) == in_namespace(namespace, "cat", f"/proc/net/{table}")
+        assert netns.read_net(namespace, "udp") != open("/proc/net/udp").read()
+    finally:
+        server.kill()
+        server.wait()
+    assert netns.pids(namespace) == []
+    assert netns.pids("vl-no-such-namespace") == []
+
+
+def test_sysctls_are_set_in_the_namespace_only(namespace):
+    before = {key: open(f"/proc/sys/net/{key}").read() for key in ("ipv4/ip_forward", "core/rmem_max")}
+    forward = "0" if before["ipv4/ip_forward"].strip() == "1" else "1"  # the opposite of the default namespace's
+    netns.sysctl(namespace, {"net.ipv4.ip_forward": forward, "net.core.rmem_max": 1 << 26,
+                             "net.vpnlab.no_such_key": 1})
+    assert in_namespace(namespace, "sysctl", "-n", "net.ipv4.ip_forward").strip() == forward
+    assert {key: open(f"/proc/sys/net/{key}").read() for key in before} == before
