@@ -212,7 +212,8 @@ class Runner:
         watch = OtherRunsWatch(state.run_id)
         try:
             with watch:
-                accel = vm.Guest(state, work, console).run(
+                drivers = tuple(sorted({layer.driver for s in scenarios for layer in s.vpn.layers}))
+                accel = vm.Guest(state, work, console, drivers).run(
                     [sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
         except vm.VmError as exc:
             error = str(exc)
