@@ -1,6 +1,8 @@
 """Reading a namespace's tables and processes without starting a program in it (testbed/netns.py)
-gives what the programs it replaces (`cat`, `ss`, `ip netns pids`, `sysctl`) give."""
+gives what the programs it replaces (`cat`, `ss`, `ip netns pids`, `sysctl`, `ip addr`, `swanctl
+--stats`) give."""
 
+import socket
 import subprocess
 import sys
 
@@ -60,3 +62,18 @@ def test_sysctls_are_set_in_the_namespace_only(namespace):
                              "net.vpnlab.no_such_key": 1})
     assert in_namespace(namespace, "sysctl", "-n", "net.ipv4.ip_forward").strip() == forward
     assert {key: open(f"/proc/sys/net/{key}").read() for key in before} == before
+
+
+def test_an_address_appears_when_set_and_a_unix_socket_answers_once_listening(namespace, tmp_path):
+    subprocess.run(["ip", "-n", namespace, "link", "add", "va", "type", "veth", "peer", "name", "vb"], check=True)
+    assert netns.ipv4_address(namespace, "va") is None and netns.ipv4_address(namespace, "no-such") is None
+    subprocess.run(["ip", "-n", namespace, "addr", "add", "198.18.5.1/24", "dev", "va"], check=True)
+    assert netns.ipv4_address(namespace, "va") == "198.18.5.1"
+    assert netns.ipv4_address(namespace, "vb") is None
+    path = tmp_path / "daemon.sock"
+    assert not netns.accepts(path)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        assert not netns.accepts(path)  # bound, not yet listening: a daemon still starting
+        server.listen()
+        assert netns.accepts(path)

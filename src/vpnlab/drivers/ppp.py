@@ -59,7 +59,5 @@ def private_etc(env: TunnelEnv, argv: list) -> list:
 
 def wait_for_link(node: Node, dev: str, tunnel: Tunnel, timeout: float = 30) -> None:
     """Until pppd has configured the interface (IPCP done, address set)."""
-    def configured() -> bool:
-        out = node.run(["ip", "-o", "-4", "addr", "show", "dev", dev], check=False).stdout
-        return "inet " in out
-    wait_for(configured, timeout, f"PPP interface {dev} in {node.role}", tunnel, interval=0.2)
+    wait_for(lambda: node.ipv4_address(dev) is not None, timeout, f"PPP interface {dev} in {node.role}", tunnel,
+             interval=0.2)

@@ -232,14 +232,8 @@ def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, c
                                env={"STRONGSWAN_CONF": str(conf)}, what="charon")
         tunnel.processes.append((site.node, proc, log))
 
-    def answering(site, home) -> bool:
-        try:
-            return site.node.run(["swanctl", "--stats", "--uri", f"unix://{home / 'charon.vici'}"],
-                                 check=False, timeout=10).returncode == 0
-        except CommandError:  # no answer yet
-            return False
-
-    wait_for(lambda: all(answering(*h) for h in homes), 15, "charon's vici sockets", tunnel)
+    wait_for(lambda: all(site.node.accepts(home / "charon.vici") for site, home in homes), 15,
+             "charon's vici sockets", tunnel)
     if libipsec and mtu:  # the plugin created its TUN device as charon started
         for site, _ in homes:
             names = [link["ifname"] for link in json.loads(site.node.run(["ip", "-j", "link", "show"]).stdout)]

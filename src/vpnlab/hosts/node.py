@@ -103,6 +103,16 @@ class RemoteNode:
         """This node's /proc/net/<name>."""
         return self.run(["cat", f"/proc/net/{name}"]).stdout
 
+    def ipv4_address(self, device: str) -> str | None:
+        """The device's IPv4 address on this node (None: none yet, or no such device)."""
+        words = self.run(["ip", "-o", "-4", "addr", "show", "dev", device], check=False).stdout.split()
+        return words[words.index("inet") + 1].split("/")[0] if "inet" in words else None
+
+    def accepts(self, socket_path) -> bool:
+        """Does a daemon accept connections on this Unix socket on this node?"""
+        check = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
+        return self.run([self.python, "-c", check, str(socket_path)], check=False).returncode == 0
+
     def wait_listening(self, port: int, proc: RemoteProcess, log: Path, timeout: float = 10) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
         deadline = time.monotonic() + timeout

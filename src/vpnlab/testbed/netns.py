@@ -3,14 +3,18 @@
 `ip netns exec NS cat /proc/net/...`, `ss` and `ip netns pids` each start one or two programs;
 under the VM's software emulation a program start costs 0.1-0.2 s and a repetition started
 dozens. Here a short-lived thread joins the namespace (setns affects only the calling thread)
-and reads its /proc/thread-self/net files; the processes in it are found as `ip netns pids`
-finds them, by the inode of /proc/PID/ns/net.
+and reads its /proc/thread-self/net files or asks with a socket made there; the processes in it
+are found as `ip netns pids` finds them, by the inode of /proc/PID/ns/net.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
+import socket
+import struct
 import threading
 from pathlib import Path
 
@@ -18,6 +22,7 @@ CLONE_NEWNET = 0x40000000
 NETNS_DIR = Path("/run/netns")
 LISTEN_TCP = "0A"   # /proc/net/tcp's state column for LISTEN
 UNCONNECTED_UDP = "07"  # a bound, unconnected UDP socket (what a UDP server has)
+SIOCGIFADDR = 0x8915
 
 
 def _setns(fd: int) -> None:
@@ -77,6 +82,31 @@ def listening(namespace: str, port: int, udp: bool = False) -> bool:
             if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
                 return True
     return False
+
+
+def ipv4_address(namespace: str, device: str) -> str | None:
+    """The device's IPv4 address in the namespace; None while it has none or does not exist."""
+    def ask() -> str | None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # made inside: the namespace's
+            try:
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", device.encode()[:15]))
+            except OSError as exc:
+                if exc.errno in (errno.EADDRNOTAVAIL, errno.ENODEV):
+                    return None
+                raise
+        return socket.inet_ntoa(reply[20:24])
+    return _inside(namespace, ask)
+
+
+def accepts(path: str | Path) -> bool:
+    """Does a server accept connections on this Unix socket? (A path names the same socket in
+    every network namespace.)"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        try:
+            client.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def pids(namespace: str) -> list[int]:

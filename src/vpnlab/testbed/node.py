@@ -77,6 +77,14 @@ class Node:
         """This namespace's /proc/net/<name>."""
         return netns.read_net(self.namespace, name)
 
+    def ipv4_address(self, device: str) -> str | None:
+        """The device's IPv4 address here (None: none yet, or no such device)."""
+        return netns.ipv4_address(self.namespace, device)
+
+    def accepts(self, socket_path) -> bool:
+        """Does a daemon of ours accept connections on this Unix socket?"""
+        return netns.accepts(socket_path)
+
     def wait_listening(self, port: int, proc: subprocess.Popen, log: Path, timeout: float = 10) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
         deadline = time.monotonic() + timeout
