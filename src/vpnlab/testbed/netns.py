@@ -31,8 +31,8 @@ def _setns(fd: int) -> None:
         return
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.setns(fd, CLONE_NEWNET) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
 
 
 def _inside(namespace: str, work):
@@ -44,7 +44,7 @@ def _inside(namespace: str, work):
             with open(NETNS_DIR / namespace) as handle:
                 _setns(handle.fileno())
             result["value"] = work()
-        except OSError as exc:
+        except Exception as exc:  # raised again in the caller's thread
             result["error"] = exc
 
     thread = threading.Thread(target=thread_body, name=f"netns-{namespace}")
