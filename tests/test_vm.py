@@ -10,11 +10,13 @@ the pieces that need no VM."""
 import json
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from vpnlab import vm
+from vpnlab.capabilities import detect
 from vpnlab.drivers import REGISTRY
 from vpnlab.plan import add_vm_twins, make_plan, place
 from vpnlab.runner import Runner
@@ -93,6 +95,53 @@ def test_merge_takes_a_guest_store_once(tmp_path):
     assert host.done_repetitions(scenario.id) == {1}
     assert host.raw_output(scenario.id, 1, "ping") == "raw"
     assert host.scenarios()[0].notes == "measured in a VM"
+
+
+def _store_with_run(path: Path, scenario) -> tuple[Store, int]:
+    store = Store(path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="m", study_text="")
+    store.add_scenario(scenario)
+    return store, run
+
+
+def test_a_guest_that_did_not_know_the_hosts_repetitions_loses_none_of_its_own(tmp_path):
+    """A guest store numbering its repetitions from 1 again (as before guests were handed their
+    history) is merged under the next free numbers, samples and raw output with them."""
+    scenario = make_plan(parse_study("name: m\nrepetitions: 4\nvpns: [{driver: none}]\nworkloads: [{kind: ping}]\n")).scenarios[0]
+    host, run = _store_with_run(tmp_path / "host.sqlite", scenario)
+    guest, grun = _store_with_run(tmp_path / "guest.sqlite", scenario)
+    for store, r, who, values in ((host, run, "host", (10.0, 11.0)), (guest, grun, "guest", (20.0, 21.0))):
+        for n, value in enumerate(values, 1):
+            time.sleep(0.002)  # a repetition is known by its completion time (ms): measurements take longer
+            store.record_repetition(r, scenario.id, n, {"rtt_avg_ms": value}, {"ping": f"{who} {n}"}, [])
+    guest.set_status(scenario.id, "running")
+    guest.close()
+    for _ in range(2):  # merging again changes nothing
+        host.merge(tmp_path / "guest.sqlite", run, "measured in a VM")
+        assert host.values(scenario.id, "rtt_avg_ms") == [10.0, 11.0, 20.0, 21.0]
+    assert [host.raw_output(scenario.id, n, "ping") for n in (1, 2, 3, 4)] == ["host 1", "host 2", "guest 1", "guest 2"]
+
+
+def test_a_resumed_guest_goes_on_from_the_repetitions_the_host_has(tmp_path):
+    """The host hands the guest the job's history; the guest's Runner (here on the host, with real
+    pings in namespaces) measures only the repetitions still missing, and the merge adds just those."""
+    plan = make_plan(parse_study("name: m\nrepetitions: 3\nvpns: [{driver: none}]\n"
+                                 "workloads: [{kind: ping, count: 3, interval_s: 0.05}]\n"))
+    scenario = plan.scenarios[0]
+    host, run = _store_with_run(tmp_path / "host.sqlite", scenario)
+    for n in (1, 2):
+        host.record_repetition(run, scenario.id, n, {"rtt_avg_ms": 5.0 + n}, {"ping": f"host {n}"}, [], n, 0)
+    guest_dir = tmp_path / "vm" / vm.RESULTS
+    host.hand_over(guest_dir / "results.sqlite", [scenario.id])
+    with sqlite3.connect(guest_dir / "results.sqlite") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # a 9p share has no WAL
+    Runner(plan, guest_dir, detect(), progress=False).run()
+    host.merge(guest_dir / "results.sqlite", run, "measured in a VM")
+    assert host.done_repetitions(scenario.id) == {1, 2, 3}
+    values = host.values(scenario.id, "rtt_avg_ms")
+    assert values[:2] == [6.0, 7.0] and 0 < values[2] < 5  # the host's two, and one real ping through veth
+    assert host.raw_output(scenario.id, 1, "ping") == "host 1"
 
 
 def test_kvm_is_not_trusted_without_the_cpu_flag(monkeypatch, tmp_path):

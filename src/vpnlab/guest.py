@@ -1,8 +1,9 @@
 """Inside the VM: run the scenarios the host handed over, storing into the shared folder.
 
-The host writes job.json (the study text and the scenario ids) into the work folder, boots
-the guest with `python -m vpnlab.guest <work>`, and merges work/results/results.sqlite into
-its own store afterwards. The same Runner as on the host does the work, so a scenario is
+The host writes job.json (the study text and the scenario ids) into the work folder, with
+work/results/results.sqlite holding what it already measured for them (a resumed study's guest
+goes on from there), boots the guest with `python -m vpnlab.guest <work>`, and merges that
+store back into its own afterwards. The same Runner as on the host does the work, so a scenario is
 measured the same way in both places.
 """
 

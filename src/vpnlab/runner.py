@@ -203,6 +203,10 @@ class Runner:
         guest_store = work / vm.RESULTS / DB_NAME
         progress.describe(f"VM: {len(scenarios)} scenarios")
         started = time.monotonic()
+        if guest_store.is_file():  # a guest's, from a run killed before it could merge it
+            store.merge(guest_store, run_id, "measured in a VM (by a run that was killed: accelerator not recorded)")
+            guest_store.unlink()
+        store.hand_over(guest_store, [s.id for s in scenarios])  # a resumed study's guest goes on from there
         vm.write_job(work, self.plan.study.source_text, self.plan.study.source_path, [s.id for s in scenarios])
         console = self.out_dir / "logs" / f"vm-run{run_id}-console.log"
         console.parent.mkdir(parents=True, exist_ok=True)
@@ -222,6 +226,7 @@ class Runner:
                     f"kernel {vm.find_kernel(download=False).version})") if accel else ""
             if guest_store.is_file():
                 store.merge(guest_store, run_id, note)
+                guest_store.unlink()  # all in ours now: one left here was never merged (a killed run)
                 watch.flag(store, run_id, [s.id for s in scenarios])
         guest_log = work / "guest.log"
         for scenario in scenarios:

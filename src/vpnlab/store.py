@@ -266,7 +266,7 @@ def _finite(values: dict, flags: list[str]) -> tuple[dict[str, float], list[str]
 
 
 class Store:
-    def __init__(self, path: Path, check: bool = True):
+    def __init__(self, path: Path, check: bool = True, journal: str | None = None):
         self.path = path
         if check and Path(path).is_file() and Path(path).stat().st_size:
             from .results_dir import check_store
@@ -276,7 +276,7 @@ class Store:
         self.db.path = Path(path)
         self.db.row_factory = sqlite3.Row
         # WAL needs shared memory, which a VM guest's 9p share does not give: the guest asks for DELETE.
-        self.db.execute(f"PRAGMA journal_mode={os.environ.get('VPNLAB_STORE_JOURNAL', 'WAL')}")
+        self.db.execute(f"PRAGMA journal_mode={journal or os.environ.get('VPNLAB_STORE_JOURNAL', 'WAL')}")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
@@ -373,8 +373,11 @@ class Store:
     def add_note(self, scenario_id: str, note: str) -> None:
         """Something a reader of the results must know (a model mismatch, a suspect figure)."""
         with self.db:
-            self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ? END"
-                            " WHERE id=? AND instr(notes, ?) = 0", (note, note, scenario_id, note))
+            self._note(scenario_id, note)
+
+    def _note(self, scenario_id: str, note: str) -> None:
+        self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ? END"
+                        " WHERE id=? AND instr(notes, ?) = 0", (note, note, scenario_id, note))
 
     def set_ci_target_met(self, scenario_id: str, met: bool) -> None:
         with self.db:
@@ -432,6 +435,25 @@ class Store:
             self.db.execute("UPDATE repetitions SET flags = CASE WHEN flags = '' THEN ? ELSE flags || ';' || ? END"
                             " WHERE scenario_id=? AND repetition=?", (flag, flag, scenario_id, repetition))
 
+    def hand_over(self, target: Path, scenario_ids: list[str]) -> None:
+        """A new store at `target` holding these scenarios with everything measured for them (and
+        the runs it came from): what a VM guest continues from, so that a resumed study's guest
+        knows which repetitions exist and how many more its rule wants."""
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Store(target, journal="DELETE").close()  # the guest's shared folder (9p) has no shared memory for WAL
+        marks = ",".join("?" * len(scenario_ids))
+        self.db.execute("ATTACH DATABASE ? AS guest", (str(target),))
+        try:
+            with self.db:
+                for table, key in (("runs", None), ("scenarios", "id"), ("repetitions", "scenario_id"),
+                                   ("samples", "scenario_id"), ("raw_outputs", "scenario_id")):
+                    columns = ", ".join(r[1] for r in self.db.execute(f"PRAGMA guest.table_info({table})"))
+                    where = f" WHERE {key} IN ({marks})" if key else ""
+                    self.db.execute(f"INSERT INTO guest.{table} ({columns}) SELECT {columns} FROM main.{table}{where}",
+                                    scenario_ids if key else ())
+        finally:
+            self.db.execute("DETACH DATABASE guest")
+
     def merge(self, other: Path, run_id: int, note: str) -> list[str]:
         """Take in what another store (a VM guest's) measured for scenarios this one planned:
         repetitions with their samples and raw output, status, notes. Idempotent, so a store left
@@ -449,22 +471,38 @@ class Store:
                                     " WHERE id=?", (sc["status"], sc["failure"], sc["implementation"],
                                                     sc["ci_target_met"], sc["id"]))
                     for text in filter(None, [note, *sc["notes"].split("; ")]):
-                        self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ?"
-                                        " END WHERE id=? AND instr(notes, ?) = 0", (text, text, sc["id"], text))
-                    for rep in src.execute("SELECT * FROM repetitions WHERE scenario_id=?", (sc["id"],)):
-                        self.db.execute("INSERT OR IGNORE INTO repetitions (scenario_id, repetition, run_id,"
-                                        " completed_at, flags, round, position, failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                        (rep["scenario_id"], rep["repetition"], run_id, rep["completed_at"],
-                                         rep["flags"], rep["round"], rep["position"], rep["failure"]))
-                    self.db.executemany("INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?)",
-                                        [tuple(r) for r in src.execute("SELECT * FROM samples WHERE scenario_id=?",
-                                                                        (sc["id"],))])
-                    self.db.executemany("INSERT OR IGNORE INTO raw_outputs VALUES (?, ?, ?, ?)",
-                                        [tuple(r) for r in src.execute("SELECT * FROM raw_outputs WHERE scenario_id=?",
-                                                                        (sc["id"],))])
+                        self._note(sc["id"], text)
+                    self._merge_repetitions(src, sc["id"], run_id)
         finally:
             src.close()
         return touched
+
+    def _merge_repetitions(self, src: sqlite3.Connection, scenario_id: str, run_id: int) -> None:
+        """A repetition this store has (the same completion time) is skipped; one whose number
+        another measurement holds here (a guest that did not know it) gets the next free number,
+        its samples and raw output with it: nothing measured is dropped."""
+        for rep in src.execute("SELECT * FROM repetitions WHERE scenario_id=? ORDER BY repetition", (scenario_id,)):
+            if self.db.execute("SELECT 1 FROM repetitions WHERE scenario_id=? AND completed_at=?",
+                               (scenario_id, rep["completed_at"])).fetchone():
+                continue
+            taken = self.db.execute("SELECT 1 FROM repetitions WHERE scenario_id=? AND repetition=?",
+                                    (scenario_id, rep["repetition"])).fetchone()
+            number = rep["repetition"] if not taken else self.db.execute(
+                "SELECT MAX(repetition) + 1 FROM repetitions WHERE scenario_id=?", (scenario_id,)).fetchone()[0]
+            self.db.execute("INSERT INTO repetitions (scenario_id, repetition, run_id, completed_at, flags, round,"
+                            " position, failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            (scenario_id, number, run_id, rep["completed_at"], rep["flags"], rep["round"],
+                             rep["position"], rep["failure"]))
+            self._copy_rows(src, "samples", scenario_id, rep["repetition"], number)
+            self._copy_rows(src, "raw_outputs", scenario_id, rep["repetition"], number)
+        for table in ("samples", "raw_outputs"):
+            self._copy_rows(src, table, scenario_id, SETUP_REPETITION, SETUP_REPETITION)
+
+    def _copy_rows(self, src: sqlite3.Connection, table: str, scenario_id: str, repetition: int, number: int) -> None:
+        rows = [(scenario_id, number, *tuple(r)[2:]) for r in src.execute(
+            f"SELECT * FROM {table} WHERE scenario_id=? AND repetition=?", (scenario_id, repetition))]
+        if rows:
+            self.db.executemany(f"INSERT OR IGNORE INTO {table} VALUES ({','.join('?' * len(rows[0]))})", rows)
 
     # -- reading -----------------------------------------------------------
     def done_repetitions(self, scenario_id: str) -> set[int]:
