@@ -88,6 +88,9 @@ def test_dry_run_creates_nothing(tmp_path):
     proc = vpnlab("run", study, "--dry-run", "--out", tmp_path / "out")
     assert "6 scenarios" in proc.stdout and "Nothing was created" in proc.stdout
     assert not (tmp_path / "out").exists()
+    study.write_text(SMALL.replace("repetitions: 2", "repetitions: {min: 2, max: 4, ci_target_pct: 5}"))
+    proc = vpnlab("run", study, "--dry-run")  # adaptive: the range the rule allows, not just its minimum
+    assert "at 2 repetitions each, up to" in proc.stdout and "asks for all 4" in proc.stdout
 
 
 def start_run(study_text, tmp_path):

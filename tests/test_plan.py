@@ -57,6 +57,7 @@ workloads: [{kind: transfer, protocol: ftp, size: 32M}]
     from vpnlab.plan import VM_BOOT_S
     assert plan.estimate_s({transfer.id}) == there + VM_BOOT_S  # one boot for the VM's scenarios
     assert plan.estimate_s() == here
+    assert plan.estimate_s(most=True) == transfer.estimate_s(most=True) == here * 5 / 2
 
 
 def caps(**features):

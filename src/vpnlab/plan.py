@@ -123,10 +123,11 @@ class Plan:
     study: Study
     scenarios: list[Scenario]
 
-    def estimate_s(self, in_vm: set[str] = frozenset()) -> float:
-        """The whole plan, with the scenarios whose ids are `in_vm` in the VM (one boot for all)."""
+    def estimate_s(self, in_vm: set[str] = frozenset(), most: bool = False) -> float:
+        """The whole plan, with the scenarios whose ids are `in_vm` in the VM (one boot for all);
+        with an adaptive rule, at its minimum repetitions unless `most`."""
         boot = VM_BOOT_S if any(s.id in in_vm for s in self.scenarios) else 0
-        return boot + sum(s.estimate_s(s.id in in_vm) for s in self.scenarios)
+        return boot + sum(s.estimate_s(s.id in in_vm, most) for s in self.scenarios)
 
     def drop(self, indices) -> None:
         """Leave out these scenarios (by index) and number the rest again."""

@@ -87,8 +87,8 @@ def run(
         return
     out_dir = out_dir or default_out_dir()
     held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # noqa: F841 (locked until exit)
-    err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, about "
-              f"{duration(plan.estimate_s(in_vm))}; results in {out_dir}", highlight=False)
+    err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, {_estimate(plan, in_vm)}; "
+              f"results in {out_dir}", highlight=False)
     if in_vm:
         err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
     if hosts:
@@ -246,8 +246,17 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
         table.add_row(str(s.index), s.id, s.vpn_label, s.link.label, s.workload.label,
                       _reps(s.repetitions), where, duration(s.estimate_s(s.id in placed)))
     out.print(table)
-    adaptive = " (adaptive repetitions: at least)" if plan.study.repetitions.adaptive else ""
     vm = f", {len(placed)} of them in a VM (its boot included)" if placed else ""
     unknown = "; run as root to see which scenarios go to the VM" if in_vm is None else ""
-    out.print(f"{len(plan.scenarios)} scenarios{vm}, estimated{adaptive} {duration(plan.estimate_s(placed))}"
-              f"{unknown}. Nothing was created.")
+    out.print(f"{len(plan.scenarios)} scenarios{vm}, {_estimate(plan, placed)}{unknown}. Nothing was created.")
+
+
+def _estimate(plan, in_vm: set[str]) -> str:
+    """The whole study's estimated time; with adaptive repetitions, from every scenario stopping at
+    its minimum to every one needing its maximum (a noisy configuration raises its comparison group)."""
+    least = duration(plan.estimate_s(in_vm))
+    rule = plan.study.repetitions
+    if not rule.adaptive:
+        return f"about {least}"
+    return (f"about {least} at {rule.min} repetitions each, up to {duration(plan.estimate_s(in_vm, most=True))} "
+            f"if the interval target asks for all {rule.max}")
