@@ -127,7 +127,8 @@ def test_interrupt_cleans_up_and_resume_finishes(tmp_path, sig, no_leftovers):
     done = sample_count(out)
     assert 1 <= done < 4
 
-    vpnlab("run", "--resume", out, "--no-progress")
+    resumed = vpnlab("run", "--resume", out, "--no-progress").stderr
+    assert f"resumed: {done} repetitions were measured before; {4 - done} more for" in resumed
     assert sample_count(out) == 4
     db = sqlite3.connect(out / "results.sqlite")
     statuses = [r[0] for r in db.execute("SELECT status FROM runs ORDER BY id")]

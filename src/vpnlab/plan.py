@@ -110,10 +110,11 @@ class Scenario:
             rate = min(rate or VM_PACE_MBIT, VM_PACE_MBIT, EMULATED_RATE_MBIT)
         return self.kind.estimate_s(self.workload, rate)
 
-    def estimate_s(self, in_vm: bool = False, most: bool = False) -> float:
+    def estimate_s(self, in_vm: bool = False, most: bool = False, repetitions: int | None = None) -> float:
         """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after
-        `min` repetitions) unless `most`."""
-        repetitions = self.repetitions.max if most else self.repetitions.min
+        `min` repetitions) unless `most`; `repetitions`: that many (what a resumed run has left)."""
+        if repetitions is None:
+            repetitions = self.repetitions.max if most else self.repetitions.min
         overhead = VM_REPETITION_OVERHEAD_S if in_vm else REPETITION_OVERHEAD_S
         return (overhead + self.repetition_s(in_vm)) * repetitions
 
@@ -134,6 +135,13 @@ class Plan:
         self.scenarios = [s for s in self.scenarios if s.index not in indices]
         for i, scenario in enumerate(self.scenarios):
             scenario.index = i
+
+
+def duration(seconds: float) -> str:
+    """An estimate as people say it: '45 s', '12 min 05 s', '3 h 04 min'."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
 def make_plan(study: Study) -> Plan:

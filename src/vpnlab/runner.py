@@ -26,7 +26,7 @@ from . import __version__, vm
 from .capabilities import Capabilities, this_machine, tool_versions
 from .files import tail
 from .judging import shared_machine_flag
-from .plan import Plan, Scenario, round_order
+from .plan import Plan, Scenario, duration, round_order
 from .repetition import run_repetition
 from .signals import Interrupted
 from .stopping import rounds_wanted, stein_note
@@ -166,10 +166,9 @@ class Runner:
                 note = scenario.scale_for_emulation() if EMULATED else None
                 if note:
                     store.add_note(scenario.id, note)
-            todo = [s for s in self.plan.scenarios if self._needs_more(store, s)]
+            todo, total = self._todo(store)
             here = [s for s in todo if s.id not in self.in_vm]
             in_vm = [s for s in todo if s.id in self.in_vm]
-            total = sum(s.estimate_s() for s in here) + sum(s.estimate_s(in_vm=True) for s in in_vm)
             with Progressor(self.console, total, self.show_progress) as progress:
                 if self.hosts and len(self.hosts.pairs) > 1:
                     self._pairs_in_parallel(store, state, run_id, here, progress)
@@ -239,15 +238,31 @@ class Runner:
                              f"{store.failure(scenario.id)}")
         progress.advance(time.monotonic() - started)
 
+    def _todo(self, store: Store) -> tuple[list[Scenario], float]:
+        """The scenarios short of their rule, and how long their missing repetitions take by the
+        estimate; said when the run resumes one that measured some already."""
+        left = {s.id: self._left(store, s) for s in self.plan.scenarios}
+        todo = [s for s in self.plan.scenarios if left[s.id]]
+        total = sum(s.estimate_s(s.id in self.in_vm, repetitions=left[s.id]) for s in todo)
+        stored = sum(len(store.done_repetitions(s.id)) for s in self.plan.scenarios)
+        if stored and not IN_GUEST:
+            more = " (more if the interval target asks for them)" if self.plan.study.repetitions.adaptive else ""
+            self.console.print(f"resumed: {stored} repetitions were measured before; {sum(left.values())} more for "
+                               f"{len(todo)} scenarios, about {duration(total)}{more}", highlight=False)
+        return todo, total
+
     def _needs_more(self, store: Store, scenario: Scenario) -> bool:
-        """Does this scenario still need a repetition (not failed, short of its rule: stopping.py)?
-        Its rounds are balanced with the scenarios measured in the same place (here or the VM)."""
+        return self._left(store, scenario) > 0
+
+    def _left(self, store: Store, scenario: Scenario) -> int:
+        """How many more repetitions the scenario needs now: none if it failed, else up to its rule
+        (stopping.py), its rounds balanced with the scenarios measured in the same place (here or the VM)."""
         if store.status(scenario.id) == "failed":
-            return False
+            return 0
         done = len(store.done_repetitions(scenario.id))
         peers = [s for s in self.plan.scenarios if (s.id in self.in_vm) == (scenario.id in self.in_vm)
                  and s.hosts == scenario.hosts]  # on real hosts: the same pair
-        return done < rounds_wanted(store, scenario, peers)
+        return max(0, rounds_wanted(store, scenario, peers) - done)
 
     def _pairs_in_parallel(self, main_store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
                            progress: Progressor) -> None:

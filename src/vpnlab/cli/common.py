@@ -27,7 +27,3 @@ def print_table(title: str, columns: tuple[str, ...], rows) -> None:
         table.add_row(*row)
     out.print(table)
 
-
-def duration(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"

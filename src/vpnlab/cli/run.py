@@ -15,7 +15,7 @@ from ..analysis import fmt
 from ..errors import StudyError, VpnlabError
 from ..signals import Interrupted
 from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, user_errors
-from .common import app, duration, need_root, print_table
+from .common import app, need_root, print_table
 
 
 def load_study_arg(study: str | None):
@@ -237,6 +237,8 @@ def _reps(rule) -> str:
 
 def _print_plan(plan, in_vm: set[str] | None) -> None:
     """The plan as the run will carry it out; `in_vm` None: placement unknown (not root)."""
+    from ..plan import duration
+
     table = Table(title=f"plan of study '{plan.study.name}' ({plan.study.topology})")
     for col in ("#", "id", "vpn", "link", "workload", "reps", "runs", "est."):
         table.add_column(col)
@@ -254,6 +256,8 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
 def _estimate(plan, in_vm: set[str]) -> str:
     """The whole study's estimated time; with adaptive repetitions, from every scenario stopping at
     its minimum to every one needing its maximum (a noisy configuration raises its comparison group)."""
+    from ..plan import duration
+
     least = duration(plan.estimate_s(in_vm))
     rule = plan.study.repetitions
     if not rule.adaptive:
