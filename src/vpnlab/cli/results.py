@@ -18,8 +18,9 @@ from .common import app
 
 
 def _show(directory: Path) -> None:
-    from .. import metrics
-    from ..analysis import relative_text, summarise
+    from ..analysis import summarise
+    from ..labels import for_scenarios
+    from ..machines import machine_lines
     from ..store import Store
 
     store = Store.open_dir(directory)
@@ -32,13 +33,9 @@ def _show(directory: Path) -> None:
     last = runs[-1]
     out.print(f"[bold]{last['study_name']}[/] - kernel {last['kernel']}, vpnlab {last['vpnlab_version']}, "
               f"status {last['status']}")
-    from ..machines import machine_lines
-
     machines = machine_lines(runs, scenarios)
     if machines:
         out.print("measured on: " + "\n  ".join(machines), highlight=False)
-    from ..labels import for_scenarios
-
     labels = for_scenarios(scenarios)  # as the report names them
     if labels.note:
         out.print(labels.note, highlight=False)
@@ -46,37 +43,48 @@ def _show(directory: Path) -> None:
         title = f"[bold]{labels.of(sc)}[/] | {sc.link_label} | {sc.workload_label}"
         if sc.status == "failed":
             out.print(f"\n{title}: [red]failed[/] - {sc.failure}", highlight=False)
-            continue
-        by_metric = {s.metric: s for s in summaries.get(sc.id, [])}
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
-            table.add_column(col, justify="left" if col in ("metric", "unit", "grade") else "right", no_wrap=True)
-        for s in by_metric.values():
-            if metrics.get(s.metric).level == "tunnel":
-                continue
-            ci = "-" if math.isnan(s.ci_low) else f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}"
-            flag = f" ({s.flagged} flagged)" if s.flagged else ""
-            flag += f" ({s.outliers} outlier{'s' if s.outliers > 1 else ''}, counted)" if s.outliers else ""
-            flag += f" ({s.set_aside} flagged, left out)" if s.set_aside else ""
-            table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, relative_text(s),
-                          (s.grade or ("-" if s.grade_reason else "")) + flag)
-        out.print(table)
-        for s in by_metric.values():
-            if s.grade_reason:
-                out.print(f"  no grade for {s.metric}: {s.grade_reason}", highlight=False)
-        tunnel = [f"implementation {sc.implementation}"]
-        if "setup_s" in by_metric:
-            tunnel.append(f"set-up {by_metric['setup_s'].mean:.2f} s")
-        if "overhead_bytes" in by_metric:
-            model = by_metric.get("overhead_model_bytes")
-            tunnel.append(f"overhead {by_metric['overhead_bytes'].mean:.0f} B per 1028-byte packet"
-                          + (f" (model {model.mean:.0f} B)" if model else ""))
-        if "tunnel_mtu" in by_metric:
-            tunnel.append(f"MTU {by_metric['tunnel_mtu'].mean:.0f}")
-        out.print("  " + ", ".join(tunnel), highlight=False)
-        if sc.notes:
-            out.print(f"  [yellow]note:[/] {sc.notes}", highlight=False)
+        else:
+            _print_scenario(title, sc, {s.metric: s for s in summaries.get(sc.id, [])})
     _print_methods(last["study_text"], scenarios, directory)
+
+
+def _print_scenario(title: str, sc, by_metric: dict) -> None:
+    """One scenario's table of metrics (the tunnel-level ones go on a line below it), and its notes."""
+    from .. import metrics
+    from ..analysis import relative_text
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
+        table.add_column(col, justify="left" if col in ("metric", "unit", "grade") else "right", no_wrap=True)
+    for s in by_metric.values():
+        if metrics.get(s.metric).level == "tunnel":
+            continue
+        ci = "-" if math.isnan(s.ci_low) else f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}"
+        flag = f" ({s.flagged} flagged)" if s.flagged else ""
+        flag += f" ({s.outliers} outlier{'s' if s.outliers > 1 else ''}, counted)" if s.outliers else ""
+        flag += f" ({s.set_aside} flagged, left out)" if s.set_aside else ""
+        table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, relative_text(s),
+                      (s.grade or ("-" if s.grade_reason else "")) + flag)
+    out.print(table)
+    for s in by_metric.values():
+        if s.grade_reason:
+            out.print(f"  no grade for {s.metric}: {s.grade_reason}", highlight=False)
+    out.print("  " + ", ".join(_tunnel_facts(sc, by_metric)), highlight=False)
+    if sc.notes:
+        out.print(f"  [yellow]note:[/] {sc.notes}", highlight=False)
+
+
+def _tunnel_facts(sc, by_metric: dict) -> list[str]:
+    facts = [f"implementation {sc.implementation}"]
+    if "setup_s" in by_metric:
+        facts.append(f"set-up {by_metric['setup_s'].mean:.2f} s")
+    if "overhead_bytes" in by_metric:
+        model = by_metric.get("overhead_model_bytes")
+        facts.append(f"overhead {by_metric['overhead_bytes'].mean:.0f} B per 1028-byte packet"
+                     + (f" (model {model.mean:.0f} B)" if model else ""))
+    if "tunnel_mtu" in by_metric:
+        facts.append(f"MTU {by_metric['tunnel_mtu'].mean:.0f}")
+    return facts
 
 
 def _print_methods(study_text: str, scenarios, directory: Path) -> None:
