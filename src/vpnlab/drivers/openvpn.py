@@ -65,6 +65,28 @@ def effective(options: OpenVpnOptions, profile: str) -> tuple[str, str | None]:
     return cipher, None if aead else (options.auth or DEFAULT_AUTH[profile])
 
 
+def _both_ends(options: OpenVpnOptions, profile: str, dev: str, mtu: int | None) -> list:
+    """The arguments server and client share: device, data channel, compression, MTU, TLS policy."""
+    cipher, auth = effective(options, profile)
+    args = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
+            "--dh", "none", "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
+            "--ping", "10", "--ping-restart", "60", "--mute-replay-warnings"]
+    if auth:
+        args += ["--auth", auth]
+    if cipher in LEGACY_CIPHERS:
+        args += ["--providers", "legacy", "default"]
+    if options.compression != "off":
+        args += ["--allow-compression", "yes", "--compress", options.compression]
+    if mtu:
+        args += ["--tun-mtu", mtu, "--mssfix", mtu, "fixed"]  # TCP segments that fill the MTU, no more
+    if profile == "fips":
+        # --tls-groups, not --ecdh-curve: OpenSSL 3 builds ignore the curve ("using default curves")
+        # and the key exchange was X25519, which FIPS 140 does not approve (algorithms.py reads it).
+        args += ["--tls-version-min", "1.2", "--tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384",
+                 "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--tls-groups", "prime256v1"]
+    return args
+
+
 class OpenVpn(Driver):
     name = "openvpn"
     summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
@@ -112,27 +134,11 @@ class OpenVpn(Driver):
         return outer + opcode + HMAC_BYTES[auth] + block + encrypted - inner_len  # ... + IV
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
-        cipher, auth = effective(options, profile)
         dev = f"vo{env.unique}"
         mtu = env.mtu(options, None)  # None: OpenVPN's own 1500, with MSS clamped for 1492-byte outer packets
         tunnel = Tunnel(env, (options.transport, options.port), mtu=mtu or 1500)
         pki = make_pki(env.secrets, right.underlay_ip, "")
-        common = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
-                  "--dh", "none", "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
-                  "--ping", "10", "--ping-restart", "60", "--mute-replay-warnings"]
-        if auth:
-            common += ["--auth", auth]
-        if cipher in LEGACY_CIPHERS:
-            common += ["--providers", "legacy", "default"]
-        if options.compression != "off":
-            common += ["--allow-compression", "yes", "--compress", options.compression]
-        if mtu:
-            common += ["--tun-mtu", mtu, "--mssfix", mtu, "fixed"]  # TCP segments that fill the MTU, no more
-        if profile == "fips":
-            # --tls-groups, not --ecdh-curve: OpenSSL 3 builds ignore the curve ("using default curves")
-            # and the key exchange was X25519, which FIPS 140 does not approve (algorithms.py reads it).
-            common += ["--tls-version-min", "1.2", "--tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384",
-                       "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--tls-groups", "prime256v1"]
+        common = _both_ends(options, profile, dev, mtu)
         udp = options.transport == "udp"
         # Client/server mode: the server pushes the client its address the moment the handshake
         # ends, and the tunnel is up. In point-to-point mode OpenVPN 2.6 waited for the next tick of
