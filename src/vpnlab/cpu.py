@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .backend import EMULATED
 from .metrics import declare
 from .testbed import netns
 
@@ -161,7 +162,7 @@ class CpuMeter:
             values["cpu_s_per_gb"] = (left_s + right_s + kernel_s) / (bytes_carried / 1e9)
         flags = self._bottlenecks(values, wall, {*left, *right})
         if values["cpu_busy_pct"] > SATURATED_PCT:
-            if os.environ.get("VPNLAB_BACKEND") == "vm-tcg":
+            if EMULATED:
                 flags.append(f"cpu saturated in an emulated VM ({values['cpu_busy_pct']:.0f}% of all guest cores): "
                              "throughput is a lower bound set by emulation, not by the VPN")
             else:

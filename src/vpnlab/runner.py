@@ -10,7 +10,6 @@ namespaces; after a SIGKILL the next run (or `vpnlab clean`) does it from the st
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
@@ -23,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__, vm
+from .backend import EMULATED, IN_GUEST
 from .capabilities import Capabilities, this_machine, tool_versions
 from .files import tail
 from .judging import shared_machine_flag
@@ -33,8 +33,6 @@ from .stopping import rounds_wanted, stein_note
 from .store import DB_NAME, Store
 from .testbed.state import RunState, clean_stale_runs, other_live_runs
 
-IN_GUEST = os.environ.get("VPNLAB_BACKEND", "").startswith("vm")  # set by vm.Guest for the guest
-EMULATED = os.environ.get("VPNLAB_BACKEND") == "vm-tcg"            # a guest under software emulation
 # The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
 VM_TIME_LIMIT_FACTOR = 2
 VM_SCENARIO_MARGIN_S = 60

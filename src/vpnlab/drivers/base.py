@@ -10,7 +10,6 @@ its health and take itself down.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_serializer
 
+from ..backend import SLOWDOWN
 from ..capabilities import FEATURES, Capabilities
 from ..errors import CapabilityError, TunnelError
 from ..files import tail, write_secret
@@ -210,15 +210,9 @@ class Driver:
         return None
 
 
-# Under software emulation a daemon starts several times slower, and slower still when other work
-# shares the cores (charon once took over 15 s to open its socket): waits stretch. A dead daemon
-# still fails the wait at once, so a longer limit costs only a hang.
-SLOW_START = 4 if os.environ.get("VPNLAB_BACKEND") == "vm-tcg" else 1
-
-
 def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None, interval: float = 0.05) -> None:
     """Poll until predicate() is true; fail early, with the log, if a daemon died."""
-    timeout *= SLOW_START
+    timeout *= SLOWDOWN
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
