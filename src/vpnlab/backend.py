@@ -14,3 +14,9 @@ EMULATED = BACKEND == "vm-tcg"
 # limit that tells slow from hung stretches by this factor, or the slowest repetitions would fail
 # as hung and the survivors bias the results upwards. A dead process still fails at once.
 SLOWDOWN = 4 if EMULATED else 1
+GRACE_S = 5  # past its planned end, a measuring tool on a host is hung
+
+
+def hang_limit(planned_s: float) -> float:
+    """How long a measuring tool planned to take `planned_s` may run before it is ended as hung."""
+    return planned_s + GRACE_S * SLOWDOWN

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..backend import SLOWDOWN
+from ..backend import hang_limit
 from ..errors import CommandError, MeasurementError, VpnlabError
 from ..tools import Tool
 from .base import WorkloadContext
@@ -24,15 +24,12 @@ def ensure_server(ctx: WorkloadContext) -> None:
     sink.wait_listening(PORT, proc, log)
 
 
-HUNG_AFTER_S = 5  # past its planned end (duration + omit), times SLOWDOWN, an iperf3 client is hung: end it
-
-
 def client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, str]:
     """Run one iperf3 client for `duration` seconds; its JSON and the raw text."""
     ensure_server(ctx)
     argv = ["iperf3", "-c", ctx.bed.sink_ip, "-p", PORT, "-J", "--connect-timeout", 3000, *args]
     try:
-        proc = ctx.bed.source.run(argv, check=False, timeout=duration + HUNG_AFTER_S * SLOWDOWN)
+        proc = ctx.bed.source.run(argv, check=False, timeout=hang_limit(duration))
     except CommandError as exc:
         raise VpnlabError(f"iperf3 client hung: {exc}") from exc
     try:

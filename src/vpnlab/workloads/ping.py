@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..backend import SLOWDOWN
+from ..backend import hang_limit
 from ..errors import MeasurementError
 from ..metrics import declare
 from ..tools import Tool
@@ -68,7 +68,7 @@ class Ping(WorkloadKind):
     def run(self, options: PingOptions, ctx: WorkloadContext) -> Measurement:
         argv = ["ping", "-n", "-q", "-c", options.count, "-i", options.interval_s, "-s", options.size, "-W", 2,
                 ctx.bed.sink_ip]
-        proc = ctx.bed.source.run(argv, check=False, timeout=options.count * options.interval_s + 5 * SLOWDOWN)
+        proc = ctx.bed.source.run(argv, check=False, timeout=hang_limit(options.count * options.interval_s))
         output = proc.stdout + proc.stderr
         measurement = Measurement(parse(output), output, "ping")
         if "rtt_avg_ms" not in measurement.values:
