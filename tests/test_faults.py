@@ -188,3 +188,22 @@ def test_two_runs_at_once_say_so_and_flag_their_samples(tmp_path, no_leftovers):
     db.close()
     assert len(flags) == 2
     assert all("another vpnlab run shared this machine (" in f and other.run_id in f for f in flags), flags
+
+
+def test_a_tunnel_that_never_carries_quotes_the_logs_its_daemons_write_themselves(state, tmp_path):
+    """pppd writes to its `logfile`, not to its output: a PPTP tunnel whose MPPE keys disagreed
+    timed out with only the empty output of pptpd and pptp quoted; the reason must show pppd's."""
+    from vpnlab.drivers.base import Tunnel, TunnelEnv, wait_for
+    from vpnlab.errors import TunnelError
+
+    env = TunnelEnv(state, 0, tmp_path, "pptp-linux")
+    tunnel = Tunnel(env, ("gre", None))
+    env.log("pptpd").write_text("")
+    env.log("pppd-gateway").write_text("rcvd [proto=0x8f] e9 0a\nUnsupported protocol 0x8f received\n")
+    env.log("pppd-gateway").with_name("l1-pppd-gateway.log").write_text("another layer's\n")
+    with pytest.raises(TunnelError) as error:
+        wait_for(lambda: False, 0.01, "the first packet", tunnel)
+    reason = str(error.value)
+    assert "l0-pppd-gateway.log:" in reason and "Unsupported protocol 0x8f received" in reason
+    assert "l0-pptpd.log:" in reason and "another layer's" not in reason
+    tunnel.down()

@@ -127,8 +127,11 @@ class Tunnel:
         return None
 
     def logs(self) -> str:
-        """The end of each of its daemons' logs, for an error message."""
-        return "\n".join(f"  {log.name}:\n{tail(log)}" for _, _, log in self.processes)
+        """The end of each of its daemons' logs, for an error message: their output and the logs
+        they write themselves (pppd's `logfile`, where a PPP link's failure shows)."""
+        written = sorted(self.env.log_dir.glob(f"l{self.env.layer}-*.log"))
+        logs = dict.fromkeys([*(log for _, _, log in self.processes), *written])
+        return "\n".join(f"  {log.name}:\n{tail(log)}" for log in logs)
 
     def leave(self, node: Node, path: Path) -> None:
         """A file a daemon of this tunnel may leave on `node` if it is killed: recorded before the
