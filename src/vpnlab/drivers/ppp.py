@@ -38,9 +38,11 @@ def auth_options(gateway: bool, mppe: str | None, stateful: bool = False) -> lis
 
 
 # No header compression, so the per-packet overhead is the same on every set-up; `debug`
-# logs the negotiation (not the data) into the tunnel's log.
-COMMON = ["nodefaultroute", "noipdefault", "novj", "novjccomp", "nobsdcomp", "nodeflate", "nopcomp", "noaccomp",
-          "noproxyarp", f"mtu {MTU}", f"mru {MTU}", "lcp-echo-interval 0", "debug"]
+# logs the negotiation (not the data) into the tunnel's log. `noipv6`: vpnlab carries IPv4
+# through PPP, and a repeated IPV6CP request from the gateway (seen under emulation) took the
+# link's interface down just as IPCP had brought it up.
+COMMON = ["nodefaultroute", "noipdefault", "noipv6", "novj", "novjccomp", "nobsdcomp", "nodeflate", "nopcomp",
+          "noaccomp", "noproxyarp", f"mtu {MTU}", f"mru {MTU}", "lcp-echo-interval 0", "debug"]
 
 
 def private_etc(env: TunnelEnv, argv: list) -> list:
