@@ -64,12 +64,16 @@ def test_sysctls_are_set_in_the_namespace_only(namespace):
     assert {key: open(f"/proc/sys/net/{key}").read() for key in before} == before
 
 
-def test_an_address_appears_when_set_and_a_unix_socket_answers_once_listening(namespace, tmp_path):
+def test_an_address_appears_once_set_and_up_and_a_unix_socket_answers_once_listening(namespace, tmp_path):
     subprocess.run(["ip", "-n", namespace, "link", "add", "va", "type", "veth", "peer", "name", "vb"], check=True)
-    assert netns.ipv4_address(namespace, "va") is None and netns.ipv4_address(namespace, "no-such") is None
+    assert netns.ipv4_address_once_up(namespace, "va") is None
+    assert netns.ipv4_address_once_up(namespace, "no-such") is None
     subprocess.run(["ip", "-n", namespace, "addr", "add", "198.18.5.1/24", "dev", "va"], check=True)
-    assert netns.ipv4_address(namespace, "va") == "198.18.5.1"
-    assert netns.ipv4_address(namespace, "vb") is None
+    # pppd sets the address before it brings the link up; a route into it fails until then
+    assert netns.ipv4_address_once_up(namespace, "va") is None
+    subprocess.run(["ip", "-n", namespace, "link", "set", "va", "up"], check=True)
+    assert netns.ipv4_address_once_up(namespace, "va") == "198.18.5.1"
+    assert netns.ipv4_address_once_up(namespace, "vb") is None
     path = tmp_path / "daemon.sock"
     assert not netns.accepts(path)
     with socket.socket(socket.AF_UNIX) as server:

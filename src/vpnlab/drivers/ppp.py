@@ -21,7 +21,7 @@ PPP_MODULES = ("ppp_generic", "ppp_async", "ppp_synctty")
 CLIENT_NAME = "vpnlab"
 SERVER_NAME = "vpnlab-gw"
 MTU = 1400  # what Windows and most PPTP/L2TP set-ups use: room for the encapsulation under 1500
-HOOKS = ("/etc/ppp/ip-up", "/etc/ppp/ip-down", "/etc/ppp/ipv6-up", "/etc/ppp/ipv6-down")
+HOOKS = ("/etc/ppp/ip-pre-up", "/etc/ppp/ip-up", "/etc/ppp/ip-down", "/etc/ppp/ipv6-up", "/etc/ppp/ipv6-down")
 
 
 def auth_options(gateway: bool, mppe: str | None, stateful: bool = False) -> list[str]:
@@ -60,6 +60,7 @@ def private_etc(env: TunnelEnv, argv: list) -> list:
 
 
 def wait_for_link(node: Node, dev: str, tunnel: Tunnel, timeout: float = 30) -> None:
-    """Until pppd has configured the interface (IPCP done, address set)."""
-    wait_for(lambda: node.ipv4_address(dev) is not None, timeout, f"PPP interface {dev} in {node.role}", tunnel,
+    """Until pppd has configured the interface (IPCP done, address set, link up: pppd sets the
+    address, runs ip-pre-up, then brings the link up, and a route into it fails before that)."""
+    wait_for(lambda: node.ipv4_address_once_up(dev) is not None, timeout, f"PPP interface {dev} in {node.role}", tunnel,
              interval=0.2)

@@ -103,9 +103,10 @@ class RemoteNode:
         """This node's /proc/net/<name>."""
         return self.run(["cat", f"/proc/net/{name}"]).stdout
 
-    def ipv4_address(self, device: str) -> str | None:
-        """The device's IPv4 address on this node (None: none yet, or no such device)."""
-        words = self.run(["ip", "-o", "-4", "addr", "show", "dev", device], check=False).stdout.split()
+    def ipv4_address_once_up(self, device: str) -> str | None:
+        """The device's IPv4 address on this node once the device is up (None: no address yet,
+        down, or no such device)."""
+        words = self.run(["ip", "-o", "-4", "addr", "show", "dev", device, "up"], check=False).stdout.split()
         return words[words.index("inet") + 1].split("/")[0] if "inet" in words else None
 
     def accepts(self, socket_path) -> bool:

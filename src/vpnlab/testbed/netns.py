@@ -22,7 +22,9 @@ CLONE_NEWNET = 0x40000000
 NETNS_DIR = Path("/run/netns")
 LISTEN_TCP = "0A"   # /proc/net/tcp's state column for LISTEN
 UNCONNECTED_UDP = "07"  # a bound, unconnected UDP socket (what a UDP server has)
+SIOCGIFFLAGS = 0x8913
 SIOCGIFADDR = 0x8915
+IFF_UP = 0x1
 
 
 def _setns(fd: int) -> None:
@@ -84,17 +86,20 @@ def listening(namespace: str, port: int, udp: bool = False) -> bool:
     return False
 
 
-def ipv4_address(namespace: str, device: str) -> str | None:
-    """The device's IPv4 address in the namespace; None while it has none or does not exist."""
+def ipv4_address_once_up(namespace: str, device: str) -> str | None:
+    """The device's IPv4 address in the namespace once the device is up; None while it has no
+    address, is down (pppd sets the address before it brings the link up) or does not exist."""
     def ask() -> str | None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # made inside: the namespace's
+            request = struct.pack("256s", device.encode()[:15])
             try:
-                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", device.encode()[:15]))
+                flags = struct.unpack_from("H", fcntl.ioctl(probe.fileno(), SIOCGIFFLAGS, request), 16)[0]
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
             except OSError as exc:
                 if exc.errno in (errno.EADDRNOTAVAIL, errno.ENODEV):
                     return None
                 raise
-        return socket.inet_ntoa(reply[20:24])
+        return socket.inet_ntoa(reply[20:24]) if flags & IFF_UP else None
     return _inside(namespace, ask)
 
 

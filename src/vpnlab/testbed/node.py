@@ -77,9 +77,10 @@ class Node:
         """This namespace's /proc/net/<name>."""
         return netns.read_net(self.namespace, name)
 
-    def ipv4_address(self, device: str) -> str | None:
-        """The device's IPv4 address here (None: none yet, or no such device)."""
-        return netns.ipv4_address(self.namespace, device)
+    def ipv4_address_once_up(self, device: str) -> str | None:
+        """The device's IPv4 address here once the device is up (None: no address yet, down, or no
+        such device)."""
+        return netns.ipv4_address_once_up(self.namespace, device)
 
     def accepts(self, socket_path) -> bool:
         """Does a daemon of ours accept connections on this Unix socket?"""
