@@ -13,6 +13,9 @@
   cpu        each tunnel end's CPU from its cgroup against the clock ticks of the same daemons in the
              same window (WireGuard-go and OpenVPN, TCP and ping), and TCP throughput and CPU with
              each tunnel end pinned to a core of its own against not pinned, in alternating sittings
+  background the office mix's client side (vpnlab's generator and every client it starts): CPU
+             seconds per second of the mix, and what it carried, on an 8 Mbit/s link without VPN;
+             under the VM's emulation each CPU second costs tens, so this bounds what a guest can offer
   vm         the VM backend: boot-to-poweroff time of an empty guest, the time a scenario costs
              in the VM against the same scenario here, and TCP through each driver in the guest
              (kernel and userspace data planes, both IPsec stacks, PPTP, L2TP) as a ratio to no VPN
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import tempfile
 import time
@@ -46,6 +50,7 @@ from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout, Testbed
 from vpnlab.workloads import KINDS, iperf
 from vpnlab.workloads.tcp import TcpOptions
+from vpnlab.workloads.background import PRESETS, BackgroundTraffic
 from vpnlab.workloads.base import WorkloadContext
 
 console = Console()
@@ -120,6 +125,34 @@ def bench_lifecycle(quick: bool) -> dict:
             "testbed_build_s": statistics.median(build), "teardown_s": statistics.median(teardown),
             "build_and_teardown_s": statistics.median(b + t for b, t in zip(build, teardown)),
             "wireguard_up_s": statistics.median(wg_up)}
+
+
+def _cpu_s() -> float:
+    """User and system CPU of this process and of the children it has reaped."""
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def bench_background(quick: bool) -> dict:
+    window = 10 if quick else 30
+    state = RunState.create()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            bed = Testbed.build(state, Layout.for_topology("remote-access", 1), Link(rate_mbit=8), tag="bg")
+            ctx = WorkloadContext(bed, Path(tmp))
+            traffic = BackgroundTraffic(ctx, PRESETS["office"], seed=1)
+            traffic.start()  # the servers start in here, before the window: their CPU is not the generator's
+            cpu0, t0 = _cpu_s(), time.monotonic()
+            time.sleep(window)
+            values, account, _ = traffic.stop()
+            cpu, elapsed = _cpu_s() - cpu0, time.monotonic() - t0
+            ctx.stop_services()
+            bed.destroy()
+    finally:
+        state.teardown()
+    return {"window_s": window, "cpu_s_per_s": cpu / elapsed, "carried_kbps": values["background_kbps"],
+            "offered_kbps": values["background_offered_kbps"], "failures": values["background_failures"],
+            "account": account}
 
 
 def bench_fidelity(quick: bool) -> dict:
@@ -342,7 +375,7 @@ def bench_cpu(quick: bool) -> dict:
 
 
 BENCHES = {"shaping": bench_shaping, "lifecycle": bench_lifecycle, "fidelity": bench_fidelity,
-           "drivers": bench_drivers, "vm": bench_vm, "cpu": bench_cpu}
+           "drivers": bench_drivers, "background": bench_background, "vm": bench_vm, "cpu": bench_cpu}
 
 
 def main() -> None:
@@ -387,6 +420,11 @@ def report(name: str, result) -> None:
                           "-" if r["ci_half_pct"] in (None, float("inf")) else f"{r['ci_half_pct']:.0f}%",
                           fmt(r["ratio_to_baseline"], ".3f"), fmt(r["setup_s"], ".2f"), fmt(r["overhead_bytes"], ".0f"))
         console.print(table)
+    elif name == "background":
+        console.print(f"office mix on 8 Mbit/s, {result['window_s']} s: the generator's CPU "
+                      f"{result['cpu_s_per_s']:.3f} s per s; carried {result['carried_kbps']:.0f} of "
+                      f"{result['offered_kbps']:.0f} kbit/s offered (+ DNS), {result['failures']:.0f} failed\n"
+                      + result["account"])
     elif name == "vm":
         console.print(f"VM ({result['accelerator']}): boot to poweroff of an empty guest {result['boot_s']:.1f} s "
                       f"(median of {len(result['boots'])}); a 5-probe ping scenario costs {result['scenario_here_s']:.2f} s "

@@ -1,6 +1,7 @@
 """Background office traffic: the study syntax, the client output parsing, and real servers
 sharing a real tunnel with the measured workload."""
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -9,7 +10,7 @@ from conftest import run_here
 from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
 from vpnlab.study import parse_study
-from vpnlab.workloads.background import _bytes_moved
+from vpnlab.workloads.background import ProtocolError, _expect, mail_data
 
 STUDY = """
 name: bg
@@ -47,14 +48,30 @@ def test_bad_mixes_name_the_field(mix, field):
     assert f"{field}:" in str(error.value)
 
 
-def test_transaction_outputs():
-    assert _bytes_moved("http", "65536") == 65536
-    assert _bytes_moved("pop3", "  33450\n") == 33450
-    assert _bytes_moved("http", "") is None
-    dig = (";; QUERY SIZE: 57\n;; ->>HEADER<<- opcode: QUERY, status: NOERROR, id: 1\n"
-           "host1.office.test.\t0\tIN\tA\t198.18.128.2\n;; MSG SIZE  rcvd: 61\n")
-    assert _bytes_moved("dns", dig) == 118
-    assert _bytes_moved("dns", dig.replace("NOERROR", "SERVFAIL")) is None
+def _reply(data: bytes, code: bytes) -> bytes:
+    async def read():
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        return await _expect(reader, code), await reader.read()
+    return asyncio.run(read())
+
+
+def test_replies_single_and_multi_line_and_the_wrong_code():
+    assert _reply(b"220 ready\r\nrest", b"220") == (b"220 ready\r\n", b"rest")
+    # a multi-line reply ends at "250 ", whatever its middle lines look like
+    ehlo = b"250-office.test\r\n250-SIZE 33554432\r\nsome text-\r\n250 HELP\r\nnext"
+    assert _reply(ehlo, b"250") == (b"250-office.test\r\n", b"next")
+    assert _reply(b"+OK 2 messages\r\n", b"+OK")[0] == b"+OK 2 messages\r\n"
+    for data, code in ((b"550 no such user\r\n", b"250"), (b"-ERR locked\r\n", b"+OK"), (b"", b"220"),
+                       (b"250-cut off\r\n250-in the middle\r\n", b"250")):
+        with pytest.raises(ProtocolError):
+            _reply(data, code)
+
+
+def test_a_mail_body_has_crlf_lines_dots_doubled_and_the_closing_dot():
+    assert mail_data(b"Hello.\n.hidden\nend") == b"Subject: office mail\r\n\r\nHello.\r\n..hidden\r\nend\r\n.\r\n"
+    assert mail_data(b"one\r\n").endswith(b"\r\none\r\n.\r\n")
 
 
 @pytest.mark.integration

@@ -37,14 +37,19 @@ def _setns(fd: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
+def join(namespace: str) -> None:
+    """Move the calling thread into the namespace, for good: call it in a thread of its own."""
+    with open(NETNS_DIR / namespace) as handle:
+        _setns(handle.fileno())
+
+
 def _inside(namespace: str, work):
     """`work()`'s result, called in a thread that has joined the namespace."""
     result: dict = {}
 
     def thread_body() -> None:
         try:
-            with open(NETNS_DIR / namespace) as handle:
-                _setns(handle.fileno())
+            join(namespace)
             result["value"] = work()
         except Exception as exc:  # raised again in the caller's thread
             result["error"] = exc
