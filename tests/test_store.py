@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from vpnlab.plan import make_plan
-from vpnlab.store import PRIVATE_ENV, Store
+from vpnlab.store import Store
 from vpnlab.study import parse_study
 
 STUDY = """
@@ -122,27 +122,6 @@ def test_opening_a_store_twice_keeps_what_another_process_sees(tmp_path):
     seen = subprocess.run(reader, check=True, capture_output=True, text=True).stdout.strip()
     a.close()
     assert seen == "2"
-
-
-def test_a_guests_private_store_holds_its_lock_and_journals_without_shared_memory(tmp_path, monkeypatch):
-    """A VM guest's store (on 9p: no shared memory, every lock a round trip) keeps its lock from
-    the first query to close; what it committed is there for the host once it has closed."""
-    monkeypatch.setenv(PRIVATE_ENV, "1")
-    guest = Store.open_dir(tmp_path)
-    assert guest.db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-    guest.db.execute("INSERT INTO meta VALUES ('probe', 'x')")
-    guest.db.commit()
-    host = sqlite3.connect(tmp_path / "results.sqlite", timeout=0)
-    try:
-        try:
-            host.execute("SELECT count(*) FROM meta").fetchone()
-            raise AssertionError("the guest's store was readable while the guest held it")
-        except sqlite3.OperationalError as exc:
-            assert "locked" in str(exc)
-        guest.close()
-        assert host.execute("SELECT count(*) FROM meta WHERE key = 'probe'").fetchone()[0] == 1
-    finally:
-        host.close()
 
 
 def test_a_vm_guests_repetitions_are_flagged_where_another_run_shared_the_machine(tmp_path):

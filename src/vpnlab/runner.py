@@ -30,7 +30,7 @@ from .plan import Plan, Scenario, duration, round_order
 from .repetition import run_repetition
 from .signals import Interrupted
 from .stopping import rounds_wanted, stein_note
-from .store import DB_NAME, PRIVATE_ENV, Store
+from .store import DB_NAME, Store
 from .testbed.state import RunState, clean_stale_runs, other_live_runs
 
 # The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
@@ -214,7 +214,7 @@ class Runner:
             with watch:
                 drivers = tuple(sorted({layer.driver for s in scenarios for layer in s.vpn.layers}))
                 accel = vm.Guest(state, work, console, drivers).run(
-                    [sys.executable, "-m", "vpnlab.guest", work], timeout, {PRIVATE_ENV: "1"})
+                    [sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
         except vm.VmError as exc:
             error = str(exc)
         finally:

@@ -27,7 +27,6 @@ from .metrics import unit
 
 SCHEMA_VERSION = 4
 DB_NAME = "results.sqlite"
-PRIVATE_ENV = "VPNLAB_STORE_PRIVATE"  # "1": this process is the store's only user (a VM guest)
 RESERVE_NAME = ".vpnlab-reserve"   # beside the store while a run writes: room to mark it interrupted
 RESERVE_BYTES = 128 * 1024
 LOW_SPACE_BYTES = 1024 * 1024      # below this a run does not start, nor stores a failed repetition
@@ -276,14 +275,8 @@ class Store:
         self.db = sqlite3.connect(path, factory=_Connection)
         self.db.path = Path(path)
         self.db.row_factory = sqlite3.Row
-        # A VM guest's store is on its 9p share, without the shared memory WAL needs, and there every
-        # lock and every check for another writer is a round trip to the host, slow under emulation
-        # (a guest's first 1000 queries took 4 min 30 s). The guest is the store's only user while it
-        # runs: a rollback journal, and its locks held, so its page cache stays valid between queries.
-        private = os.environ.get(PRIVATE_ENV) == "1"
-        if private:
-            self.db.execute("PRAGMA locking_mode=EXCLUSIVE")
-        self.db.execute(f"PRAGMA journal_mode={journal or ('DELETE' if private else 'WAL')}")
+        # WAL needs shared memory, which a VM guest's 9p share does not give: the guest asks for DELETE.
+        self.db.execute(f"PRAGMA journal_mode={journal or os.environ.get('VPNLAB_STORE_JOURNAL', 'WAL')}")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
@@ -363,8 +356,7 @@ class Store:
         self.add_scenarios([(scenario, measured_in, hosts)])
 
     def add_scenarios(self, placed) -> None:
-        """`add_scenario` for each (scenario, measured_in, hosts), in one commit (each commit costs
-        fsyncs, over a VM guest's 9p share round trips to the host)."""
+        """`add_scenario` for each (scenario, measured_in, hosts), in one commit."""
         with self.db:
             for scenario, measured_in, hosts in placed:
                 self._insert_scenario(scenario, measured_in, hosts)
