@@ -156,13 +156,14 @@ class Runner:
         try:
             if self.hosts:
                 self.hosts.begin(state.run_id)  # the run's record on each host, before anything there
-            if self.hosts:
-                store.add_scenarios((s, "host", s.hosts) for s in self.plan.scenarios)
-            else:
-                store.add_scenarios((s, "vm" if s.id in self.in_vm or IN_GUEST else "host", None)
-                                    for s in self.plan.scenarios)
-                if EMULATED:  # recorded as planned, then scaled
-                    store.add_notes({s.id: note for s in self.plan.scenarios if (note := s.scale_for_emulation())})
+            for scenario in self.plan.scenarios:
+                if self.hosts:
+                    store.add_scenario(scenario, "host", scenario.hosts)
+                    continue
+                store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
+                note = scenario.scale_for_emulation() if EMULATED else None
+                if note:
+                    store.add_note(scenario.id, note)
             todo, total = self._todo(store)
             here = [s for s in todo if s.id not in self.in_vm]
             in_vm = [s for s in todo if s.id in self.in_vm]

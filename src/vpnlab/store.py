@@ -353,41 +353,27 @@ class Store:
     def add_scenario(self, scenario, measured_in: str = "host", hosts: dict | None = None) -> None:
         """Record a planned scenario and where it is measured ("host" or "vm"; on real hosts, `hosts`
         maps its roles to them); a resumed run keeps the row and its status."""
-        self.add_scenarios([(scenario, measured_in, hosts)])
-
-    def add_scenarios(self, placed) -> None:
-        """`add_scenario` for each (scenario, measured_in, hosts), in one commit."""
-        with self.db:
-            for scenario, measured_in, hosts in placed:
-                self._insert_scenario(scenario, measured_in, hosts)
-
-    def _insert_scenario(self, scenario, measured_in: str, hosts: dict | None) -> None:
         link, workload = scenario.link, scenario.workload
-        self.db.execute(
-            "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
-            " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
-            " workload_label, workload_params, repetitions, repetition_rule, measured_in, hosts)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation,"
-            " measured_in=excluded.measured_in, hosts=excluded.hosts",
-            (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
-             scenario.vpn_label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
-             "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
-             link.jitter_ms, link.loss_pct, workload.kind, workload.label,
-             json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
-             scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else ""),
-        )
+        with self.db:
+            self.db.execute(
+                "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
+                " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
+                " workload_label, workload_params, repetitions, repetition_rule, measured_in, hosts)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation,"
+                " measured_in=excluded.measured_in, hosts=excluded.hosts",
+                (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
+                 scenario.vpn_label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
+                 "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
+                 link.jitter_ms, link.loss_pct, workload.kind, workload.label,
+                 json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
+                 scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else ""),
+            )
 
     def add_note(self, scenario_id: str, note: str) -> None:
         """Something a reader of the results must know (a model mismatch, a suspect figure)."""
         with self.db:
             self._note(scenario_id, note)
-
-    def add_notes(self, notes: dict[str, str]) -> None:
-        """`add_note` for each scenario id and note, in one commit."""
-        with self.db:
-            for scenario_id, note in notes.items():
-                self._note(scenario_id, note)
 
     def _note(self, scenario_id: str, note: str) -> None:
         self.db.execute("UPDATE scenarios SET notes = CASE WHEN notes = '' THEN ? ELSE notes || '; ' || ? END"
