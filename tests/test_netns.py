@@ -81,3 +81,42 @@ def test_an_address_appears_once_set_and_up_and_a_unix_socket_answers_once_liste
         assert not netns.accepts(path)  # bound, not yet listening: a daemon still starting
         server.listen()
         assert netns.accepts(path)
+
+
+LATE_SERVER = """
+import socket, sys, time
+time.sleep(float(sys.argv[1]))
+if sys.argv[2] == "exit":
+    print("cannot bind", flush=True); sys.exit(3)
+tcp = socket.socket(); tcp.bind(("127.0.0.1", 2525)); tcp.listen(); time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("delay, then, expected", [
+    (0.3, "listen", None),
+    (0.0, "exit", "sink exited with code 3 before listening on port 2525: cannot bind"),
+    (60, "listen", "sink was not listening on port 2525 after 0.8 s"),
+])
+def test_a_server_is_waited_for_until_it_listens_and_a_failure_says_whether_it_exited_or_was_slow(
+        namespace, tmp_path, monkeypatch, delay, then, expected):
+    from vpnlab.errors import VpnlabError
+    from vpnlab.testbed import node as node_module
+
+    # emulated: the limit stretches by SLOWDOWN, as a Python server under TCG takes seconds to start
+    monkeypatch.setattr(node_module, "LISTEN_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(node_module, "SLOWDOWN", 4)
+    log = tmp_path / "server.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, "-c", LATE_SERVER,
+                                   str(delay), then], stdout=out)
+    sink = node_module.Node("sink", namespace, state=None)
+    try:
+        if expected is None:
+            sink.wait_listening(2525, server, log)
+            assert sink.listening(2525)
+        else:
+            with pytest.raises(VpnlabError, match=expected):
+                sink.wait_listening(2525, server, log)
+    finally:
+        server.kill()
+        server.wait()

@@ -11,11 +11,11 @@ there and whose changes vanish with the namespace.
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import VpnlabError
+from ..testbed.node import wait_listening
 from .hoststate import guard_ip_line, root_qdisc_device
 from .ssh import HostUnreachable, RemoteProcess, SshHost
 
@@ -114,15 +114,9 @@ class RemoteNode:
         check = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
         return self.run([self.python, "-c", check, str(socket_path)], check=False).returncode == 0
 
-    def wait_listening(self, port: int, proc: RemoteProcess, log: Path, timeout: float = 10) -> None:
+    def wait_listening(self, port: int, proc: RemoteProcess, log: Path) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            if self.listening(port):
-                return
-            time.sleep(0.05)
-        raise VpnlabError(f"{log.stem} did not start listening on port {port} in {self.role} "
-                          f"on host {self.host.host.name}: {log.read_text(errors='replace')[-500:].strip()}")
+        wait_listening(self.listening, port, proc, log, f"in {self.role} on host {self.host.host.name}")
 
     def spawn(self, argv: list, log_path: Path, *, env: dict | None = None, what: str = "",
               stdin: Path | None = None) -> RemoteProcess:

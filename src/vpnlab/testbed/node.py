@@ -9,9 +9,29 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..backend import SLOWDOWN
 from ..errors import CommandError, VpnlabError
 from . import netns
 from .state import RunState
+
+LISTEN_TIMEOUT_S = 10  # for a server to open its port (times SLOWDOWN: a Python server takes seconds under TCG)
+
+
+def wait_listening(listening, port: int, proc, log: Path, where: str) -> None:
+    """Poll `listening(port)` until true; fail, with the server's log, once `proc` has exited or the
+    time is up, saying which."""
+    timeout = LISTEN_TIMEOUT_S * SLOWDOWN
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if listening(port):
+            return
+        if time.monotonic() > deadline:
+            why = f"was not listening on port {port} after {timeout} s"
+            break
+        time.sleep(0.05)
+    else:
+        why = f"exited with code {proc.returncode} before listening on port {port}"
+    raise VpnlabError(f"{log.stem} {where} {why}: {log.read_text(errors='replace')[-500:].strip()}")
 
 
 @dataclass
@@ -86,15 +106,9 @@ class Node:
         """Does a daemon of ours accept connections on this Unix socket?"""
         return netns.accepts(socket_path)
 
-    def wait_listening(self, port: int, proc: subprocess.Popen, log: Path, timeout: float = 10) -> None:
+    def wait_listening(self, port: int, proc: subprocess.Popen, log: Path) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            if self.listening(port):
-                return
-            time.sleep(0.05)
-        raise VpnlabError(f"{log.stem} did not start listening on port {port} in {self.role}: "
-                          f"{log.read_text(errors='replace')[-500:].strip()}")
+        wait_listening(self.listening, port, proc, log, f"in {self.role}")
 
     def sysctl(self, **settings) -> None:
         netns.sysctl(self.namespace, settings)
