@@ -174,3 +174,21 @@ def test_emulation_keeps_the_bandwidth_delay_product_and_the_identity():
     assert run.jitter_ms == pytest.approx(10)
     assert "scaled for software emulation" in note and "100" in note
     assert slow.scale_for_emulation() is None and slow.link_as_run is slow.link
+
+
+def test_a_link_with_background_counts_its_servers_start_and_its_share_of_the_link():
+    plan = make_plan(parse_study("""
+name: b
+repetitions: 1
+vpns: [{driver: none}]
+links: [{rate_mbit: 2, background: [none, office]}]
+workloads: [{kind: transfer, protocol: http, size: 1M}]
+"""))
+    quiet, office = sorted(plan.scenarios, key=lambda s: bool(s.link.background))
+    from vpnlab.workloads.background import SETUP_S, VM_SETUP_S
+    # 1 MiB at 90% of the 2 Mbit/s, or of the 1.22 the office mix's 780 kbit/s leave
+    megabits = 2**20 * 8 / 1e6
+    assert quiet.repetition_s() == pytest.approx(megabits / 1.8 + 1)
+    assert office.repetition_s() == pytest.approx(megabits / (0.9 * 1.22) + 1)
+    assert office.estimate_s() == pytest.approx(quiet.estimate_s() + SETUP_S + office.repetition_s() - quiet.repetition_s())
+    assert office.estimate_s(in_vm=True) - quiet.estimate_s(in_vm=True) > VM_SETUP_S

@@ -113,6 +113,9 @@ class Scenario:
         rate = self.link_as_run.rate_mbit
         if in_vm:
             rate = min(rate or VM_PACE_MBIT, VM_PACE_MBIT, EMULATED_RATE_MBIT)
+        mix = self.link.background
+        if mix and rate:  # the workload gets what the background leaves of the link
+            rate = max(rate - mix.offered_kbit / 1000, rate / 10)
         return self.kind.estimate_s(self.workload, rate)
 
     def estimate_s(self, in_vm: bool = False, most: bool = False, repetitions: int | None = None) -> float:
@@ -121,6 +124,8 @@ class Scenario:
         if repetitions is None:
             repetitions = self.repetitions.max if most else self.repetitions.min
         overhead = VM_REPETITION_OVERHEAD_S if in_vm else REPETITION_OVERHEAD_S
+        if self.link.background:
+            overhead += background.VM_SETUP_S if in_vm else background.SETUP_S
         return (overhead + self.repetition_s(in_vm)) * repetitions
 
 
