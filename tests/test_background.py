@@ -3,6 +3,9 @@ sharing a real tunnel with the measured workload."""
 
 import asyncio
 import sqlite3
+import subprocess
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -10,7 +13,8 @@ from conftest import run_here
 from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
 from vpnlab.study import parse_study
-from vpnlab.workloads.background import ProtocolError, _expect, mail_data
+from vpnlab.testbed.state import RunState
+from vpnlab.workloads.background import DRAIN_S, PRESETS, BackgroundTraffic, ProtocolError, _expect, mail_data
 
 STUDY = """
 name: bg
@@ -72,6 +76,56 @@ def test_replies_single_and_multi_line_and_the_wrong_code():
 def test_a_mail_body_has_crlf_lines_dots_doubled_and_the_closing_dot():
     assert mail_data(b"Hello.\n.hidden\nend") == b"Subject: office mail\r\n\r\nHello.\r\n..hidden\r\nend\r\n.\r\n"
     assert mail_data(b"one\r\n").endswith(b"\r\none\r\n.\r\n")
+
+
+@pytest.fixture
+def source_namespace():
+    state = RunState.create()
+    name = state.namespace_name("bg")
+    state.add_namespace(name)
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    yield name
+    state.teardown()
+
+
+def _traffic(namespace: str, transaction) -> BackgroundTraffic:
+    """The office mix's flows driving `transaction` from the thread in `namespace` (no servers)."""
+    traffic = BackgroundTraffic(SimpleNamespace(bed=SimpleNamespace(source=SimpleNamespace(namespace=namespace))),
+                                PRESETS["office"], seed=1)
+    traffic._launch([(flow, transaction, traffic.rng) for flow in traffic.mix.flows])
+    return traffic
+
+
+def test_a_failed_measurement_ends_the_background_at_once_and_the_background_error_does_not_hide_it(
+        source_namespace):
+    async def slow():
+        await asyncio.sleep(3 * DRAIN_S)
+        return 1
+    traffic = _traffic(source_namespace, slow)
+    time.sleep(1)  # DNS arrives 5 times a second: transactions are in flight
+    assert sum(c.started for c in traffic.counters) > 0
+    begun = time.monotonic()
+    traffic.abandon()
+    assert time.monotonic() - begun < DRAIN_S / 2  # cancelled, not drained
+    assert not traffic._thread.is_alive()
+
+    gone = _traffic("vl-no-such-namespace", slow)  # its thread fails to join the namespace
+    gone.abandon()  # the measurement's error is the one raised, not this
+    gone = _traffic("vl-no-such-namespace", slow)
+    with pytest.raises(OSError):
+        gone.stop()  # after a good measurement a broken background fails the repetition
+
+
+def test_a_stopped_background_counts_what_finished_and_drains_what_is_in_flight(source_namespace):
+    async def quick():
+        await asyncio.sleep(0.2)
+        return 1000
+    traffic = _traffic(source_namespace, quick)
+    time.sleep(1.5)
+    values, account, flags = traffic.stop()
+    assert values["background_failures"] == 0 and not flags
+    assert values["background_dns_kbps"] > 0  # ~5 queries a second of 1000 B
+    assert "dns:" in account
 
 
 @pytest.mark.integration

@@ -41,8 +41,11 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:
             cpu |= observer.finish(measurement.carried_bytes)
-    finally:
-        extra, account, extra_flags = background.stop() if background else ({}, "", [])
+    except BaseException:
+        if background:
+            background.abandon()
+        raise
+    extra, account, extra_flags = background.stop() if background else ({}, "", [])
     sample = Sample(dict(measurement.values) | cpu | extra, {measurement.tool: measurement.raw},
                     measurement.flags + cpu_flags + extra_flags)
     if getattr(meter, "record", None):

@@ -375,6 +375,10 @@ class BackgroundTraffic:
                                      lambda start=start: start(self.ctx, data, self.mix))
             rng = random.Random(self.rng.random())
             flows.append((flow, _transaction(flow, self.ctx.bed.sink_ip, data, info, rng), rng))
+        self._launch(flows)
+
+    def _launch(self, flows: list) -> None:
+        """Drive (flow, transaction, rng) triples in a thread in the source's namespace."""
         self._ready.clear()
         self._error = None
         self._stopped = 0.0
@@ -437,14 +441,23 @@ class BackgroundTraffic:
         inside = min(ended, self._stopped or ended) - began
         counters.window_bytes += moved * max(0.0, inside) / max(ended - began, 1e-6)
 
-    def stop(self) -> tuple[dict[str, float], str, list[str]]:
-        """Values, a readable account of the window, flags."""
-        self._stopped = time.monotonic()
-        window = self._stopped - self._started
+    def _end(self, drain: bool) -> None:
+        self._stopped = time.monotonic() - (0 if drain else DRAIN_S)  # (without drain: cancel at once)
         if self._loop and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join()
         self._loop = self._stop = None
+
+    def abandon(self) -> None:
+        """End it at once, counting nothing and raising nothing: the measurement failed, and its
+        error, not one of the background's, is the one to tell."""
+        self._end(drain=False)
+        self.counters = [FlowCounters() for _ in self.mix.flows]
+
+    def stop(self) -> tuple[dict[str, float], str, list[str]]:
+        """Values, a readable account of the window, flags."""
+        self._end(drain=True)
+        window = self._stopped - self._started
         if self._error:
             raise self._error
         values: dict[str, float] = {}
