@@ -154,3 +154,19 @@ def test_a_note_shared_by_many_scenarios_is_listed_once():
                  for vpn, notes in (("a", vm_note), ("b", f"{vm_note}; overhead 80 B measured"), ("c", ""))]
     assert report._grouped_notes(scenarios) == [(vm_note, ["a | l | w", "b | l | w"]),
                                                 ("overhead 80 B measured", ["b | l | w"])]
+
+
+def test_each_kind_of_flag_is_listed_once_with_its_scenarios_the_rare_ones_first():
+    core = "core {} saturated ({}% busy, 2% in softirq): throughput is a bound set by that core"
+    rows = [SimpleNamespace(scenario_id=sid, repetition=rep, flags=flags) for sid, rep, flags in (
+        ("a", 1, core.format(0, 91) + ";retransmits 2.5% of segments"),
+        ("a", 1, core.format(0, 91)),       # another metric of the same repetition: counted once
+        ("a", 2, core.format(1, 97)),
+        ("b", 1, core.format(1, 93)),
+        ("b", 0, "retransmits 9% of segments"),  # the warm-up: not a sample
+        ("c", 1, ""))]
+    store = SimpleNamespace(scenarios=lambda: [SimpleNamespace(id=i, label=f"{i} | l | w") for i in "abc"],
+                            samples=lambda: rows)
+    assert report._grouped_flags(store) == [
+        ("1 repetition flagged: retransmits 2.5% of segments", ["a | l | w"]),
+        (f"3 repetitions flagged alike, e.g. {core.format(0, 91)}", ["a | l | w", "b | l | w"])]

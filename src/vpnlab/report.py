@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,7 @@ class Report:
     runs: int
     scenarios: list
     failed: list
-    notes: list
+    notes: list   # (text, the scenarios it concerns): their notes, then each kind of flag
     flags: list
     table_vi: dict = field(default_factory=dict)        # link -> (headings, rows)
     seed_table_vi: dict = field(default_factory=dict)   # the same, graded as the seed did (analysis: seed_grading)
@@ -214,7 +215,7 @@ def build(directory: Path) -> Report:
         scenarios = store.scenarios()
         summaries = summarise(store)
         family = comparison_family(store)
-        flags = _flag_lines(store)
+        flag_groups = _grouped_flags(store)
         series = _interval_series(store, scenarios)
         algorithms = algorithm_table(store, scenarios, short_labels(scenarios))
         settings = stored_settings(store)
@@ -224,7 +225,7 @@ def build(directory: Path) -> Report:
     last = dict(runs[-1])
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s.status == "failed"],
-                    notes=_grouped_notes(scenarios), flags=flags + _outlier_lines(scenarios, summaries))
+                    notes=_grouped_notes(scenarios) + flag_groups, flags=_outlier_lines(scenarios, summaries))
     report.flagged_counted, report.flagged_both_ways = counted, both_ways
     report.machines = machine_lines(runs, scenarios)
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
@@ -253,19 +254,28 @@ def build(directory: Path) -> Report:
     return report
 
 
-def _flag_lines(store: Store) -> list[str]:
-    """One line per scenario with flagged samples: how many, and the flags' kinds."""
+def _grouped_flags(store: Store) -> list[tuple[str, list[str]]]:
+    """Each kind of flag once (its text up to the first colon, figures and parentheses left out), with
+    how many repetitions carry it, an example, and the scenarios: under emulation most repetitions of
+    a study carry the same one, and a line per scenario would bury the rare ones."""
     labels = {s.id: s.label for s in store.scenarios()}
-    reps: dict[str, dict[int, str]] = defaultdict(dict)
+    reps: dict[str, dict[tuple[str, int], str]] = defaultdict(dict)
     for row in store.samples():
-        if row.flags and row.repetition > 0:
-            reps[row.scenario_id][row.repetition] = row.flags
-    lines = []
-    for sid, by_rep in sorted(reps.items(), key=lambda kv: labels[kv[0]]):
-        kinds = sorted({flag.split(" (")[0].split(" ")[0] for flags in by_rep.values() for flag in flags.split(";")})
-        example = next(iter(by_rep.values())).split(";")[0]
-        lines.append(f"{labels[sid]}: {len(by_rep)} repetition(s) flagged ({', '.join(kinds)}), e.g. {example}")
-    return lines
+        if row.repetition > 0:
+            for flag in filter(None, row.flags.split(";")):
+                reps[_flag_kind(flag)].setdefault((row.scenario_id, row.repetition), flag)
+    groups = []
+    for kind, flagged in sorted(reps.items(), key=lambda kv: len(kv[1])):  # the rare ones first
+        scenarios = sorted({labels[sid] for sid, _ in flagged})
+        example = next(iter(flagged.values()))
+        many = f"{len(flagged)} repetitions flagged alike, e.g." if len(flagged) > 1 else "1 repetition flagged:"
+        groups.append((f"{many} {example}", scenarios))
+    return groups
+
+
+def _flag_kind(flag: str) -> str:
+    heading = re.sub(r"\s*\([^)]*\)", "", flag.split(":")[0])
+    return re.sub(r"\d+(\.\d+)?", "#", heading).strip()
 
 
 def _outlier_lines(scenarios: list, summaries: dict) -> list[str]:
