@@ -1,4 +1,6 @@
 """Planning: the cartesian product, stable ids, order, and what this machine lacks."""
+from datetime import datetime, timezone
+
 import pytest
 
 from vpnlab.capabilities import Capabilities
@@ -192,3 +194,23 @@ workloads: [{kind: transfer, protocol: http, size: 1M}]
     assert office.repetition_s() == pytest.approx(megabits / (0.9 * 1.22) + 1)
     assert office.estimate_s() == pytest.approx(quiet.estimate_s() + SETUP_S + office.repetition_s() - quiet.repetition_s())
     assert office.estimate_s(in_vm=True) - quiet.estimate_s(in_vm=True) > VM_SETUP_S
+
+
+def test_a_resumed_studys_pace_is_timed_between_repetitions_of_one_sitting():
+    from vpnlab.plan import PACE_MIN_REPETITIONS, measured_pace
+    plan = make_plan(parse_study(STUDY))
+    tcp = next(s for s in plan.scenarios if s.workload.kind == "tcp")
+    each = tcp.estimate_s(repetitions=1)
+
+    def at(seconds):
+        return datetime.fromtimestamp(1.8e9 + seconds, timezone.utc).isoformat()
+
+    first = [(1, tcp.id, at(i * 2 * each)) for i in range(PACE_MIN_REPETITIONS + 1)]  # twice as slow
+    # the next sitting: its first repetition comes after a pause and a VM boot, not timed
+    second = [(2, tcp.id, at(1e5 + i * each)) for i in range(PACE_MIN_REPETITIONS + 1)]
+    pause = [(2, tcp.id, at(2e5))]  # a long gap within a sitting: a pause, not timed
+    timed, factor = measured_pace(first + second + pause, plan.scenarios, set())
+    assert timed == 2 * PACE_MIN_REPETITIONS
+    assert factor == pytest.approx(1.5)
+    assert measured_pace(first[:PACE_MIN_REPETITIONS], plan.scenarios, set()) is None  # too few to tell
+    assert measured_pace([(1, "s-unknown", at(i)) for i in range(30)], plan.scenarios, set()) is None

@@ -12,6 +12,7 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 
 from .capabilities import Capabilities
@@ -28,6 +29,9 @@ REPETITION_OVERHEAD_S = 2.5
 VM_PACE_MBIT = 20
 VM_REPETITION_OVERHEAD_S = 15
 VM_BOOT_S = 20   # bench vm: an empty guest boots and powers off in about 16 s
+# A resumed study's remaining time is also told at the pace its stored repetitions kept (measured_pace).
+PACE_MIN_REPETITIONS = 10
+PACE_PAUSE = 5
 # Under software emulation single tunnels carry 14-93 Mbit/s (bench vm): a faster link would
 # measure the emulator. Such a link is run at this rate with the same bandwidth-delay product.
 EMULATED_RATE_MBIT = 10
@@ -145,6 +149,23 @@ class Plan:
         self.scenarios = [s for s in self.scenarios if s.index not in indices]
         for i, scenario in enumerate(self.scenarios):
             scenario.index = i
+
+
+def measured_pace(completions, scenarios, in_vm: set[str]) -> tuple[int, float] | None:
+    """(repetitions timed, their wall-clock time / their estimate) from a resumed study's stored
+    (run, scenario, completed_at), each repetition timed from the one completed before it in the same
+    sitting: a sitting's first (it paid for the start, a VM's boot) and gaps over PACE_PAUSE times the
+    estimate (a pause) are left out. None: fewer than PACE_MIN_REPETITIONS to tell by."""
+    estimate = {s.id: s.estimate_s(s.id in in_vm, repetitions=1) for s in scenarios}
+    timed, spent, expected, previous = 0, 0.0, 0.0, None
+    for run_id, scenario_id, completed_at in completions:
+        at = datetime.fromisoformat(completed_at).timestamp()
+        if previous and previous[0] == run_id and scenario_id in estimate:
+            gap = at - previous[1]
+            if gap < PACE_PAUSE * estimate[scenario_id]:
+                timed, spent, expected = timed + 1, spent + gap, expected + estimate[scenario_id]
+        previous = (run_id, at)
+    return (timed, spent / expected) if timed >= PACE_MIN_REPETITIONS else None
 
 
 def duration(seconds: float) -> str:

@@ -26,7 +26,7 @@ from .backend import EMULATED, IN_GUEST
 from .capabilities import Capabilities, this_machine, tool_versions
 from .files import tail
 from .judging import shared_machine_flag
-from .plan import Plan, Scenario, duration, round_order
+from .plan import Plan, Scenario, duration, measured_pace, round_order
 from .repetition import run_repetition
 from .signals import Interrupted
 from .stopping import rounds_wanted, stein_note
@@ -245,8 +245,11 @@ class Runner:
         stored = sum(len(store.done_repetitions(s.id)) for s in self.plan.scenarios)
         if stored and not IN_GUEST:
             more = " (more if the interval target asks for them)" if self.plan.study.repetitions.adaptive else ""
+            pace = measured_pace(store.completion_times(), self.plan.scenarios, self.in_vm)
+            paced = (f"; at the pace measured so far ({pace[1]:.2f}x the estimate over {pace[0]} repetitions) "
+                     f"about {duration(total * pace[1])}") if pace else ""
             self.console.print(f"resumed: {stored} repetitions were measured before; {sum(left.values())} more for "
-                               f"{len(todo)} scenarios, about {duration(total)}{more}", highlight=False)
+                               f"{len(todo)} scenarios, about {duration(total)}{more}{paced}", highlight=False)
         return todo, total
 
     def _needs_more(self, store: Store, scenario: Scenario) -> bool:

@@ -430,6 +430,11 @@ class Store:
             f"SELECT scenario_id, repetition, completed_at FROM repetitions WHERE run_id=? AND scenario_id IN ({marks})"
             " ORDER BY completed_at", (run_id, *scenario_ids))]
 
+    def completion_times(self) -> list[tuple[int, str, str]]:
+        """(run, scenario, completed_at) of every repetition stored, valid or failed, in time order."""
+        return [tuple(r) for r in self.db.execute(
+            "SELECT run_id, scenario_id, completed_at FROM repetitions ORDER BY completed_at")]
+
     def add_flag(self, scenario_id: str, repetition: int, flag: str) -> None:
         with self.db:
             self.db.execute("UPDATE repetitions SET flags = CASE WHEN flags = '' THEN ? ELSE flags || ';' || ? END"
