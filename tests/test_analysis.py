@@ -329,3 +329,26 @@ def test_a_malformed_analysis_block_names_the_field():
         parse_study(STUDY + "analysis: {flagged_samples: drop}\n")
     with pytest.raises(StudyError, match=r"analysis\.latency_floor: unknown field"):
         parse_study(STUDY + "analysis: {latency_floor: 2}\n")
+
+
+def test_a_transfer_study_is_graded_on_its_files_goodput(tmp_path):
+    from vpnlab import report
+
+    study = """
+name: t
+repetitions: 5
+vpns: [{driver: none}, {driver: wireguard}]
+links: [{name: office, rate_mbit: 8}]
+workloads: [{kind: transfer, protocol: http, size: 1M}, {kind: transfer, protocol: ssh, size: 1M}]
+"""
+    rng = np.random.default_rng(3)
+    store, _ = generated_store(tmp_path, lambda s, r: {
+        "throughput_mbps": (6.0 if "wireguard" in s.label else 7.5) * rng.lognormal(0, 0.01),
+        "transfer_s": 1.0}, study=study)
+    store.close()
+    headings, rows = report.build(tmp_path).table_vi["office"]
+    assert headings == ["transfer throughput"]
+    (vpn, (cell,)), = rows
+    assert vpn == "wireguard"
+    assert 78 < float(cell.text.split("%")[0]) < 82  # the first transfer listed (http): 6 of 7.5, graded
+    assert cell.text.endswith(")") and cell.colour

@@ -198,6 +198,7 @@ class Transfer(WorkloadKind):
     tools = tuple(dict.fromkeys(t for tools in CLIENTS.values() for t in tools))
     metrics = METRICS
     primary = "transfer_s"
+    graded = (("throughput_mbps", "transfer throughput"),)  # after Jaha's columns: the file's goodput
     loads_path = True
     plotted = ("transfer_s",)
 
