@@ -144,6 +144,56 @@ def test_a_resumed_guest_goes_on_from_the_repetitions_the_host_has(tmp_path):
     assert host.raw_output(scenario.id, 1, "ping") == "host 1"
 
 
+def test_a_guest_runs_a_scenario_as_far_as_the_host_wants_with_stein_weighing_finished_peers(tmp_path):
+    """The host's wireguard scenario is measured to Stein's total (a wide pilot: the cap); its compared
+    no-VPN scenario has a tight pilot of its own. Both go to the guest (guest.main, here on the host,
+    real pings in namespaces), which runs no VPN to the wireguard total, as the host wants: a guest
+    that knew only no VPN stopped at its pilot and the host then failed it as unfinished."""
+    from vpnlab import guest
+    from vpnlab.store import DB_NAME
+
+    study = ("name: m\nrepetitions: {min: 3, max: 5, ci_target_pct: 1}\nvpns: [{driver: none}, {driver: wireguard}]\n"
+             "workloads: [{kind: ping, count: 3, interval_s: 0.05}]\n")
+    plan = make_plan(parse_study(study))
+    plain, wireguard = sorted(plan.scenarios, key=lambda s: bool(s.vpn.layers))
+    host = Store.open_dir(tmp_path)
+    run = host.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                         study_name="m", study_text=study)
+    for scenario in plan.scenarios:
+        host.add_scenario(scenario, "vm")
+    for n, value in enumerate((5.0, 10.0, 20.0, 9.0, 11.0), 1):
+        host.record_repetition(run, wireguard.id, n, {"rtt_avg_ms": value}, {}, [], n, 0)
+    host.set_status(wireguard.id, "done")
+    for n, value in enumerate((0.05, 0.05001, 0.05), 1):  # alone, its pilot would stop it here
+        host.record_repetition(run, plain.id, n, {"rtt_avg_ms": value}, {}, [], n, 1)
+    runner = Runner(plan, tmp_path, detect(), progress=False, in_vm={plain.id, wireguard.id})
+    assert runner._left(host, plain) == 2
+    work = tmp_path / "vm"
+    runner._hand_to_guest(host, work)
+    assert guest.main(work) == 0
+    host.merge(work / vm.RESULTS / DB_NAME, run, "measured in a VM")
+    assert len(host.done_repetitions(plain.id)) == 5 and runner._left(host, plain) == 0
+    assert len(host.done_repetitions(wireguard.id)) == 5  # not run again
+    assert {s.id: s.status for s in host.scenarios()} == {plain.id: "done", wireguard.id: "done"}
+
+
+def test_a_scenario_measured_to_its_rule_by_an_interrupted_sitting_is_settled_on_resume(tmp_path):
+    """A guest killed between a round's last repetition and its settling leaves 'running' behind; the
+    resumed run has nothing to measure for it and marks it done, so the report and its
+    recommendations count it."""
+    plan = make_plan(parse_study("name: m\nrepetitions: 2\nvpns: [{driver: none}]\nworkloads: [{kind: ping}]\n"))
+    scenario = plan.scenarios[0]
+    store, run = _store_with_run(tmp_path / "results.sqlite", scenario)
+    for n in (1, 2):
+        store.record_repetition(run, scenario.id, n, {"rtt_avg_ms": 0.05}, {}, [], n, 0)
+    store.set_status(scenario.id, "running")
+    store.close()
+    assert Runner(plan, tmp_path, detect(), progress=False).run() == "completed"
+    store = Store.open_dir(tmp_path)
+    assert store.status(scenario.id) == "done" and store.done_repetitions(scenario.id) == {1, 2}
+    store.close()
+
+
 def test_kvm_is_not_trusted_without_the_cpu_flag(monkeypatch, tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("flags\t\t: fpu vme sse2 aes\n")

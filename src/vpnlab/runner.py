@@ -133,6 +133,7 @@ class Runner:
         self.console = console or Console(stderr=True)
         self.show_progress = progress
         self.failures: list[tuple[Scenario, str]] = []
+        self.unfinished: list[tuple[Scenario, str]] = []  # short of their rule when the VM guest ended
 
     def run(self) -> str:
         """Run every unfinished repetition; returns the run's final status."""
@@ -165,6 +166,10 @@ class Runner:
                 if note:
                     store.add_note(scenario.id, note)
             todo, total = self._todo(store)
+            short = {s.id for s in todo}
+            for scenario in self.plan.scenarios:  # measured to its rule by a sitting that ended before saying so
+                if scenario.id not in short and store.status(scenario.id) not in ("done", "failed"):
+                    self._settle(store, scenario)
             here = [s for s in todo if s.id not in self.in_vm]
             in_vm = [s for s in todo if s.id in self.in_vm]
             with Progressor(self.console, total, self.show_progress) as progress:
@@ -174,7 +179,7 @@ class Runner:
                     self._rounds(store, state, run_id, here, progress)
                 if in_vm:
                     self._run_in_vm(store, state, run_id, in_vm, progress)
-            status = "completed" if not self.failures else "completed-with-failures"
+            status = "completed-with-failures" if self.failures else "incomplete" if self.unfinished else "completed"
         except (KeyboardInterrupt, Interrupted):
             status = "interrupted"
             raise
@@ -203,8 +208,7 @@ class Runner:
         if guest_store.is_file():  # a guest's, from a run killed before it could merge it
             store.merge(guest_store, run_id, "measured in a VM (by a run that was killed: accelerator not recorded)")
             guest_store.unlink()
-        store.hand_over(guest_store, [s.id for s in scenarios])  # a resumed study's guest goes on from there
-        vm.write_job(work, self.plan.study.source_text, self.plan.study.source_path, [s.id for s in scenarios])
+        self._hand_to_guest(store, work)
         console = self.out_dir / "logs" / f"vm-run{run_id}-console.log"
         console.parent.mkdir(parents=True, exist_ok=True)
         timeout = VM_GUEST_SETUP_S + sum(s.estimate_s(in_vm=True, most=True) * VM_TIME_LIMIT_FACTOR
@@ -227,14 +231,24 @@ class Runner:
                 watch.flag(store, run_id, [s.id for s in scenarios])
         guest_log = work / "guest.log"
         for scenario in scenarios:
-            if self._needs_more(store, scenario):
+            if self._needs_more(store, scenario):  # its valid samples stay; --resume measures the rest
                 reason = error or f"the guest stopped before this scenario finished:\n{tail(guest_log, 12)}"
-                store.set_status(scenario.id, "failed", reason)
-            if store.status(scenario.id) == "failed":
+                self.unfinished.append((scenario, reason))
+                progress.log(f"[yellow]scenario {scenario.index} ({scenario.label}) is short of its repetitions "
+                             f"(`vpnlab run --resume` measures them):[/] {reason}")
+            elif store.status(scenario.id) == "failed":
                 self.failures.append((scenario, store.failure(scenario.id)))
                 progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed in the VM:[/] "
                              f"{store.failure(scenario.id)}")
         progress.advance(time.monotonic() - started)
+
+    def _hand_to_guest(self, store: Store, work: Path) -> None:
+        """The job and the store a guest starts from: every scenario measured in the VM, with all it
+        has, so that it goes on from there and Stein's rule weighs the finished configurations compared
+        with one as the host does (the guest runs only those still short)."""
+        in_vm = [s.id for s in self.plan.scenarios if s.id in self.in_vm]
+        store.hand_over(work / vm.RESULTS / DB_NAME, in_vm)
+        vm.write_job(work, self.plan.study.source_text, self.plan.study.source_path, in_vm)
 
     def _todo(self, store: Store) -> tuple[list[Scenario], float]:
         """The scenarios short of their rule, and how long their missing repetitions take by the

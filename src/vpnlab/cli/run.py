@@ -102,7 +102,10 @@ def run(
                   f"finish later with: vpnlab run --resume {out_dir}")
         raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     _finish(out_dir)
-    if runner.failures:
+    if runner.unfinished:
+        err.print(f"[yellow]{len(runner.unfinished)} scenario(s) short of their repetitions[/]: their report shows "
+                  f"what they have; measure the rest with: vpnlab run --resume {out_dir}")
+    if runner.failures or runner.unfinished:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
 
 
