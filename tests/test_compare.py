@@ -88,7 +88,7 @@ workloads: [{kind: tcp}]
 SHARE = {"none": 1.0, "wireguard": 0.9, "openvpn aes-256-gcm udp": 0.6, "openvpn aes-256-gcm udp fips": 0.6}
 
 
-def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host"):
+def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host", flags=()):
     """A study's store whose VPNs carry share[label] of 900 Mbit/s, lognormal round to round."""
     from vpnlab.plan import make_plan
     from vpnlab.store import Store
@@ -105,8 +105,8 @@ def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in=
     for round_no in range(1, rounds + 1):
         for position, scenario in enumerate(plan.scenarios):
             value = 900 * share[scenario.label.split(" | ")[0]] * rng.lognormal(0, spread)
-            store.record_repetition(run, scenario.id, round_no, {"throughput_mbps": value}, {}, [], round_no,
-                                    position)
+            store.record_repetition(run, scenario.id, round_no, {"throughput_mbps": value}, {}, list(flags),
+                                    round_no, position)
     for scenario in plan.scenarios:
         store.set_status(scenario.id, "done")
     return store
@@ -201,6 +201,30 @@ def test_the_report_recommends_only_what_the_corrected_test_supports(tmp_path):
         assert "the best choice is" in overall[0] or "no best choice follows" in overall[0]
     assert said_best <= 1
     assert "not distinguishable with 5 repetitions" in " ".join(texts)
+
+
+def test_no_choice_from_emulation_none_of_one_and_what_is_left_out_is_named(tmp_path):
+    from vpnlab.store import Store
+
+    # the clear case under TCG: a rate the link bounded is the VPN's; one a saturated CPU bounded is not
+    assert any("the best choice is wireguard" in t for t in recommendations(tmp_path / "tcg", seed=1, measured_in="vm"))
+    emulated = recommendations(tmp_path / "tcg-cpu", seed=1, measured_in="vm",
+                               flags=["cpu saturated in an emulated VM (95% of all guest cores): ..."])
+    assert emulated and not any("best choice" in t for t in emulated)
+    assert all("no choice follows from figures under software emulation (QEMU TCG) with a saturated CPU" in t
+               or "nothing to choose between" in t for t in emulated)
+
+    store = tcp_store(tmp_path / "short", seed=1)
+    rows = {r.vpn_label: r.id for r in store.scenarios()}
+    store.set_status(rows["wireguard"], "running")  # short of its rule: an interrupted run
+    store.set_status(rows["openvpn aes-256-gcm udp"], "failed", "tunnel died")
+    store.close()
+    from vpnlab import report
+    texts = [r["text"] for r in report.build(tmp_path / "short").recommendations]
+    overall = next(t for t in texts if "FIPS-only" not in t)
+    assert "openvpn aes-256-gcm udp fips (" in overall and "is the only configuration measured: there is " \
+        "nothing to choose between (wireguard: not yet measured to their rule, left out" in overall
+    assert "best" not in overall
 
 
 def test_the_report_says_how_the_numbers_were_obtained(tmp_path):

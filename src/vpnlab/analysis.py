@@ -56,6 +56,7 @@ class Summary:
     grade_reason: str = ""
     outliers: int = 0                  # samples far from the rest (flagged; counted unless set aside)
     set_aside: int = 0                 # flagged samples left out (the study's `flagged_samples: exclude`)
+    emulation_bound: str = ""          # why the emulator, not the VPN, set this figure ('' if it did not)
 
     @property
     def centre(self) -> float:
@@ -225,14 +226,18 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     scenarios = {row.id: row for row in store.scenarios()}
     values, far_or_busy = values_of(store, settings)
     flagged: dict[tuple[str, str], int] = defaultdict(int)
+    saturated: dict[tuple[str, str], int] = defaultdict(int)
     for row in store.samples():
         flagged[(row.scenario_id, row.metric)] += bool(row.flags)
+        saturated[(row.scenario_id, row.metric)] += "saturated" in row.flags
     out: dict[str, list[Summary]] = defaultdict(list)
     for (sid, name), pairs in sorted(values.items()):
         if not pairs:
             continue  # every sample flagged and left out
         summary = _summary(sid, name, metrics.unit(name), [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
         summary.set_aside = 0 if settings.counts_flagged else far_or_busy[(sid, name)]
+        if scenarios[sid].emulated:
+            summary.emulation_bound = _emulation_bound(name, saturated[(sid, name)])
         out[sid].append(summary)
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
     runs = store.runs()
@@ -246,4 +251,17 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
             continue
         a, b, paired = matched(values[(base, name)], values[(sid, name)])
         _judge(s, stat[(base, name)], a, b, paired, settings.latency_floor_ms)
+        if s.grade and s.emulation_bound:
+            s.grade, s.grade_reason = "", f"{s.emulation_bound}: no grade"
     return out
+
+
+def _emulation_bound(metric: str, saturated: int) -> str:
+    """Under software emulation every delay includes the emulator's, and a throughput is the
+    emulator's when a CPU was saturated; a throughput the link bounded is the VPN's."""
+    if metrics.get(metric).judged != "share":
+        return "measured under software emulation (QEMU TCG), which adds its own delay to every packet"
+    if saturated:
+        return (f"measured under software emulation (QEMU TCG) with a saturated CPU in {saturated} sample(s): "
+                "the emulator set this rate")
+    return ""

@@ -235,14 +235,6 @@ def _side_rows(side: Side, rows) -> list:
             and (side.link is None or r.link_label == side.link)]
 
 
-def _emulated(row) -> bool:
-    """Measured in a VM under software emulation (TCG), or in a VM whose acceleration is not recorded."""
-    if row.measured_in != "vm":
-        return False
-    notes = row.notes.lower()
-    return "kvm" not in notes or "software emulation" in notes or "tcg" in notes
-
-
 USERSPACE_STAND_INS = ("libipsec", "wireguard-go")  # implementations standing in for a missing kernel piece
 
 
@@ -339,7 +331,7 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Jud
 def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa, sb) -> None:
     """'not comparable here' when the pair was measured unlike the seed's machines (its values are
     still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
-    if any(_emulated(r) for r in (sa, sb)):
+    if sa.emulated or sb.emulated:
         j.verdict = "not comparable here"
         j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
                     "a machine like the seed's, so rates and delays that depend on it are the emulator's"

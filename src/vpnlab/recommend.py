@@ -2,7 +2,9 @@
 configurations), the first-ranked configuration is called the best only when the study's
 Holm-corrected test against the runner-up is significant beyond the practical threshold; otherwise
 the sentence says what the tests do support (equivalent within it, or not distinguishable and how
-many rounds would be needed)."""
+many rounds would be needed). A ranking of figures the emulator set (analysis: a delay under
+software emulation, or a rate with a CPU saturated there) is shown, never recommended. A lone
+configuration is not called the best of anything; one not yet measured to its rule is named."""
 
 from __future__ import annotations
 
@@ -24,19 +26,25 @@ def _versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> tuple[boo
     return c.verdict == ("behind" if c.scenario_a == top.id else "ahead"), c.verdict_text.rstrip(".")
 
 
-def _recommendation(link: str, workload: str, where: str, scope: str, ranked: list, family: list) -> str:
+def _recommendation(head: str, scope: str, ranked: list, family: list, left_out: list[str]) -> str:
     """One recommendation: the first-ranked configuration, and whether the tests single it out."""
     best, top = ranked[0]
     value = f"{top.vpn_label} ({best.metric} {fmt(best.centre)} {best.unit}" + (
         f", {relative_text(best)} against no VPN" if best.relative is not None else "") + ")"
     fips = "" if scope == "any" else "FIPS-only "
+    missing = (f" ({', '.join(left_out)}: not yet measured to their rule, left out; `vpnlab run --resume` "
+               "measures them)") if left_out else ""
     if len(ranked) == 1:
-        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}, the only one measured."
+        return f"{head}, {value} is the only {fips}configuration measured: there is nothing to choose between{missing}."
     ahead, why = _versus(top, ranked[1][1], family)
+    bound = next((s.emulation_bound for s, _ in ranked if s.emulation_bound), "")
+    if bound:
+        return (f"{head}, the first-ranked {fips}configuration is {value} ({why}), but no choice follows from "
+                f"figures {bound.removeprefix('measured ')}: run the study with KVM or on a machine with the kernel "
+                f"features it needs for a recommendation{missing}.")
     if ahead:
-        return f"On {link}, for {workload}{where}, the best {fips}choice is {value}: {why}."
-    return (f"On {link}, for {workload}{where}, the first-ranked {fips}configuration is {value}, "
-            f"but no best choice follows: {why}.")
+        return f"{head}, the best {fips}choice is {value}: {why}{missing}."
+    return f"{head}, the first-ranked {fips}configuration is {value}, but no best choice follows: {why}{missing}."
 
 
 def recommendations(scenarios: list[ScenarioRow], stat: dict, family: list[Comparison]) -> list[tuple[str, Summary]]:
@@ -45,17 +53,19 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict, family: list[Compa
     out = []
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
-        if not s.is_baseline and s.status == "done" and s.workload in KINDS:
+        if not s.is_baseline and s.status != "failed" and s.workload in KINDS:
             groups[(s.link_label, s.workload_label, s.measured_in)].append(s)
     mixed = len({place for _, _, place in groups}) > 1
     for (link, workload, place), members in sorted(groups.items()):
         metric = KINDS[members[0].workload].primary
         where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
+        head = f"On {link}, for {workload}{where if mixed else ''}"
         for scope, pool in (("any", members), ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
-            ranked = [(stat[(m.id, metric)], m) for m in pool if (m.id, metric) in stat]
+            done = [m for m in pool if m.status == "done"]
+            ranked = [(stat[(m.id, metric)], m) for m in done if (m.id, metric) in stat]
             if not ranked:
                 continue
             ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
-            text = _recommendation(link, workload, where if mixed else "", scope, ranked, family)
-            out.append((text, ranked[0][0]))
+            left_out = [m.vpn_label for m in pool if m.status != "done"]
+            out.append((_recommendation(head, scope, ranked, family, left_out), ranked[0][0]))
     return out

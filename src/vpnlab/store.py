@@ -144,6 +144,15 @@ class ScenarioRow:
     hosts: str = ""          # JSON role -> inventory host (real hosts), else ''
 
     @property
+    def emulated(self) -> bool:
+        """Measured in a VM under software emulation (TCG), or in a VM whose acceleration is not recorded:
+        its CPU is the emulator's."""
+        if self.measured_in != "vm":
+            return False
+        notes = self.notes.lower()
+        return "kvm" not in notes or "software emulation" in notes or "tcg" in notes
+
+    @property
     def host_roles(self) -> dict[str, str]:
         """Role -> inventory host it was measured on; empty for namespaces on the machine of the run."""
         return json.loads(self.hosts) if self.hosts else {}
