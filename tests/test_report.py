@@ -100,7 +100,8 @@ def test_report_contents(results):
     built = report.build(results)
     assert "Grades against no VPN" in html
     headings, rows = built.table_vi["wan"]
-    assert headings == ["TCP throughput", "RTT", "UDP throughput", "jitter", "loss"]
+    assert [h.split(" (")[0] for h in headings] == ["TCP throughput", "RTT", "UDP throughput", "jitter", "loss"]
+    assert headings[1] == "RTT (ping-56B)"  # each names the workload it grades: the first of its kind listed
     assert [vpn for vpn, _ in rows] == sorted(["wireguard", "openvpn aes-256-gcm udp", "openvpn aes-256-gcm udp fips"])
     assert all(cell.text != "-" for _, cells in rows for cell in cells[:3])
     assert html.count("<svg") == len(built.figures) >= 4

@@ -296,9 +296,11 @@ def _first_workload(scenarios: list, kind: str) -> str | None:
 
 def _table_vi(scenarios: list, stat: dict, links: list, cell) -> dict:
     """Link -> (headings, rows) of Table VI: per VPN, the first workload of each kind, `cell` making
-    each graded metric's cell from its scenario and summary."""
+    each graded metric's cell from its scenario and summary. A heading names its workload."""
     chosen = {kind: _first_workload(scenarios, kind) for kind in KINDS}
-    columns = [(kind, metric, heading) for kind in KINDS for metric, heading in KINDS[kind].graded if chosen[kind]]
+    label = {s.workload: s.workload_label for s in scenarios if s.workload_params == chosen.get(s.workload)}
+    columns = [(kind, metric, f"{heading} ({label[kind]})") for kind in KINDS
+               for metric, heading in KINDS[kind].graded if chosen[kind]]
     tables = {}
     for link in links if columns else []:
         rows = []
