@@ -5,7 +5,10 @@ results came from (scenarios.hosts). The report and `vpnlab show` say it in thes
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
+
+VM_NOTE = "measured in a VM"
 
 
 def machine_lines(runs, scenarios) -> list[str]:
@@ -13,7 +16,7 @@ def machine_lines(runs, scenarios) -> list[str]:
     machines: dict[str, dict] = {}
     for run in runs:
         machines.update(json.loads(dict(run).get("hosts") or "{}"))
-    lines = [_machine(name, facts) for name, facts in machines.items()]
+    lines = [_machine(name, facts) for name, facts in machines.items()] + _vm_lines(scenarios)
     groups = defaultdict(list)
     for s in scenarios:
         if s.host_roles:
@@ -30,6 +33,8 @@ def machine_lines(runs, scenarios) -> list[str]:
 
 def _machine(name: str, facts: dict) -> str:
     role = f" ({facts['role']})" if facts.get("role") else ""
+    if not role and not facts.get("address"):
+        name = f"host {name}"  # the machine the run ran on (its name may read like "vm")
     nic = facts.get("nic") or {}
     speed = f", {nic['speed_mbit']} Mbit/s" if (nic.get("speed_mbit") or -1) > 0 else ""
     toward = f" toward {nic['toward']}" if nic.get("toward") else ""
@@ -37,3 +42,31 @@ def _machine(name: str, facts: dict) -> str:
     return (f"{name}{role}{address}: {facts.get('cpus', '?')} x {facts.get('cpu_model') or 'unknown CPU'}, "
             f"kernel {facts.get('kernel', '?')}, NIC {nic.get('interface', '?')} ({nic.get('driver', '?')}{speed})"
             f"{toward}")
+
+
+def _vm_lines(scenarios) -> list[str]:
+    """How many scenarios vpnlab's VM measured (its vCPUs on the machine's cores), and how: the
+    accelerator and guest kernel each sitting noted."""
+    in_vm = [s for s in scenarios if s.measured_in == "vm"]
+    if not in_vm:
+        return []
+    ways = Counter(note for s in in_vm for note in set(_vm_notes(s.notes)))
+    return ([f"{len(in_vm)} of {len(scenarios)} scenarios in vpnlab's VM on that machine, its vCPUs on the same cores"]
+            + [f"{n} of them {note}" for note, n in ways.most_common()])
+
+
+def _vm_notes(notes: str) -> list[str]:
+    return [m.group(0) for m in re.finditer(re.escape(VM_NOTE) + r" \((?:[^()]|\([^()]*\))*\)", notes)]
+
+
+def measured_where(run, scenarios) -> str:
+    """One phrase for the results' place: this machine, its VM (how), or both."""
+    host = f"host {run['hostname']} (kernel {run['kernel']})" if run else "this machine"
+    in_vm = [s for s in scenarios if s.measured_in == "vm"]
+    if not in_vm:
+        return f"on {host}"
+    how = "; ".join(sorted({note.removeprefix(VM_NOTE).strip(" ()") for s in in_vm for note in _vm_notes(s.notes)}))
+    vm = f"in vpnlab's VM ({how})" if how else "in vpnlab's VM"
+    if len(in_vm) == len(scenarios):
+        return f"{vm} on {host}"
+    return f"on {host}, {len(in_vm)} of {len(scenarios)} scenarios {vm}"

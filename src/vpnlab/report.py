@@ -29,7 +29,7 @@ from .labels import Labels, for_scenarios as short_labels  # noqa: E402
 from .judging import stored_settings  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
-from .machines import machine_lines  # noqa: E402
+from .machines import machine_lines, measured_where  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
@@ -67,6 +67,7 @@ class Report:
     failed: list
     notes: list   # (text, the scenarios it concerns): their notes, then each kind of flag
     flags: list
+    measured_where: str = ""                            # on this machine, in its VM (how), or both
     table_vi: dict = field(default_factory=dict)        # link -> (headings, rows)
     seed_table_vi: dict = field(default_factory=dict)   # the same, graded as the seed did (analysis: seed_grading)
     flagged_counted: str = "counted"                    # how the study counts flagged samples
@@ -228,6 +229,7 @@ def build(directory: Path) -> Report:
                     notes=_grouped_notes(scenarios) + flag_groups, flags=_outlier_lines(scenarios, summaries))
     report.flagged_counted, report.flagged_both_ways = counted, both_ways
     report.machines = machine_lines(runs, scenarios)
+    report.measured_where = measured_where(last, scenarios)
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
     report.links = sorted({s.link_label for s in scenarios})
     report.rules = sorted({s.repetition_rule for s in scenarios})

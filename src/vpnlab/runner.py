@@ -213,16 +213,17 @@ class Runner:
         console.parent.mkdir(parents=True, exist_ok=True)
         timeout = VM_GUEST_SETUP_S + sum(s.estimate_s(in_vm=True, most=True) * VM_TIME_LIMIT_FACTOR
                                          + VM_SCENARIO_MARGIN_S for s in scenarios)
-        accel, error = "", None
+        error = None
         watch = OtherRunsWatch(state.run_id)
+        drivers = tuple(sorted({layer.driver for s in scenarios for layer in s.vpn.layers}))
+        guest = vm.Guest(state, work, console, drivers)
         try:
             with watch:
-                drivers = tuple(sorted({layer.driver for s in scenarios for layer in s.vpn.layers}))
-                accel = vm.Guest(state, work, console, drivers).run(
-                    [sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
+                guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
         except vm.VmError as exc:
             error = str(exc)
-        finally:
+        finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
+            accel = guest.accel
             note = (f"measured in a VM ({'software emulation (TCG): slow, CPU-bound figures are lower bounds' if accel == 'tcg' else accel}, "
                     f"kernel {vm.find_kernel(download=False).version})") if accel else ""
             if guest_store.is_file():

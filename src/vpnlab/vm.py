@@ -242,6 +242,7 @@ class Guest:
     console_log: Path
     drivers: tuple[str, ...] = ()  # the VPN drivers the guest will run: their kernel modules are loaded
     cpus: int = 2
+    accel: str = ""  # the accelerator of the boot under way or done ("kvm", "tcg"); '' before one
 
     def run(self, command: list[str], timeout_s: float, env: dict[str, str]) -> str:
         """Boot, run `command` with `env` (plus VPNLAB_BACKEND=vm-kvm or vm-tcg), power off.
@@ -253,6 +254,7 @@ class Guest:
         accels = ["kvm", "tcg"] if kvm_works() else ["tcg"]
         try:
             for accel in accels:
+                self.accel = accel
                 script = boot / f"guest-init-{accel}.sh"
                 exports = " ".join(f"{k}={_quote(v)}" for k, v in (env | {"VPNLAB_BACKEND": f"vm-{accel}"}).items())
                 script.write_text(GUEST_INIT.format(

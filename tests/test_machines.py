@@ -1,0 +1,27 @@
+"""Where results came from, said in the report and by `vpnlab show` (machines.py)."""
+import json
+from types import SimpleNamespace
+
+from vpnlab.machines import machine_lines, measured_where
+
+TCG = "measured in a VM (software emulation (TCG): slow, CPU-bound figures are lower bounds, kernel 6.1.0-56-amd64)"
+FACTS = {"cpus": 2, "cpu_model": "AMD EPYC", "kernel": "6.18.44", "nic": {"interface": "veth pairs", "driver": "veth"}}
+
+
+def _scenario(measured_in: str, notes: str = "") -> SimpleNamespace:
+    return SimpleNamespace(measured_in=measured_in, notes=notes, host_roles={})
+
+
+def test_the_vms_results_are_told_apart_from_the_machine_it_ran_on():
+    run = {"hostname": "vm", "kernel": "6.18.44", "hosts": json.dumps({"vm": FACTS})}
+    # a sitting interrupted before it could say how the guest measured leaves no note
+    scenarios = [_scenario("vm", f"{TCG}; link scaled for software emulation"), _scenario("vm"), _scenario("host")]
+    assert machine_lines([run], scenarios) == [
+        "host vm: 2 x AMD EPYC, kernel 6.18.44, NIC veth pairs (veth)",
+        "2 of 3 scenarios in vpnlab's VM on that machine, its vCPUs on the same cores",
+        f"1 of them {TCG}"]
+    assert measured_where(run, scenarios) == (
+        "on host vm (kernel 6.18.44), 2 of 3 scenarios in vpnlab's VM (software emulation (TCG): slow, CPU-bound "
+        "figures are lower bounds, kernel 6.1.0-56-amd64)")
+    assert measured_where(run, scenarios[:2]).startswith("in vpnlab's VM (software emulation (TCG)")
+    assert measured_where(run, scenarios[2:]) == "on host vm (kernel 6.18.44)"
