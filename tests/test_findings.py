@@ -33,6 +33,7 @@ findings:
     b: {vpn: wireguard, workload: tcp}
     direction: lower
     seed_ratio: 0.9
+    graded: throughput
   - id: openvpn-faster
     quote: "OpenVPN is faster than no VPN"
     where: "Table 2"
@@ -153,11 +154,12 @@ def test_software_emulation_is_not_comparable_here(tmp_path):
     assert wg.verdict == "not comparable here" and "software emulation" in wg.reason
     assert wg.estimate == pytest.approx(0.8, rel=0.03)   # the numbers are still shown
     assert wg.holm_p is None                             # but the finding is outside the family
+    assert wg.grade == ""                                # nor graded: the emulator's CPU set it
 
 
 def test_a_vm_with_kvm_is_comparable(tmp_path):
     result = judged(generated_store(tmp_path, measured_in="vm", note="measured in a VM (kvm, kernel 6.1)"))
-    assert result["wg-slower"].verdict == "reproduced"
+    assert result["wg-slower"].verdict == "reproduced" and result["wg-slower"].grade == "very good"  # 80%
 
 
 def test_a_failed_scenario_is_not_comparable_and_says_why(tmp_path):

@@ -210,6 +210,7 @@ class Judgement:
     flagged: int = 0
     outliers: int = 0
     measured_in: str = ""
+    emulated: bool = False           # a side measured under software emulation
     _test: object = field(default=None, repr=False)
     _tost: object = field(default=None, repr=False)
 
@@ -331,7 +332,8 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Jud
 def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa, sb) -> None:
     """'not comparable here' when the pair was measured unlike the seed's machines (its values are
     still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
-    if sa.emulated or sb.emulated:
+    j.emulated = sa.emulated or sb.emulated
+    if j.emulated:
         j.verdict = "not comparable here"
         j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
                     "a machine like the seed's, so rates and delays that depend on it are the emulator's"
@@ -370,7 +372,7 @@ def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
     j._test = test
     j.scale, j.estimate, j.low, j.high = test.scale, test.estimate, test.low, test.high
     j.p, j.method = test.p, test.method
-    if positive and j.finding.graded and test.low is not None:
+    if positive and j.finding.graded and test.low is not None and not j.emulated:  # (the emulator's CPU: no grade)
         kind = j.finding.graded
         grade = grade_range(test.low, test.high, kind, len(b), len(a),
                             baseline_ms=j.mean_a if kind == "latency" else None)
