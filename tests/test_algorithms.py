@@ -82,6 +82,27 @@ def test_every_fips_profile_declares_only_approved_algorithms():
             assert found == [], name
 
 
+def test_broken_or_deprecated_algorithms_are_named_whatever_the_profile(tmp_path):
+    study = parse_study("""
+name: w
+vpns:
+  - {driver: pptp}
+  - {driver: openvpn, options: {cipher: [BF-CBC, AES-256-GCM]}}
+  - {driver: strongswan, options: {esp: 3des-md5}}
+  - {driver: wireguard}
+workloads: [{kind: ping}]
+""")
+    store = Store.open_dir(tmp_path)
+    for scenario in make_plan(study).scenarios:
+        store.add_scenario(scenario)
+    weak = {row.vpn_label: [w.split(":")[0] for w in alg.weak_in(row)] for row in store.scenarios()}
+    store.close()
+    assert weak["pptp mppe-128"] == ["MS-CHAP", "RC4"]  # authentication, then the data cipher
+    assert weak["openvpn bf-cbc-sha1 udp"] == ["BF"]
+    assert weak["strongswan 3des-md5 psk"] == ["3DES", "MD5"]
+    assert weak["openvpn aes-256-gcm udp"] == weak["wireguard"] == []
+
+
 # --- parsers, on real output ----------------------------------------------------------------------
 
 def log(name: str) -> str:

@@ -88,18 +88,18 @@ workloads: [{kind: tcp}]
 SHARE = {"none": 1.0, "wireguard": 0.9, "openvpn aes-256-gcm udp": 0.6, "openvpn aes-256-gcm udp fips": 0.6}
 
 
-def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host", flags=()):
+def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host", flags=(), study=STUDY):
     """A study's store whose VPNs carry share[label] of 900 Mbit/s, lognormal round to round."""
     from vpnlab.plan import make_plan
     from vpnlab.store import Store
     from vpnlab.study import parse_study
 
     rng = np.random.default_rng(seed)
-    plan = make_plan(parse_study(STUDY))
+    plan = make_plan(parse_study(study))
     tmp_path.mkdir(parents=True, exist_ok=True)
     store = Store.open_dir(tmp_path)
     run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
-                          study_name="s", study_text=STUDY)
+                          study_name="s", study_text=study)
     for scenario in plan.scenarios:
         store.add_scenario(scenario, measured_in)
     for round_no in range(1, rounds + 1):
@@ -227,6 +227,16 @@ def test_no_choice_from_emulation_none_of_one_and_what_is_left_out_is_named(tmp_
     assert "best" not in overall
 
 
+def test_a_first_ranked_configuration_with_broken_algorithms_is_said_to_rank_for_speed_only(tmp_path):
+    study = "name: s\nrepetitions: 5\nvpns: [{driver: none}, {driver: wireguard}, " \
+            "{driver: openvpn, options: {cipher: BF-CBC}}]\nworkloads: [{kind: tcp}]\n"
+    share = {"none": 1.0, "openvpn bf-cbc-sha1 udp": 0.95, "wireguard": 0.6}
+    (text,) = recommendations(tmp_path, share=share, study=study, seed=2)
+    assert "the best choice is openvpn bf-cbc-sha1 udp" in text
+    assert text.endswith("openvpn bf-cbc-sha1 udp runs broken or deprecated algorithms (BF: 64-bit block, open to "
+                         "Sweet32), so its rank is one of speed only.")
+
+
 def test_the_report_says_how_the_numbers_were_obtained(tmp_path):
     from vpnlab import report
 
@@ -261,16 +271,12 @@ def test_the_studys_threshold_decides_ahead_and_equivalent(tmp_path):
     """A 5% difference is "behind" at the default 2% threshold and undecided or equivalent at 10%."""
     from vpnlab.compare import comparison_family
 
-    global STUDY
     share = {**SHARE, "openvpn aes-256-gcm udp fips": 0.57}
     default = comparison_family(tcp_store(tmp_path / "a", share=share, spread=0.005, seed=3))
     fips = next(c for c in default if c.b.endswith("fips") and c.a == "openvpn aes-256-gcm udp")
     assert fips.verdict == "behind" and fips.threshold == 0.02
-    plain, STUDY = STUDY, STUDY + "analysis: {threshold_pct: 10}\n"
-    try:
-        wide = comparison_family(tcp_store(tmp_path / "b", share=share, spread=0.005, seed=3))
-    finally:
-        STUDY = plain
+    wide = comparison_family(tcp_store(tmp_path / "b", share=share, spread=0.005, seed=3,
+                                       study=STUDY + "analysis: {threshold_pct: 10}\n"))
     fips = next(c for c in wide if c.b.endswith("fips") and c.a == "openvpn aes-256-gcm udp")
     assert fips.threshold == 0.10 and fips.verdict == "equivalent"
 

@@ -40,6 +40,29 @@ AEAD = "AEAD"  # the cipher authenticates (GCM, Poly1305): no separate integrity
 # not approved for key agreement and encryption, Blowfish, RC4, MD5, MD4 never were, three-key TDEA is
 # disallowed for encryption since 2024 (SP 800-131A r2).
 NOT_FIPS = ("X25519", "ChaCha20", "BF-", "RC4", "MD5", "MS-CHAP", "3DES", "MODP-1024", "BLAKE2s", "Noise")
+# Broken or deprecated whatever the profile: a reader choosing by speed must see it beside the result.
+WEAK = {
+    "3DES": "64-bit block, open to Sweet32; NIST disallows it for encryption since 2024",
+    "BF-": "64-bit block, open to Sweet32",
+    "RC4": "biased keystream; RFC 7465 prohibits it in TLS",
+    "MD5": "collisions; RFC 6151 advises against it in new protocols",
+    "MS-CHAP": "MS-CHAPv2 falls to one DES key search, so the MPPE keys derived from it do too",
+    "MODP-1024": "a 1024-bit group, within reach of a state's precomputation (Logjam)",
+}
+
+
+def weak(text: str) -> list[str]:
+    """Why each broken or deprecated algorithm named in `text` is one."""
+    return [f"{name.rstrip('-')}: {why}" for name, why in WEAK.items() if name in text]
+
+
+def weak_in(scenario_row) -> list[str]:
+    """The broken or deprecated algorithms a stored configuration runs, by its driver's declaration."""
+    found = []
+    for _, _, declared in declared_layers(scenario_row):
+        for value in (declared.values().values() if declared else ()):
+            found += [w for w in weak(value) if w not in found]
+    return found
 
 
 @dataclass(frozen=True)
@@ -521,11 +544,11 @@ class Layer:
                 warn.append(f"declared: {declared}")
             if fips and any(bad in text for bad in NOT_FIPS):
                 warn.append("not FIPS 140-approved, under the fips profile")
-            return {"text": text, "warn": "; ".join(warn), "css": "mismatch" if warn else ""}
+            return {"text": text, "warn": "; ".join(warn + weak(text)), "css": "mismatch" if warn else ""}
         if declared:
-            bad = fips and any(word in declared for word in NOT_FIPS)
-            return {"text": declared, "warn": "not FIPS 140-approved, under the fips profile" if bad else "",
-                    "css": "declared"}
+            bad = ["not FIPS 140-approved, under the fips profile"] if fips and any(
+                word in declared for word in NOT_FIPS) else []
+            return {"text": declared, "warn": "; ".join(bad + weak(declared)), "css": "declared"}
         return {"text": "-", "warn": "", "css": ""}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from . import metrics
+from .algorithms import weak_in
 from .analysis import Summary, fmt, relative_text
 from .compare import Comparison
 from .store import ScenarioRow
@@ -32,19 +33,23 @@ def _recommendation(head: str, scope: str, ranked: list, family: list, left_out:
     value = f"{top.vpn_label} ({best.metric} {fmt(best.centre)} {best.unit}" + (
         f", {relative_text(best)} against no VPN" if best.relative is not None else "") + ")"
     fips = "" if scope == "any" else "FIPS-only "
-    missing = (f" ({', '.join(left_out)}: not yet measured to their rule, left out; `vpnlab run --resume` "
+    after = (f" ({', '.join(left_out)}: not yet measured to their rule, left out; `vpnlab run --resume` "
                "measures them)") if left_out else ""
+    weak = weak_in(top)
+    if weak:  # speed is what was measured; what it costs in security is not, and must not go unsaid
+        after += (f"; {top.vpn_label} runs broken or deprecated algorithms ({'; '.join(weak)}), so its rank "
+                    "is one of speed only")
     if len(ranked) == 1:
-        return f"{head}, {value} is the only {fips}configuration measured: there is nothing to choose between{missing}."
+        return f"{head}, {value} is the only {fips}configuration measured: there is nothing to choose between{after}."
     ahead, why = _versus(top, ranked[1][1], family)
     bound = next((s.emulation_bound for s, _ in ranked if s.emulation_bound), "")
     if bound:
         return (f"{head}, the first-ranked {fips}configuration is {value} ({why}), but no choice follows from "
                 f"figures {bound.removeprefix('measured ')}: run the study with KVM or on a machine with the kernel "
-                f"features it needs for a recommendation{missing}.")
+                f"features it needs for a recommendation{after}.")
     if ahead:
-        return f"{head}, the best {fips}choice is {value}: {why}{missing}."
-    return f"{head}, the first-ranked {fips}configuration is {value}, but no best choice follows: {why}{missing}."
+        return f"{head}, the best {fips}choice is {value}: {why}{after}."
+    return f"{head}, the first-ranked {fips}configuration is {value}, but no best choice follows: {why}{after}."
 
 
 def recommendations(scenarios: list[ScenarioRow], stat: dict, family: list[Comparison]) -> list[tuple[str, Summary]]:
