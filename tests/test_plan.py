@@ -178,6 +178,18 @@ def test_emulation_keeps_the_bandwidth_delay_product_and_the_identity():
     assert slow.scale_for_emulation() is None and slow.link_as_run is slow.link
 
 
+def test_emulation_offers_udp_the_same_share_of_the_slowed_link():
+    plan = make_plan(parse_study("name: e\nvpns: [{driver: none}]\nlinks: [{rate_mbit: 24, delay_ms: 1}]\n"
+                                 "workloads: [{kind: udp, rate_mbit: 20}, {kind: tcp}]\n"))
+    udp, tcp = plan.scenarios
+    ident = udp.id
+    note = udp.scale_for_emulation()
+    assert udp.workload_as_run.rate_mbit == pytest.approx(20 / 2.4)  # 20 of 24 Mbit/s: 8.3 of 10
+    assert udp.workload.rate_mbit == 20 and udp.id == ident and udp.workload.label == "udp-20M-1400B"
+    assert "udp-20M-1400B load offered at 0.416667x its rate" in note
+    assert "offered" not in tcp.scale_for_emulation() and tcp.workload_as_run is tcp.workload  # a window stays
+
+
 def test_a_link_with_background_counts_its_servers_start_and_its_share_of_the_link():
     plan = make_plan(parse_study("""
 name: b

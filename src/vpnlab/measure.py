@@ -37,7 +37,7 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
             observer.start()
         meter = (ctx.bed.cpu_meter(layers) if ctx.bed.remote  # real hosts: each one's own /proc (hosts/cpu.py)
                  else CpuMeter(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None)))
-        measurement = scenario.kind.run(scenario.workload, ctx)
+        measurement = scenario.kind.run(scenario.workload_as_run, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:
             cpu |= observer.finish(measurement.carried_bytes)

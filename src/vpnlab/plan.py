@@ -48,12 +48,17 @@ class Scenario:
     implementations: list[str] = field(default_factory=list)
     vm_twin: bool = False  # a no-VPN baseline measured again in the VM, for the VPNs measured there
     run_link: Link | None = None  # the link as run, when it differs from the study's (emulation)
+    run_workload: object = None   # the workload's options as run, likewise
     hosts: dict | None = None     # on real hosts: the pair it runs on, role -> inventory host
     pin: bool = True              # its tunnel ends on cores of their own, where there are enough (placement.py)
 
     @property
     def link_as_run(self) -> Link:
         return self.run_link or self.link
+
+    @property
+    def workload_as_run(self):
+        return self.run_workload or self.workload
 
     def scale_for_emulation(self) -> str | None:
         """Under software emulation, run a link faster than it can carry at EMULATED_RATE_MBIT,
@@ -66,9 +71,12 @@ class Scenario:
         factor = link.rate_mbit / EMULATED_RATE_MBIT
         self.run_link = link.model_copy(update={"rate_mbit": float(EMULATED_RATE_MBIT), "delay_ms": link.delay_ms * factor,
                                                 "jitter_ms": link.jitter_ms * factor})
+        self.run_workload = self.kind.slowed(self.workload, factor)
+        offered = (f", and the {self.workload.label} load offered at {1 / factor:g}x its rate (the same share of the "
+                   f"link)") if self.run_workload else ""
         return (f"link scaled for software emulation: {link.rate_mbit:g} Mbit/s run at {EMULATED_RATE_MBIT} Mbit/s"
-                f" with {factor:g}x the delay (the same bandwidth-delay product); compare it with no VPN on the"
-                f" same scaled link, not with the study's rate")
+                f" with {factor:g}x the delay (the same bandwidth-delay product){offered}; compare it with no VPN"
+                f" on the same scaled link, not with the study's rate")
 
     @property
     def key(self) -> dict:
@@ -120,7 +128,7 @@ class Scenario:
         mix = self.link.background
         if mix and rate:  # the workload gets what the background leaves of the link
             rate = max(rate - mix.offered_kbit / 1000, rate / 10)
-        return self.kind.estimate_s(self.workload, rate)
+        return self.kind.estimate_s(self.workload_as_run, rate)
 
     def estimate_s(self, in_vm: bool = False, most: bool = False, repetitions: int | None = None) -> float:
         """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after

@@ -69,6 +69,11 @@ class WorkloadKind:
         """The programs this configuration runs (default: all the kind's)."""
         return tuple(t.command for t in self.tools)
 
+    def slowed(self, options: WorkloadOptions, factor: float) -> WorkloadOptions | None:
+        """The options for a link run `factor` times slower than the study's (software emulation),
+        so the load stays the same share of it; None: unchanged (a window, a file, pings)."""
+        return None
+
     def estimate_s(self, options: WorkloadOptions, rate_mbit: float | None) -> float:
         """Seconds one repetition takes over a link of this rate (None: unshaped)."""
         raise NotImplementedError

@@ -77,6 +77,9 @@ class Udp(WorkloadKind):
     graded = (("throughput_mbps", "UDP throughput"), ("udp_jitter_ms", "jitter"), ("udp_loss_pct", "loss"))
     plotted = ("throughput_mbps", "udp_jitter_ms", "udp_loss_pct")
 
+    def slowed(self, options: UdpOptions, factor: float) -> UdpOptions:
+        return options.model_copy(update={"rate_mbit": options.rate_mbit / factor})  # the same share of the link
+
     def estimate_s(self, options: UdpOptions, rate_mbit):
         return options.duration_s + 0.5
 
