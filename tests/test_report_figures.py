@@ -143,7 +143,7 @@ def test_labels_are_short_and_the_same_in_figures_tables_and_show(built, results
     assert vpn_labels == shown and all(len(label) <= LIMIT for label in in_figures)
     (headings, rows), = built.table_vi.values()
     assert {vpn for vpn, _ in rows} == shown - {"none"}
-    assert {row["vpn"] for row in built.tunnel_rows} == shown - {"none"}
+    assert {row["vpn"] for row in built.tunnel_rows} == shown  # no VPN's too: the CPU floor
     assert {cell for row in built.comparison_rows for cell in row[3:5]} <= shown
     html = (results / "report.html")
     report.write(results)
