@@ -193,14 +193,14 @@ def test_the_report_lists_outliers_and_still_counts_them(tmp_path):
 
 
 def test_an_adaptive_run_reports_steins_final_interval(tmp_path):
-    from vpnlab.stats import stein_interval
+    from vpnlab.stats import guarded_stein_interval
 
     store, ids = generated_store(tmp_path, typical(np.random.default_rng(10)), rounds=4, study=ADAPTIVE)
     tput = by_metric(store, ids, "tcp", True)["throughput_mbps"]
     values = [row.value for row in store.samples() if row.scenario_id == ids[("tcp", True)]
               and row.metric == "throughput_mbps"]
     pilot_sd = float(np.log(values[:3]).std(ddof=1))
-    expected = stein_interval(values, pilot_sd, 2)
+    expected = guarded_stein_interval(values, pilot_sd, 2)
     assert "Stein" in tput.method and tput.n == 4
     assert (tput.ci_low, tput.ci_high) == pytest.approx((expected.low, expected.high))
 

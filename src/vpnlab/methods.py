@@ -48,7 +48,8 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
         + cpu +  # how each tunnel end's CPU was counted and where the ends ran: cpu_text
         f"Stopping: {'; '.join(rules) or 'fixed repetitions'}"
         + (" (the primary metric's interval is then Stein's final one, from the pilot's spread and degrees "
-           "of freedom, not a stop-when-tight rule)" if any("Stein" in rule for rule in rules) else "") + ". "
+           "of freedom, not a stop-when-tight rule, widened to the t interval of all repetitions where that "
+           "reaches further)" if any("Stein" in rule for rule in rules) else "") + ". "
         f"Outliers: from n >= {OUTLIER_MIN_N}, samples beyond {OUTLIER_K:g} modified z-scores (median and MAD) are "
         "flagged, as are samples taken while another vpnlab run shared the machine; the study fixed before "
         "the run that they " + ("count (the report also shows the results without them)." if settings.counts_flagged

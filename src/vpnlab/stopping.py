@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from .stats import Interval, SteinPlan, stein_interval, stein_total_n
+from .stats import Interval, SteinPlan, guarded_stein_interval, stein_total_n
 from .study import RepetitionRule
 
 if TYPE_CHECKING:
@@ -37,12 +37,13 @@ def stored_rule(study_text: str) -> RepetitionRule | None:
 
 def final_interval(values: list[float], rule: RepetitionRule) -> Interval | None:
     """Stein's final interval of an adaptive scenario's primary metric (values in repetition order):
-    the geometric mean of all values, the pilot's spread and df; None without a positive pilot."""
+    the geometric mean of all values, the pilot's spread and df, widened where the t interval of all
+    of them reaches further (stats.guarded_stein_interval); None without a positive pilot."""
     pilot = values[:rule.min]
     if not rule.adaptive or len(pilot) < max(rule.min, 2) or min(values) <= 0:
         return None
     plan = stein_total_n(pilot, rule.ci_target_pct / 100)
-    return stein_interval(values, plan.pilot_sd_log, plan.pilot_df)
+    return guarded_stein_interval(values, plan.pilot_sd_log, plan.pilot_df)
 
 
 def pilot_plan(store: Store, scenario: Scenario) -> SteinPlan | None:

@@ -5,7 +5,7 @@ Imports only numpy at load time; scipy.special is imported on first use, scipy.s
 rank tests.
 """
 
-from .adaptive import SteinPlan, stein_interval, stein_total_n
+from .adaptive import SteinPlan, guarded_stein_interval, stein_interval, stein_total_n
 from .comparisons import Comparison, difference_ms, one_sided_p, paired_log_ratio, welch_log_ratio
 from .decisions import Verdict, repetitions_needed, spread_upper_bound, verdict
 from .grades import Grade, band, grade_range
@@ -20,5 +20,5 @@ __all__ = [
     "band", "difference_ms", "grade_range", "holm", "interval", "log_interval", "loss_interval",
     "mean_interval", "min_attainable_p", "min_attainable_p_paired", "one_sided_p", "outlier_flags",
     "paired_log_ratio", "rank_test", "repetitions_needed", "secondary_tests", "spread_upper_bound",
-    "stein_interval", "stein_total_n", "tost_log_ratio", "verdict", "welch_log_ratio",
+    "guarded_stein_interval", "stein_interval", "stein_total_n", "tost_log_ratio", "verdict", "welch_log_ratio",
 ]
