@@ -170,6 +170,21 @@ def test_stein_fixes_the_total_from_the_pilot_and_rounds_stay_whole(tmp_path):
     assert "Stein's two-stage rule" in note and "pilot of 3" in note and met
 
 
+def test_a_stray_later_repetition_widens_steins_interval_and_the_note_says_why(tmp_path):
+    from vpnlab.stopping import stein_note
+
+    stray = {1: 1.0, 2: 1.0005, 3: 0.9995, 4: 0.75, 5: 1.0}  # a tight pilot, then one 25% down
+
+    def sample(scenario, round_no):
+        return {"ping": {"rtt_avg_ms": 20.0, "ping_loss_pct": 0.0}, "tcp": {"throughput_mbps": 900 * stray[round_no]},
+                "udp": {"throughput_mbps": 9.9}}[scenario.kind.kind]
+    store, ids = generated_store(tmp_path, sample, rounds=5, study=ADAPTIVE)
+    plan = make_plan(parse_study(ADAPTIVE))
+    met, note = stein_note(store, next(s for s in plan.scenarios if s.id == ids[("tcp", False)]))
+    assert not met and "asked for 3 in all" in note and "5 ran (whole rounds" in note
+    assert note.endswith("wider than the target: the later repetitions spread wider than the pilot")
+
+
 def test_stein_waits_for_the_pilot(tmp_path):
     from vpnlab.stopping import rounds_wanted
 

@@ -87,11 +87,13 @@ def stein_note(store: Store, scenario: Scenario) -> tuple[bool, str]:
         return False, (f"adaptive repetitions: {metric} had a value at or below zero or no complete pilot, "
                        f"so Stein's rule could not run; {len(values)} repetitions, no interval target")
     met = final.high <= final.estimate * (1 + rule.ci_target_pct / 100)
+    more = " (whole rounds with the configurations compared, whose pilots asked for more)" \
+        if len(values) > plan.total_n else ""
     note = (f"adaptive repetitions by Stein's two-stage rule on the log scale: a pilot of {plan.pilot_n} "
-            f"(sd of log {metric} {plan.pilot_sd_log:.3g}, {plan.pilot_df} df) fixed {plan.total_n} in all "
-            f"for a 95% interval within +-{rule.ci_target_pct:g}%; {len(values)} ran (whole rounds with the "
-            f"configurations compared); final interval {final.low:.4g} - {final.high:.4g} around the "
-            f"geometric mean {final.estimate:.4g}")
+            f"(sd of log {metric} {plan.pilot_sd_log:.3g}, {plan.pilot_df} df) asked for {plan.total_n} in all "
+            f"for a 95% interval within +-{rule.ci_target_pct:g}%; {len(values)} ran{more}; final interval "
+            f"{final.low:.4g} - {final.high:.4g} around the geometric mean {final.estimate:.4g}")
     if not met:
-        note += f", wider than the target: the rule was capped at max {rule.max}"
+        note += (f", wider than the target: the rule was capped at max {rule.max}" if plan.capped else
+                 ", wider than the target: the later repetitions spread wider than the pilot")
     return met, note
