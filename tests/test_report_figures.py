@@ -36,6 +36,7 @@ links: [{name: lan, rate_mbit: 100}]
 workloads:
   - {kind: transfer, protocol: ftp, data: [random, text], size: 1M}
   - {kind: tcp, duration_s: 5, window: [8K, 64K]}
+  - {kind: tcp, duration_s: 5, streams: [2, 4]}
 """
 METRICS = {"transfer": {"transfer_s": 0.2, "throughput_mbps": 40.0},
            "tcp": {"throughput_mbps": 80.0, "cpu_vpn_gateway_pct": 30.0, "cpu_s_per_gb": 2.0}}
@@ -94,6 +95,12 @@ def test_a_numeric_sweep_is_lines_with_error_bars(built):
     assert len(lines) == 5 and all(list(line.get_xdata()) == [8192, 65536] for line in lines)
     assert sum(isinstance(c, ErrorbarContainer) for c in ax.containers) == 5
     assert not [c for c in ax.containers if isinstance(c, BarContainer)]
+
+
+def test_two_sweeps_of_one_kind_are_each_drawn_along_their_own_axis(built):
+    """jaha-2014's shape: a window sweep at one stream beside a streams sweep at the default window."""
+    streams = connecting_lines(figure(built, "throughput_mbps versus streams").axes[0])
+    assert len(streams) == 5 and all(list(line.get_xdata()) == [2, 4] for line in streams)
 
 
 def data_extents(ax, renderer) -> list:

@@ -12,7 +12,7 @@ import json
 import math
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -379,28 +379,13 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
     for (link, kind), members in sorted(groups.items()):
         params = {s.workload_params for s in members}
         decoded = [json.loads(p) for p in params]
-        plotted = KINDS[kind].plotted if kind in KINDS else ()
         varying = [k for k in decoded[0] if len({json.dumps(d.get(k)) for d in decoded}) > 1]
         grouped = False
         if len(varying) == 1:  # a sweep: lines along a numeric parameter, grouped bars over categories
-            param = varying[0]
-            numeric = _numeric([d.get(param) for d in decoded])
-            vpn_of: dict[str, ScenarioRow] = {}  # one line (or group of bars) per VPN, over its scenarios
-            for metric in plotted:
-                lines: dict[ScenarioRow, list] = defaultdict(list)
-                unit = ""
-                for s in members:
-                    summary = stat.get((s.id, metric))
-                    if summary:
-                        unit = summary.unit
-                        lines[vpn_of.setdefault(s.shown, s)].append((s.params[param], summary))
-                if lines and numeric:
-                    report.figures.append(_sweep_figure(f"{metric} versus {param} - {kind} on {link}",
-                                                        param, metric, unit, lines, report.labels))
-                elif lines:
-                    report.figures.append(_grouped_bar_figure(f"{metric} by {param} - {kind} on {link}",
-                                                              param, metric, unit, lines, report.labels))
-                    grouped = grouped or metric == KINDS[kind].primary
+            grouped = _sweep(report, stat, link, kind, members, varying[0])
+        else:  # several swept together (a window sweep and a streams sweep): each along its own axis
+            for param in varying:
+                _sweep(report, stat, link, kind, _one_factor(members, param, varying), param)
         for workload_params in sorted(params):
             if grouped:  # the grouped bars already show each workload's primary metric
                 break
@@ -413,6 +398,46 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
             if len(rows) > 1 and len(params) <= 3:  # a bar chart per workload, unless a long sweep
                 report.figures.append(_bar_figure(f"{metric} - {same[0].workload_label} on {link}",
                                                   rows[0][1].unit, rows, report.labels))
+
+
+def _one_factor(members: list, param: str, varying: list[str]) -> list:
+    """The scenarios along `param` with every other swept parameter at its commonest value; a value
+    left to the tool (None, its default) is no point on a numeric axis."""
+    held = {}
+    for other in varying:
+        if other != param:
+            counts = Counter(json.dumps(s.params.get(other)) for s in members)
+            held[other] = json.loads(counts.most_common(1)[0][0])
+    subset = [s for s in members if all(s.params.get(k) == v for k, v in held.items())]
+    numbers = [s for s in subset if s.params.get(param) is not None]
+    return numbers if _numeric([s.params.get(param) for s in numbers]) else subset
+
+
+def _sweep(report: Report, stat: dict, link: str, kind: str, members: list, param: str) -> bool:
+    """The figures of one swept parameter: lines along a number, grouped bars over categories, one line
+    (or group) per VPN; True when the grouped bars show the kind's primary metric."""
+    if len({json.dumps(s.params.get(param)) for s in members}) < 2:
+        return False
+    numeric = _numeric([s.params.get(param) for s in members])
+    plotted = KINDS[kind].plotted if kind in KINDS else ()
+    vpn_of: dict[str, ScenarioRow] = {}
+    grouped = False
+    for metric in plotted:
+        lines: dict[ScenarioRow, list] = defaultdict(list)
+        unit = ""
+        for s in members:
+            summary = stat.get((s.id, metric))
+            if summary:
+                unit = summary.unit
+                lines[vpn_of.setdefault(s.shown, s)].append((s.params[param], summary))
+        if lines and numeric:
+            report.figures.append(_sweep_figure(f"{metric} versus {param} - {kind} on {link}",
+                                                param, metric, unit, lines, report.labels))
+        elif lines:
+            report.figures.append(_grouped_bar_figure(f"{metric} by {param} - {kind} on {link}",
+                                                      param, metric, unit, lines, report.labels))
+            grouped = grouped or metric == KINDS[kind].primary
+    return grouped
 
 
 def _interval_series(store: Store, scenarios: list[ScenarioRow]) -> dict[str, list[list[tuple[float, float]]]]:
