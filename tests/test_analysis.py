@@ -183,6 +183,13 @@ def test_a_stray_later_repetition_widens_steins_interval_and_the_note_says_why(t
     met, note = stein_note(store, next(s for s in plan.scenarios if s.id == ids[("tcp", False)]))
     assert not met and "asked for 3 in all" in note and "5 ran (whole rounds" in note
     assert note.endswith("wider than the target: the later repetitions spread wider than the pilot")
+    store.close()
+    from vpnlab import report
+    built = report.build(tmp_path)  # says it once, from the intervals as computed now
+    (missed, where), = [(n, w) for n, w in built.notes if n.startswith("final 95% interval wider")]
+    assert any(w.startswith("none | ") and "tcp" in w for w in where)
+    assert any(r.startswith("confidence target met in ") for r in built.rules)
+    assert not any("adaptive repetitions by Stein" in n for n, _ in built.notes)
 
 
 def test_stein_waits_for_the_pilot(tmp_path):
@@ -203,8 +210,9 @@ def test_the_report_lists_outliers_and_still_counts_them(tmp_path):
     store, _ = generated_store(tmp_path, sample, rounds=6)
     store.close()
     built = report.build(tmp_path)
-    lines = [line for line in built.flags if "far from the rest" in line]
-    assert len(lines) == 2 and all("1 rtt_avg_ms sample" in line and "counted" in line for line in lines)
+    (note, where), = [(note, where) for note, where in built.notes if "far from the rest" in note]
+    assert "counted in every statistic" in note
+    assert len(where) == 2 and all(w.endswith(": 1 rtt_avg_ms") for w in where)  # each side's spike
 
 
 def test_an_adaptive_run_reports_steins_final_interval(tmp_path):

@@ -28,6 +28,7 @@ from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes
 from .algorithms import table as algorithm_table  # noqa: E402
 from .labels import Labels, for_scenarios as short_labels  # noqa: E402
 from .judging import stored_settings  # noqa: E402
+from .stopping import STEIN_NOTE, stored_rule  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .machines import machine_lines, measured_where  # noqa: E402
@@ -66,8 +67,7 @@ class Report:
     runs: int
     scenarios: list
     failed: list
-    notes: list   # (text, the scenarios it concerns): their notes, then each kind of flag
-    flags: list
+    notes: list   # (text, the scenarios it concerns): notes, kinds of flag, outliers, missed targets
     measured_where: str = ""                            # on this machine, in its VM (how), or both
     table_vi: dict = field(default_factory=dict)        # link -> (headings, rows)
     seed_table_vi: dict = field(default_factory=dict)   # the same, graded as the seed did (analysis: seed_grading)
@@ -89,13 +89,20 @@ class Report:
     machines: list = field(default_factory=list)         # what the results came from (machines.py)
 
 
+# Stein's note of each adaptive scenario (stopping.stein_note; in stores before 2026-11-26 split in
+# three at '; '), written when the scenario settled: the report says the same from the intervals as
+# computed now (_target_met), once.
+STEIN_PARTS = re.compile(rf"^({re.escape(STEIN_NOTE)}|\d+ ran \(whole rounds|final interval )")
+
+
 def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
     """Each note once, with the scenarios it concerns (a study run in the VM gives every one
     of them the same note)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for s in scenarios:
         for note in filter(None, s.notes.split("; ")):
-            groups[note].append(s.label)
+            if not STEIN_PARTS.match(note):
+                groups[note].append(s.label)
     return list(groups.items())
 
 
@@ -227,18 +234,17 @@ def build(directory: Path) -> Report:
     last = dict(runs[-1])
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s.status == "failed"],
-                    notes=_grouped_notes(scenarios) + flag_groups, flags=_outlier_lines(scenarios, summaries))
+                    notes=_grouped_notes(scenarios) + flag_groups + _outlier_groups(scenarios, summaries))
     report.flagged_counted, report.flagged_both_ways = counted, both_ways
     report.machines = machine_lines(runs, scenarios)
     report.measured_where = measured_where(last, scenarios)
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
     report.links = sorted({s.link_label for s in scenarios})
     report.rules = sorted({s.repetition_rule for s in scenarios})
-    adaptive = [s for s in scenarios if s.ci_target_met is not None]
-    if adaptive:
-        met = sum(s.ci_target_met for s in adaptive)
-        report.rules.append(f"confidence target met in {met} of {len(adaptive)} adaptive scenarios")
     stat = {(sid, s.metric): s for sid, ss in summaries.items() for s in ss}
+    met_line, missed = _target_met(scenarios, stat, last.get("study_text") or "")
+    report.rules += met_line
+    report.notes += missed
     report.labels, report.algorithms = short_labels(scenarios), algorithms
 
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell)
@@ -255,6 +261,23 @@ def build(directory: Path) -> Report:
     from .findings import against_the_original  # "Against the original study": findings.py, findings.html.j2
     report.against = against_the_original(directory)
     return report
+
+
+def _target_met(scenarios: list, stat: dict, study_text: str) -> tuple[list[str], list]:
+    """With an adaptive rule: how many scenarios' final intervals (as computed now) are within the
+    study's target, and those that are not, as a note with the scenarios and their intervals."""
+    rule = stored_rule(study_text)
+    if rule is None or not rule.adaptive:
+        return [], []
+    finals = [(s, stat[(s.id, KINDS[s.workload].primary)]) for s in scenarios
+              if s.workload in KINDS and (s.id, KINDS[s.workload].primary) in stat]
+    wide = [(s, f) for s, f in finals if math.isnan(f.ci_high) or f.ci_high > f.centre * (1 + rule.ci_target_pct / 100)]
+    line = f"confidence target met in {len(finals) - len(wide)} of {len(finals)} adaptive scenarios"
+    if not wide:
+        return [line], []
+    note = (f"final 95% interval wider than the study's +-{rule.ci_target_pct:g}% target: the repetitions reached "
+            f"max {rule.max}, or the later ones spread wider than the pilot")
+    return [line], [(note, [f"{s.label}: {fmt(f.ci_low)} - {fmt(f.ci_high)} {f.unit}" for s, f in wide])]
 
 
 def _grouped_flags(store: Store) -> list[tuple[str, list[str]]]:
@@ -281,14 +304,20 @@ def _flag_kind(flag: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", heading).strip()
 
 
-def _outlier_lines(scenarios: list, summaries: dict) -> list[str]:
-    """One line per scenario and metric with samples far from the rest: flagged, never dropped."""
+def _outlier_groups(scenarios: list, summaries: dict) -> list[tuple[str, list[str]]]:
+    """Samples far from the rest, flagged and never dropped: one note for those counted, one for those
+    the study leaves out, each with the scenarios and metrics they are in."""
     labels = {s.id: s.label for s in scenarios}
-    return [f"{labels[sid]}: {s.outliers or s.set_aside} {s.metric} sample{'s' if (s.outliers or s.set_aside) != 1 else ''} "
-            f"flagged (far from the rest: modified z-score above {OUTLIER_K:g}, median and MAD; or taken while the "
-            "machine was busy), " + ("left out of every statistic, as the study says" if s.set_aside else
-                                     "counted in every statistic")
-            for sid, sums in summaries.items() for s in sums if s.outliers or s.set_aside]
+    why = (f"far from the rest (modified z-score above {OUTLIER_K:g}, median and MAD) or taken while the machine "
+           "was busy")
+    groups: dict[str, list[str]] = defaultdict(list)
+    for sid, sums in summaries.items():
+        for s in sums:
+            if s.outliers or s.set_aside:
+                left_out = f"samples {why}: left out of every statistic, as the study says"
+                groups[left_out if s.set_aside else f"samples {why}: counted in every statistic"].append(
+                    f"{labels[sid]}: {s.outliers or s.set_aside} {s.metric}")
+    return list(groups.items())
 
 
 def _first_workload(scenarios: list, kind: str) -> str | None:

@@ -77,6 +77,9 @@ def rounds_wanted(store: Store, scenario: Scenario, scenarios: list[Scenario]) -
     return min(rule.max, max(totals))
 
 
+STEIN_NOTE = "adaptive repetitions by Stein's two-stage rule on the log scale"  # (one note: no '; ' in it)
+
+
 def stein_note(store: Store, scenario: Scenario) -> tuple[bool, str]:
     """Whether Stein's final interval met the target, and a note saying the rule that ran and its
     interval (the geometric mean's, by the pilot's spread and df)."""
@@ -89,9 +92,9 @@ def stein_note(store: Store, scenario: Scenario) -> tuple[bool, str]:
     met = final.high <= final.estimate * (1 + rule.ci_target_pct / 100)
     more = " (whole rounds with the configurations compared, whose pilots asked for more)" \
         if len(values) > plan.total_n else ""
-    note = (f"adaptive repetitions by Stein's two-stage rule on the log scale: a pilot of {plan.pilot_n} "
+    note = (f"{STEIN_NOTE}: a pilot of {plan.pilot_n} "
             f"(sd of log {metric} {plan.pilot_sd_log:.3g}, {plan.pilot_df} df) asked for {plan.total_n} in all "
-            f"for a 95% interval within +-{rule.ci_target_pct:g}%; {len(values)} ran{more}; final interval "
+            f"for a 95% interval within +-{rule.ci_target_pct:g}%, {len(values)} ran{more}, final interval "
             f"{final.low:.4g} - {final.high:.4g} around the geometric mean {final.estimate:.4g}")
     if not met:
         note += (f", wider than the target: the rule was capped at max {rule.max}" if plan.capped else
