@@ -294,3 +294,17 @@ def test_stats_prints_one_narrow_table_per_link_and_workload(tmp_path):
     assert "…" not in result.output                    # no cell cut short (16 columns in one table were)
     wide = CliRunner().invoke(app, ["stats", str(tmp_path), "--secondary"])
     assert wide.exit_code == 0 and "rank p †" in wide.output and "Hedges g" in wide.output
+
+
+def test_the_comparisons_a_recommendation_rests_on_are_in_the_comparisons_table(tmp_path):
+    """WireGuard against OpenVPN is no one-difference pair, but the recommendation of WireGuard rests
+    on it: the table shows it beside the one-difference pair (OpenVPN default against fips)."""
+    from vpnlab import report
+
+    tcp_store(tmp_path, seed=1).close()
+    built = report.build(tmp_path)
+    top = next(r["text"] for r in built.recommendations if "FIPS-only" not in r["text"])
+    assert "the best choice is wireguard" in top
+    pairs = [{c.a, c.b} for c in built.comparisons]
+    assert {"openvpn aes-256-gcm udp", "openvpn aes-256-gcm udp fips"} in pairs
+    assert sum("wireguard" in pair for pair in pairs) == 1

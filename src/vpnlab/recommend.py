@@ -17,10 +17,15 @@ from .compare import Comparison
 from .store import ScenarioRow
 from .workloads import KINDS
 
+def versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> Comparison | None:
+    """The study's comparison of the first-ranked with the second (compare.py), if they were compared."""
+    return next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, runner_up.id}), None)
+
+
 def _versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> tuple[bool, str]:
     """Whether the study's tests single out the first-ranked against the second, and what they say:
     "ahead" only when the Holm-corrected test is significant beyond the threshold (compare.py)."""
-    c = next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, runner_up.id}), None)
+    c = versus(top, runner_up, family)
     if c is None:
         return False, (f"{top.vpn_label} and {runner_up.vpn_label} were not compared (fewer than two valid "
                        "repetitions a side)")
@@ -52,9 +57,11 @@ def _recommendation(head: str, scope: str, ranked: list, family: list, left_out:
     return f"{head}, the first-ranked {fips}configuration is {value}, but no best choice follows: {why}{after}."
 
 
-def recommendations(scenarios: list[ScenarioRow], stat: dict, family: list[Comparison]) -> list[tuple[str, Summary]]:
+def recommendations(scenarios: list[ScenarioRow], stat: dict,
+                    family: list[Comparison]) -> list[tuple[str, Summary, Comparison | None]]:
     """The first-ranked configuration per link and workload, overall and among FIPS-only ones,
-    called the best only when the study's corrected test singles it out; with its summary."""
+    called the best only when the study's corrected test singles it out; with its summary and the
+    comparison with the runner-up that decided it."""
     out = []
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
@@ -72,5 +79,6 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict, family: list[Compa
                 continue
             ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
             left_out = [m.vpn_label for m in pool if m.status != "done"]
-            out.append((_recommendation(head, scope, ranked, family, left_out), ranked[0][0]))
+            decided = versus(ranked[0][1], ranked[1][1], family) if len(ranked) > 1 else None
+            out.append((_recommendation(head, scope, ranked, family, left_out), ranked[0][0], decided))
     return out

@@ -255,8 +255,8 @@ def build(directory: Path) -> Report:
     _figures(report, scenarios, stat)
     _interval_figures(report, scenarios, series)
     _tunnels(report, scenarios, stat)
-    _comparisons(report, scenarios, family)
-    _recommend(report, scenarios, stat, family)
+    used = _recommend(report, scenarios, stat, family)
+    _comparisons(report, scenarios, family, used)
     report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))
     from .findings import against_the_original  # "Against the original study": findings.py, findings.html.j2
     report.against = against_the_original(directory)
@@ -532,18 +532,27 @@ def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
         })
 
 
-def _comparisons(report: Report, scenarios: list, family: list) -> None:
-    """The study's one-difference pairs, from the family every comparison is corrected in."""
-    report.comparisons = printed(family, scenarios)
+def _comparisons(report: Report, scenarios: list, family: list, used: list) -> None:
+    """The study's one-difference pairs and the pairs the recommendations rest on, from the family
+    every comparison is corrected in."""
+    shown = printed(family, scenarios)
+    for c in used:
+        if c not in shown:
+            shown.append(c)
+    report.comparisons = shown
     report.comparison_rows = [[*row[:3], report.labels(row[3]), report.labels(row[4]), *row[5:]]
                               for row in study_rows(report.comparisons)]
     report.comparison_notes = study_footnotes(report.comparisons)
 
 
-def _recommend(report: Report, scenarios: list, stat: dict, family: list) -> None:
-    """The recommendations (recommend.py), each marked when its figure deserves care."""
-    for text, best in recommend.recommendations(scenarios, stat, family):
+def _recommend(report: Report, scenarios: list, stat: dict, family: list) -> list:
+    """The recommendations (recommend.py), each marked when its figure deserves care; returns the
+    comparisons they rest on."""
+    used = []
+    for text, best, decided in recommend.recommendations(scenarios, stat, family):
         report.recommendations.append({"text": text, "warn": trust(best)})
+        used += [decided] if decided else []
+    return used
 
 
 def _environment() -> Environment:
