@@ -12,7 +12,9 @@ from dataclasses import asdict
 
 from .analysis import summarise
 from .compare import study_comparisons
+from .stopping import stored_rule, target_met
 from .store import Store
+from .workloads import KINDS
 
 # Every table names scenarios, VPNs, links and workloads the same way: scenario_id, vpn_label,
 # link_label, workload_label (older columns stay, so scripts written for them keep working).
@@ -59,9 +61,13 @@ def summary_rows(store: Store) -> list[dict]:
     """One row per scenario and metric: n, mean, sd, 95% CI and its method, the value against no VPN
     with its interval, grade (or why there is none), outliers flagged."""
     scenarios = {s.id: s for s in store.scenarios()}
+    runs = store.runs()
+    rule = stored_rule(runs[-1]["study_text"]) if runs else None
     out = []
     for sid, summaries in summarise(store).items():
         sc = scenarios[sid]
+        primary = KINDS[sc.workload].primary if sc.workload in KINDS else None
+        met = target_met(next((s for s in summaries if s.metric == primary), None), rule)
         for s in summaries:
             out.append({
                 "scenario_id": sid, "vpn": sc.vpn, "vpn_label": sc.vpn_label,
@@ -70,7 +76,7 @@ def summary_rows(store: Store) -> list[dict]:
                 "metric": s.metric, "unit": s.unit, "n": s.n, "mean": s.mean, "sd": s.sd,
                 "ci_low": s.ci_low, "ci_high": s.ci_high, "relative_to_no_vpn": s.relative,
                 "relative_kind": s.relative_kind, "grade": s.grade, "flagged": s.flagged,
-                "repetition_rule": sc.repetition_rule, "ci_target_met": sc.ci_target_met,
+                "repetition_rule": sc.repetition_rule, "ci_target_met": met,
                 "link_label": sc.link_label, "workload_label": sc.workload_label,
                 "method": s.method, "interval_note": s.interval_note, "geometric_mean": s.geometric_mean,
                 "relative_low": s.rel_low, "relative_high": s.rel_high, "relative_method": s.rel_method,

@@ -28,7 +28,7 @@ from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes
 from .algorithms import table as algorithm_table  # noqa: E402
 from .labels import Labels, for_scenarios as short_labels  # noqa: E402
 from .judging import stored_settings  # noqa: E402
-from .stopping import STEIN_NOTE, stored_rule  # noqa: E402
+from .stopping import lasting_notes, stored_rule, target_met  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .machines import machine_lines, measured_where  # noqa: E402
@@ -89,20 +89,13 @@ class Report:
     machines: list = field(default_factory=list)         # what the results came from (machines.py)
 
 
-# Stein's note of each adaptive scenario (stopping.stein_note; in stores before 2026-11-26 split in
-# three at '; '), written when the scenario settled: the report says the same from the intervals as
-# computed now (_target_met), once.
-STEIN_PARTS = re.compile(rf"^({re.escape(STEIN_NOTE)}|\d+ ran \(whole rounds|final interval )")
-
-
 def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
     """Each note once, with the scenarios it concerns (a study run in the VM gives every one
     of them the same note)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for s in scenarios:
-        for note in filter(None, s.notes.split("; ")):
-            if not STEIN_PARTS.match(note):
-                groups[note].append(s.label)
+        for note in lasting_notes(s.notes):
+            groups[note].append(s.label)
     return list(groups.items())
 
 
@@ -267,11 +260,11 @@ def _target_met(scenarios: list, stat: dict, study_text: str) -> tuple[list[str]
     """With an adaptive rule: how many scenarios' final intervals (as computed now) are within the
     study's target, and those that are not, as a note with the scenarios and their intervals."""
     rule = stored_rule(study_text)
-    if rule is None or not rule.adaptive:
-        return [], []
     finals = [(s, stat[(s.id, KINDS[s.workload].primary)]) for s in scenarios
               if s.workload in KINDS and (s.id, KINDS[s.workload].primary) in stat]
-    wide = [(s, f) for s, f in finals if math.isnan(f.ci_high) or f.ci_high > f.centre * (1 + rule.ci_target_pct / 100)]
+    if rule is None or not rule.adaptive:
+        return [], []
+    wide = [(s, f) for s, f in finals if not target_met(f, rule)]
     line = f"confidence target met in {len(finals) - len(wide)} of {len(finals)} adaptive scenarios"
     if not wide:
         return [line], []

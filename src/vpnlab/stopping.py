@@ -13,6 +13,7 @@ balanced for the paired tests.
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 import yaml
@@ -78,6 +79,22 @@ def rounds_wanted(store: Store, scenario: Scenario, scenarios: list[Scenario]) -
 
 
 STEIN_NOTE = "adaptive repetitions by Stein's two-stage rule on the log scale"  # (one note: no '; ' in it)
+# Stein's note as stored when the scenario settled (before 2026-11-26 split in three at '; '): the report,
+# `show` and the export say it afresh from the intervals as computed now (target_met), not from it.
+STEIN_PARTS = re.compile(rf"^({re.escape(STEIN_NOTE)}|\d+ ran \(whole rounds|final interval )")
+
+
+def lasting_notes(notes: str) -> list[str]:
+    """A scenario's stored notes, Stein's left out."""
+    return [note for note in notes.split("; ") if note and not STEIN_PARTS.match(note)]
+
+
+def target_met(final, rule: RepetitionRule | None) -> bool | None:
+    """Whether an adaptive scenario's final interval (a Summary of its primary metric, as computed now)
+    is within the rule's target; None without an adaptive rule or a summary."""
+    if rule is None or not rule.adaptive or final is None:
+        return None
+    return not math.isnan(final.ci_high) and final.ci_high <= final.centre * (1 + rule.ci_target_pct / 100)
 
 
 def stein_note(store: Store, scenario: Scenario) -> tuple[bool, str]:

@@ -52,6 +52,7 @@ def _print_scenario(title: str, sc, by_metric: dict) -> None:
     """One scenario's table of metrics (the tunnel-level ones go on a line below it), and its notes."""
     from .. import metrics
     from ..analysis import relative_text
+    from ..stopping import lasting_notes
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
@@ -70,8 +71,8 @@ def _print_scenario(title: str, sc, by_metric: dict) -> None:
         if s.grade_reason:
             out.print(f"  no grade for {s.metric}: {s.grade_reason}", highlight=False)
     out.print("  " + ", ".join(_tunnel_facts(sc, by_metric)), highlight=False)
-    if sc.notes:
-        out.print(f"  [yellow]note:[/] {sc.notes}", highlight=False)
+    if notes := lasting_notes(sc.notes):  # (Stein's interval is the table's 95% CI, computed now)
+        out.print(f"  [yellow]note:[/] {'; '.join(notes)}", highlight=False)
 
 
 def _tunnel_facts(sc, by_metric: dict) -> list[str]:
