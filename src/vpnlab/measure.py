@@ -40,7 +40,8 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
         measurement = scenario.kind.run(scenario.workload_as_run, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:
-            cpu |= observer.finish(measurement.carried_bytes)
+            seen, noted = observer.finish(measurement.carried_bytes)
+            cpu, cpu_flags = cpu | seen, cpu_flags + noted
     except BaseException:
         if background:
             background.abandon()

@@ -3,7 +3,8 @@ frames and fragments that crossed the WAN (the small-business study read packet 
 thesis the bytes a 100 MB transfer really cost), and the round trip under load (the small-business
 study measured latency during its transfers; Flent's RRUL asks the same question).
 
-An observer starts right before the workload and finishes right after it; `OBSERVERS` lists them.
+An observer starts right before the workload and finishes right after it with its values and its flags
+(what a reader must know about them); `observers_for` picks them.
 """
 
 from __future__ import annotations
@@ -44,17 +45,20 @@ class WanObserver:
         self._counters = self.bed.wan_counters()
         self._fragments = self._fragments_created()
 
-    def finish(self, carried_bytes: float | None) -> dict[str, float]:
+    def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[str]]:
         wall = time.monotonic() - self._started
         after = self.bed.wan_counters()
         frames = sum(after[k] - self._counters[k] for k in ("tx_packets", "rx_packets"))
         frame_bytes = sum(after[k] - self._counters[k] for k in ("tx_bytes", "rx_bytes"))
-        values = {"wan_packets_per_s": frames / wall, "wan_fragments": float(self._fragments_created() - self._fragments)}
+        fragments = self._fragments_created() - self._fragments
+        values = {"wan_packets_per_s": frames / wall, "wan_fragments": float(fragments)}
         if frames:
             values["wan_avg_packet_bytes"] = frame_bytes / frames
         if carried_bytes:
             values["wan_bytes_per_byte"] = frame_bytes / carried_bytes
-        return values
+        flags = [f"fragmented on the WAN: {fragments} IP fragments (packets bigger than the path MTU), whose cost is "
+                 "in these figures"] if fragments else []
+        return values, flags
 
     def _fragments_created(self) -> int:
         """IP fragments created so far in the two WAN ends' namespaces (/proc/net/snmp)."""
@@ -76,10 +80,10 @@ class LoadedRtt:
         self._proc = self.bed.source.spawn(["ping", "-n", "-i", PING_INTERVAL_S, "-W", 1, self.bed.sink_ip], self.log,
                                            what="ping")
 
-    def finish(self, carried_bytes: float | None) -> dict[str, float]:
+    def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[str]]:
         self.bed.source.stop(self._proc)
         replies = [float(t) for t in _REPLY.findall(self.log.read_text(errors="replace"))]
-        return {"rtt_under_load_ms": sum(replies) / len(replies)} if replies else {}
+        return ({"rtt_under_load_ms": sum(replies) / len(replies)} if replies else {}), []
 
 
 def observers_for(kind, bed: Testbed, log_dir: Path) -> list:
