@@ -383,12 +383,12 @@ workloads: [{kind: transfer, protocol: http, size: 1M}, {kind: transfer, protoco
     assert cell.text.endswith(")") and cell.colour
 
 
-def test_under_software_emulation_a_delay_or_a_cpu_bound_rate_gets_no_grade(tmp_path):
-    """A figure the emulator set is shown with its interval, ungraded, saying why; a rate the link
-    bounded in the VM is the VPN's and keeps its grade."""
+def test_under_software_emulation_a_delay_or_a_rate_below_the_links_gets_no_grade(tmp_path):
+    """A figure the emulator may have set is shown with its interval, ungraded, saying why; a rate at
+    the shaped link's in the VM is the link's, the VPN's share of it, and keeps its grade."""
     plan = make_plan(parse_study(STUDY))
     rng = np.random.default_rng(5)
-    for folder, flags in (("link-bound", []), ("cpu-bound", ["core 1 saturated (97% busy, 9% in softirq): ..."])):
+    for folder, used in (("link-bound", 95.0), ("below-the-link", 60.0), ("unshaped", None)):
         (tmp_path / folder).mkdir()
         store = Store.open_dir(tmp_path / folder)
         run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
@@ -398,14 +398,16 @@ def test_under_software_emulation_a_delay_or_a_cpu_bound_rate_gets_no_grade(tmp_
             store.add_note(scenario.id, "measured in a VM (software emulation (TCG): slow)")
         for r in range(1, 6):
             for scenario in plan.scenarios:
-                store.record_repetition(run, scenario.id, r, typical(rng, 5.0)(scenario, r), {}, flags, r, 0)
+                values = typical(rng, 5.0)(scenario, r) | ({"link_utilisation_pct": used} if used else {})
+                store.record_repetition(run, scenario.id, r, values, {}, [], r, 0)
         summaries = summarise(store)
         vpn = {s.kind.kind: s.id for s in plan.scenarios if s.vpn.layers}
         tcp = next(s for s in summaries[vpn["tcp"]] if s.metric == "throughput_mbps")
         rtt = next(s for s in summaries[vpn["ping"]] if s.metric == "rtt_avg_ms")
         store.close()
         assert rtt.grade == "" and "adds its own delay" in rtt.grade_reason and rtt.added is not None
-        if flags:
-            assert tcp.grade == "" and "saturated CPU in 5 sample(s)" in tcp.grade_reason and tcp.relative
-        else:
+        if used == 95.0:
             assert tcp.grade and tcp.emulation_bound == ""
+        else:
+            assert tcp.grade == "" and tcp.relative
+            assert ("at 60% of the link's rate" if used else "on a link without a rate") in tcp.grade_reason

@@ -21,6 +21,9 @@ from .store import ScenarioRow, Store
 MIN_BLOCKS = 3   # shared rounds a paired comparison needs when some rounds are incomplete
 
 
+LINK_BOUND_PCT = 90  # of a shaped link's rate: a figure there is the link's, under emulation too
+
+
 @dataclass
 class Summary:
     """One scenario's metric. ci_low..ci_high is the 95% interval named by `method` (for a positive
@@ -226,20 +229,20 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     scenarios = {row.id: row for row in store.scenarios()}
     values, far_or_busy = values_of(store, settings)
     flagged: dict[tuple[str, str], int] = defaultdict(int)
-    saturated: dict[tuple[str, str], int] = defaultdict(int)
     for row in store.samples():
         flagged[(row.scenario_id, row.metric)] += bool(row.flags)
-        saturated[(row.scenario_id, row.metric)] += "saturated" in row.flags
     out: dict[str, list[Summary]] = defaultdict(list)
     for (sid, name), pairs in sorted(values.items()):
         if not pairs:
             continue  # every sample flagged and left out
         summary = _summary(sid, name, metrics.unit(name), [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
         summary.set_aside = 0 if settings.counts_flagged else far_or_busy[(sid, name)]
-        if scenarios[sid].emulated:
-            summary.emulation_bound = _emulation_bound(name, saturated[(sid, name)])
         out[sid].append(summary)
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
+    for (sid, name), s in stat.items():
+        if scenarios[sid].emulated:
+            s.emulation_bound = _emulation_bound(name, stat.get((sid, "link_utilisation_total_pct"))
+                                                 or stat.get((sid, "link_utilisation_pct")))  # (with the background)
     runs = store.runs()
     _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "")
     for (sid, name), s in stat.items():
@@ -256,12 +259,15 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     return out
 
 
-def _emulation_bound(metric: str, saturated: int) -> str:
-    """Under software emulation every delay includes the emulator's, and a throughput is the
-    emulator's when a CPU was saturated; a throughput the link bounded is the VPN's."""
+def _emulation_bound(metric: str, utilisation: Summary | None) -> str:
+    """Under software emulation every delay includes the emulator's, and so does a rate below the
+    link's: a CPU it saturates, or a window waiting on its per-packet delay, may have set it. A rate
+    at the shaped link's (from LINK_BOUND_PCT of it on) is the link's, and the VPN's share of it."""
     if metrics.get(metric).judged != "share":
         return "measured under software emulation (QEMU TCG), which adds its own delay to every packet"
-    if saturated:
-        return (f"measured under software emulation (QEMU TCG) with a saturated CPU in {saturated} sample(s): "
-                "the emulator set this rate")
+    if utilisation is None:
+        return "measured under software emulation (QEMU TCG) on a link without a rate: the emulator set this rate"
+    if utilisation.mean < LINK_BOUND_PCT:
+        return (f"measured under software emulation (QEMU TCG) at {utilisation.mean:.0f}% of the link's rate: the "
+                "emulator's CPU or its per-packet delay may have set it")
     return ""

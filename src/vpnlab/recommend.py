@@ -2,8 +2,8 @@
 configurations), the first-ranked configuration is called the best only when the study's
 Holm-corrected test against the runner-up is significant beyond the practical threshold; otherwise
 the sentence says what the tests do support (equivalent within it, or not distinguishable and how
-many rounds would be needed). A ranking of figures the emulator set (analysis: a delay under
-software emulation, or a rate with a CPU saturated there) is shown, never recommended. A lone
+many rounds would be needed). A ranking of figures the emulator may have set (analysis: under
+software emulation, a delay, or a rate below the shaped link's) is shown, never recommended. A lone
 configuration is not called the best of anything; one not yet measured to its rule is named."""
 
 from __future__ import annotations
