@@ -411,3 +411,12 @@ def test_under_software_emulation_a_delay_or_a_rate_below_the_links_gets_no_grad
         else:
             assert tcp.grade == "" and tcp.relative
             assert ("at 60% of the link's rate" if used else "on a link without a rate") in tcp.grade_reason
+
+    from vpnlab import report  # the seed's own rule does not grade the emulator either
+    store = Store.open_dir(tmp_path / "below-the-link")
+    with store.db:
+        store.db.execute("UPDATE runs SET study_text = ?", (STUDY + "analysis: {seed_grading: jaha-2014}\n",))
+    store.close()
+    headings, rows = next(iter(report.build(tmp_path / "below-the-link").seed_table_vi.values()))
+    cells = {h.split(" (")[0]: c for h, c in zip(headings, rows[0][1])}
+    assert "(" not in cells["TCP throughput"].text and "no grade, by the seed's rule either" in cells["TCP throughput"].warn

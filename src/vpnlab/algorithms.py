@@ -46,7 +46,7 @@ WEAK = {
     "BF-": "64-bit block, open to Sweet32",
     "RC4": "biased keystream; RFC 7465 prohibits it in TLS",
     "MD5": "collisions; RFC 6151 advises against it in new protocols",
-    "MS-CHAP": "MS-CHAPv2 falls to one DES key search, so the MPPE keys derived from it do too",
+    "MS-CHAP": "MS-CHAPv2 falls to one DES key search (and with it, in PPTP, the MPPE keys derived from it)",
     "MODP-1024": "a 1024-bit group, within reach of a state's precomputation (Logjam)",
 }
 

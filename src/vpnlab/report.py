@@ -375,13 +375,15 @@ def _seed_cell(scenarios: list, stat: dict, floor_ms: float):
         if base.mean <= 0:
             return Cell("-", warn=f"no VPN's mean is {fmt(base.mean)} {s.unit}: no multiple of it")
         ratio = s.mean / base.mean
+        text = f"{100 * ratio:.3g}%" if share else f"{ratio:.3g}x"
+        if s.emulation_bound:  # the seed's rule would grade the emulator
+            return Cell(text, warn=f"{s.emulation_bound}: no grade, by the seed's rule either")
         caveats = [trust(s)]
         if min(s.n, base.n) < MIN_N:
             caveats.append(f"n = {s.n} and {base.n}: vpnlab grades from {MIN_N} on both sides")
         if not share and s.unit == "ms" and base.mean < floor_ms:
             caveats.append(f"no VPN's {fmt(base.mean)} ms is below the {floor_ms:g} ms floor: this multiple "
                            "mostly grades noise (vpnlab's own table shows the added ms instead)")
-        text = f"{100 * ratio:.3g}%" if share else f"{ratio:.3g}x"
         return _coloured(text, band(ratio, "throughput" if share else "latency"), ", ".join(filter(None, caveats)))
 
     return cell
