@@ -240,9 +240,8 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
         out[sid].append(summary)
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
     for (sid, name), s in stat.items():
-        if scenarios[sid].emulated:
-            s.emulation_bound = _emulation_bound(name, stat.get((sid, "link_utilisation_total_pct"))
-                                                 or stat.get((sid, "link_utilisation_pct")))  # (with the background)
+        used = stat.get((sid, "link_utilisation_total_pct")) or stat.get((sid, "link_utilisation_pct"))
+        s.emulation_bound = emulation_bound(scenarios[sid], name, used.mean if used else None)
     runs = store.runs()
     _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "")
     for (sid, name), s in stat.items():
@@ -259,15 +258,18 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     return out
 
 
-def _emulation_bound(metric: str, utilisation: Summary | None) -> str:
-    """Under software emulation every delay includes the emulator's, and so does a rate below the
-    link's: a CPU it saturates, or a window waiting on its per-packet delay, may have set it. A rate
-    at the shaped link's (from LINK_BOUND_PCT of it on) is the link's, and the VPN's share of it."""
+def emulation_bound(row: ScenarioRow, metric: str, utilisation_pct: float | None) -> str:
+    """Why the emulator, not the VPN, may have set a figure; '' when it did not. Under software
+    emulation every delay includes the emulator's, and so does a rate below the link's: a CPU it
+    saturates, or a window waiting on its per-packet delay, may have set it. A rate at the shaped link's
+    (from LINK_BOUND_PCT of it on, the background's share included) is the link's, the VPN's share of it."""
+    if not row.emulated:
+        return ""
     if metrics.get(metric).judged != "share":
         return "measured under software emulation (QEMU TCG), which adds its own delay to every packet"
-    if utilisation is None:
+    if utilisation_pct is None:
         return "measured under software emulation (QEMU TCG) on a link without a rate: the emulator set this rate"
-    if utilisation.mean < LINK_BOUND_PCT:
-        return (f"measured under software emulation (QEMU TCG) at {utilisation.mean:.0f}% of the link's rate: the "
+    if utilisation_pct < LINK_BOUND_PCT:
+        return (f"measured under software emulation (QEMU TCG) at {utilisation_pct:.0f}% of the link's rate: the "
                 "emulator's CPU or its per-packet delay may have set it")
     return ""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import metrics
-from .analysis import fmt, matched
+from .analysis import emulation_bound, fmt, matched
 from .judging import AnalysisSettings, stored_settings, values_of
 from .stats import holm as holm_adjust
 from .stats import paired_log_ratio, secondary_tests, tost_log_ratio, verdict, welch_log_ratio
@@ -72,7 +72,7 @@ class Comparison:
     in_family: bool = True
     equivalent: bool = False    # TOST: B/A within 1 +- threshold
     tost_p: float | None = None
-    verdict: str = ""           # ahead, behind (B against A), equivalent, undecided, identical
+    verdict: str = ""           # ahead, behind (B against A), equivalent, undecided, identical, emulator-set
     verdict_text: str = ""
     rounds_needed: int | None = None
     threshold: float = THRESHOLD  # the study's practical threshold (analysis: threshold_pct)
@@ -185,9 +185,18 @@ def comparison_family(store: Store) -> list[Comparison]:
     pairs = _family_pairs(store.scenarios())
     done = [result for sa, sb in pairs if (result := _comparison(sa, sb, values, settings.threshold))]
     holm([c for c, _ in done], untested=len(pairs) - len(done))
+    rows = {sc.id: sc for sc in store.scenarios()}
     for c, (test, tost) in done:
         _decide(c, test, tost)
+        bound = next(filter(None, (_bound(rows[sid], c.metric, values) for sid in (c.scenario_a, c.scenario_b))), "")
+        if bound and c.verdict in ("ahead", "behind"):  # a difference in the emulator's cost, not the VPNs'
+            c.verdict, c.verdict_text = "emulator-set", f"{c.b} against {c.a}: not decided here, figures {bound}"
     return [c for c, _ in done]
+
+
+def _bound(row: ScenarioRow, metric: str, values: dict) -> str:
+    used = values.get((row.id, "link_utilisation_total_pct")) or values.get((row.id, "link_utilisation_pct"))
+    return emulation_bound(row, metric, float(np.mean([v for _, v in used])) if used else None)
 
 
 def _wanted(c: Comparison, config: dict[str, dict], pairs: list[tuple[str, str]] | None) -> bool:
