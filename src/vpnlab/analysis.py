@@ -203,8 +203,9 @@ def _judge(s: Summary, base: Summary, a: list[float], b: list[float], paired: bo
         _grade(s, ratio, kind, base.n, base.mean if kind == "latency" else None, floor_ms)
 
 
-def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], study_text: str) -> None:
-    """Adaptive runs: the primary metric's interval is Stein's final one (pilot spread and df)."""
+def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], study_text: str, every: dict) -> None:
+    """Adaptive runs: the primary metric's interval is Stein's final one (pilot spread and df). Its
+    pilot is the one the rule ran on, from `every` valid value, also when flagged ones are left out."""
     from .stopping import final_interval, stored_rule
     from .workloads import KINDS
 
@@ -215,7 +216,8 @@ def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], study_te
         s = stat.get((sid, KINDS[scenario.workload].primary)) if scenario.workload in KINDS else None
         if s is None:
             continue
-        final = final_interval([v for _, v in values[(sid, s.metric)]], rule)
+        final = final_interval([v for _, v in values[(sid, s.metric)]], rule,
+                               pilot=[v for _, v in every[(sid, s.metric)]][:rule.min])
         if final is not None:
             s.ci_low, s.ci_high, s.method, s.interval_note = final.low, final.high, final.method, final.note
             s.geometric_mean = final.estimate
@@ -243,7 +245,8 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
         used = stat.get((sid, "link_utilisation_total_pct")) or stat.get((sid, "link_utilisation_pct"))
         s.emulation_bound = emulation_bound(scenarios[sid], name, used.mean if used else None)
     runs = store.runs()
-    _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "")
+    every = values if settings.counts_flagged else values_of(store, settings.other_way())[0]
+    _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "", every)
     for (sid, name), s in stat.items():
         if not metrics.get(name).judged or scenarios[sid].is_baseline:
             continue

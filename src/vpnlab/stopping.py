@@ -36,12 +36,13 @@ def stored_rule(study_text: str) -> RepetitionRule | None:
         return None
 
 
-def final_interval(values: list[float], rule: RepetitionRule) -> Interval | None:
+def final_interval(values: list[float], rule: RepetitionRule, pilot: list[float] | None = None) -> Interval | None:
     """Stein's final interval of an adaptive scenario's primary metric (values in repetition order):
-    the geometric mean of all values, the pilot's spread and df, widened where the t interval of all
-    of them reaches further (stats.guarded_stein_interval); None without a positive pilot."""
-    pilot = values[:rule.min]
-    if not rule.adaptive or len(pilot) < max(rule.min, 2) or min(values) <= 0:
+    the geometric mean of all values, the pilot's spread and df (the first `min` values, unless the
+    pilot the rule ran on is given: flagged values left out do not make a new one), widened where the
+    t interval of all of them reaches further (stats.guarded_stein_interval); None without a positive pilot."""
+    pilot = values[:rule.min] if pilot is None else pilot
+    if not rule.adaptive or len(pilot) < max(rule.min, 2) or min(values + pilot) <= 0:
         return None
     plan = stein_total_n(pilot, rule.ci_target_pct / 100)
     return guarded_stein_interval(values, plan.pilot_sd_log, plan.pilot_df)
