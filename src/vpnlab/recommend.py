@@ -48,10 +48,9 @@ def _recommendation(head: str, scope: str, ranked: list, family: list, left_out:
         return f"{head}, {value} is the only {fips}configuration measured: there is nothing to choose between{after}."
     ahead, why = _versus(top, ranked[1][1], family)
     bound = next((s.emulation_bound for s, _ in ranked if s.emulation_bound), "")
-    if bound:
-        return (f"{head}, the first-ranked {fips}configuration is {value} ({why}), but no choice follows from "
-                f"figures {bound.removeprefix('measured ')}: run the study with KVM or on a machine with the kernel "
-                f"features it needs for a recommendation{after}.")
+    if bound:  # short: under emulation every group says it
+        return (f"{head}: no {fips}choice follows, the figures were {bound.split(': ')[0]} (first-ranked: {value}); "
+                f"KVM or a machine with the kernel features would settle it{after}.")
     if ahead:
         return f"{head}, the best {fips}choice is {value}: {why}{after}."
     return f"{head}, the first-ranked {fips}configuration is {value}, but no best choice follows: {why}{after}."
