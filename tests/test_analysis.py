@@ -217,7 +217,7 @@ def test_the_report_lists_outliers_and_still_counts_them(tmp_path):
     built = report.build(tmp_path)
     (note, where), = [(note, where) for note, where in built.notes if "far from the rest" in note]
     assert "counted in every statistic" in note
-    assert len(where) == 2 and all(w.endswith(": 1 rtt_avg_ms") for w in where)  # each side's spike
+    assert len(where) == 2 and all(w.endswith(": 1 rtt_avg_ms") for w in where)  # each side's spike, per scenario
 
 
 def test_an_adaptive_run_reports_steins_final_interval(tmp_path):

@@ -303,14 +303,15 @@ def _outlier_groups(scenarios: list, summaries: dict) -> list[tuple[str, list[st
     labels = {s.id: s.label for s in scenarios}
     why = (f"far from the rest (modified z-score above {OUTLIER_K:g}, median and MAD) or taken while the machine "
            "was busy")
-    groups: dict[str, list[str]] = defaultdict(list)
+    groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for sid, sums in summaries.items():
         for s in sums:
             if s.outliers or s.set_aside:
                 left_out = f"samples {why}: left out of every statistic, as the study says"
-                groups[left_out if s.set_aside else f"samples {why}: counted in every statistic"].append(
-                    f"{labels[sid]}: {s.outliers or s.set_aside} {s.metric}")
-    return list(groups.items())
+                groups[left_out if s.set_aside else f"samples {why}: counted in every statistic"][labels[sid]].append(
+                    f"{s.outliers or s.set_aside} {s.metric}")
+    return [(note, [f"{label}: {', '.join(found)}" for label, found in by_scenario.items()])
+            for note, by_scenario in groups.items()]  # one entry per scenario: the fold counts scenarios
 
 
 def _first_workload(scenarios: list, kind: str) -> str | None:
