@@ -17,7 +17,7 @@ def test_the_vms_results_are_told_apart_from_the_machine_it_ran_on():
     # a sitting interrupted before it could say how the guest measured leaves no note
     scenarios = [_scenario("vm", f"{TCG}; link scaled for software emulation"), _scenario("vm"), _scenario("host")]
     assert machine_lines([run], scenarios) == [
-        "host vm: 2 x AMD EPYC, kernel 6.18.44, NIC veth pairs (veth)",
+        "host vm: 2 CPUs (AMD EPYC), kernel 6.18.44, NIC veth pairs (veth)",
         "2 of 3 scenarios in vpnlab's VM on that machine, its vCPUs on the same cores",
         f"1 of them {TCG}"]
     assert measured_where(run, scenarios) == (

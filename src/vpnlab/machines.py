@@ -39,7 +39,7 @@ def _machine(name: str, facts: dict) -> str:
     speed = f", {nic['speed_mbit']} Mbit/s" if (nic.get("speed_mbit") or -1) > 0 else ""
     toward = f" toward {nic['toward']}" if nic.get("toward") else ""
     address = f" at {facts['address']}" if facts.get("address") else ""
-    return (f"{name}{role}{address}: {facts.get('cpus', '?')} x {facts.get('cpu_model') or 'unknown CPU'}, "
+    return (f"{name}{role}{address}: {facts.get('cpus', '?')} CPUs ({facts.get('cpu_model') or 'unknown model'}), "
             f"kernel {facts.get('kernel', '?')}, NIC {nic.get('interface', '?')} ({nic.get('driver', '?')}{speed})"
             f"{toward}")
 

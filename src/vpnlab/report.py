@@ -224,7 +224,7 @@ def build(directory: Path) -> Report:
         counted, both_ways = sensitivity.both_ways(store, summaries)
     finally:
         store.close()
-    last = dict(runs[-1])
+    last = dict(runs[-1]) | {"first_started_at": runs[0]["started_at"]}
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s.status == "failed"],
                     notes=_grouped_notes(scenarios) + flag_groups + _outlier_groups(scenarios, summaries))

@@ -224,7 +224,7 @@ class Runner:
             error = str(exc)
         finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
             accel = guest.accel
-            note = (f"measured in a VM ({'software emulation (TCG): slow, CPU-bound figures are lower bounds' if accel == 'tcg' else accel}, "
+            note = (f"measured in a VM ({'software emulation (TCG): slow, its CPU-bound rates are lower bounds and delays upper bounds' if accel == 'tcg' else accel}, "
                     f"kernel {vm.find_kernel(download=False).version})") if accel else ""
             if guest_store.is_file():
                 store.merge(guest_store, run_id, note)
