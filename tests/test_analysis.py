@@ -446,3 +446,28 @@ def test_leaving_a_flagged_sample_out_keeps_the_pilot_steins_rule_ran_on(tmp_pat
     expected = final_interval(values[1:], rule, pilot=values[:3])
     assert (s.ci_low, s.ci_high) == pytest.approx((expected.low, expected.high))
     assert s.ci_high - s.ci_low > 1.5 * (final_interval(values[1:], rule).high - final_interval(values[1:], rule).low)
+
+
+def test_a_store_measured_before_loads_were_scaled_and_fragments_flagged_says_both(tmp_path):
+    from vpnlab import report
+
+    study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 24}]\n" \
+            "workloads: [{kind: udp, rate_mbit: 20}, {kind: tcp}]\n"
+    plan = make_plan(parse_study(study))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=study)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario, "vm")
+        store.add_note(scenario.id, "link scaled for software emulation: 24 Mbit/s run at 10 Mbit/s with 2.4x "
+                                    "the delay (the same bandwidth-delay product)")  # as before loads were scaled
+        for r in (1, 2, 3):
+            fragments = 900.0 if scenario.vpn.layers and scenario.kind.kind == "udp" else 0.0
+            store.record_repetition(run, scenario.id, r, {"throughput_mbps": 5.0, "wan_fragments": fragments}, {}, [],
+                                    r, 0)
+    store.close()
+    notes = dict(report.build(tmp_path).notes)
+    (unscaled,) = [w for n, w in notes.items() if n.startswith("offered at the study's rate")]
+    assert sorted(unscaled) == ["none | 24mbit | udp-20M-1400B", "pptp mppe-128 | 24mbit | udp-20M-1400B"]
+    (fragmented,) = [w for n, w in notes.items() if n.startswith("3 repetitions fragmented on the WAN")]
+    assert fragmented == ["pptp mppe-128 | 24mbit | udp-20M-1400B: 3 repetitions, 900 fragments (median)"]

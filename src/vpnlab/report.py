@@ -217,7 +217,7 @@ def build(directory: Path) -> Report:
         scenarios = store.scenarios()
         summaries = summarise(store)
         family = comparison_family(store)
-        flag_groups = _grouped_flags(store)
+        flag_groups = _grouped_flags(store) + _unflagged_fragments(store) + _unscaled_loads(store.scenarios())
         series = _interval_series(store, scenarios)
         algorithms = algorithm_table(store, scenarios, short_labels(scenarios))
         settings = stored_settings(store)
@@ -290,6 +290,33 @@ def _grouped_flags(store: Store) -> list[tuple[str, list[str]]]:
         many = f"{len(flagged)} repetitions flagged alike, e.g." if len(flagged) > 1 else "1 repetition flagged:"
         groups.append((f"{many} {example}", scenarios))
     return groups
+
+
+def _unscaled_loads(scenarios: list) -> list[tuple[str, list[str]]]:
+    """Scenarios whose link was slowed for emulation while their offered load was not (measured before
+    vpnlab scaled loads with the link): the load was a larger share of the link than the study's."""
+    unscaled = [s.label for s in scenarios if "link scaled for software emulation" in s.notes
+                and "offered at" not in s.notes and s.workload in KINDS
+                and KINDS[s.workload].slowed(KINDS[s.workload].Options(**s.params), 2.0) is not None]
+    if not unscaled:
+        return []
+    return [("offered at the study's rate on the slowed link (measured before vpnlab scaled offered loads with "
+             "it): a larger share of the link than the study's, so not under its condition", unscaled)]
+
+
+def _unflagged_fragments(store: Store) -> list[tuple[str, list[str]]]:
+    """Repetitions fragmented on the WAN that carry no flag saying so (measured before vpnlab flagged
+    them): the same note, from their stored wan_fragments."""
+    labels = {s.id: s.label for s in store.scenarios()}
+    found: dict[str, list[float]] = defaultdict(list)
+    for row in store.samples():
+        if row.metric == "wan_fragments" and row.value > 0 and "fragmented" not in row.flags and row.repetition > 0:
+            found[labels[row.scenario_id]].append(row.value)
+    if not found:
+        return []
+    return [(f"{sum(map(len, found.values()))} repetitions fragmented on the WAN (packets bigger than the path "
+             "MTU), whose cost is in their figures", [f"{label}: {len(v)} repetitions, {statistics.median(v):.0f} "
+                                                       "fragments (median)" for label, v in sorted(found.items())])]
 
 
 def _flag_kind(flag: str) -> str:
