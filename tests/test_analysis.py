@@ -471,3 +471,22 @@ def test_a_store_measured_before_loads_were_scaled_and_fragments_flagged_says_bo
     assert sorted(unscaled) == ["none | 24mbit | udp-20M-1400B", "pptp mppe-128 | 24mbit | udp-20M-1400B"]
     (fragmented,) = [w for n, w in notes.items() if n.startswith("3 repetitions fragmented on the WAN")]
     assert fragmented == ["pptp mppe-128 | 24mbit | udp-20M-1400B: 3 repetitions, 900 fragments (median)"]
+
+
+def test_a_tcp_window_the_kernel_did_not_give_is_said(tmp_path):
+    from vpnlab import report
+
+    study = "name: s\nrepetitions: 2\nvpns: [{driver: none}]\nworkloads: [{kind: tcp, window: [8K, 64K]}]\n"
+    plan = make_plan(parse_study(study))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=study)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario)
+        got = 5792 if scenario.workload.window == 8192 else 64088  # what Linux gave narayan-2008's iperf3
+        for r in (1, 2):
+            store.record_repetition(run, scenario.id, r, {"throughput_mbps": 5.0},
+                                    {"iperf3": f'{{"intervals": [{{"snd_wnd":\\t{got}}}, {{"snd_wnd": {got}}}]}}'}, [], r, 0)
+    store.close()
+    (windows,) = [w for n, w in report.build(tmp_path).notes if n.startswith("the TCP send window iperf3 got")]
+    assert windows == ["none | unshaped | tcp-w8K: 5792 B for 8192 B asked"]  # 64088 is within 10% of 65536

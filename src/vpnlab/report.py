@@ -217,7 +217,8 @@ def build(directory: Path) -> Report:
         scenarios = store.scenarios()
         summaries = summarise(store)
         family = comparison_family(store)
-        flag_groups = _grouped_flags(store) + _unflagged_fragments(store) + _unscaled_loads(store.scenarios())
+        flag_groups = (_grouped_flags(store) + _unflagged_fragments(store) + _unscaled_loads(store.scenarios())
+                       + _windows_as_run(store))
         series = _interval_series(store, scenarios)
         algorithms = algorithm_table(store, scenarios, short_labels(scenarios))
         settings = stored_settings(store)
@@ -302,6 +303,25 @@ def _unscaled_loads(scenarios: list) -> list[tuple[str, list[str]]]:
         return []
     return [("offered at the study's rate on the slowed link (measured before vpnlab scaled offered loads with "
              "it): a larger share of the link than the study's, so not under its condition", unscaled)]
+
+
+SND_WND = re.compile(r'"snd_wnd":\s*(\d+)')
+
+
+def _windows_as_run(store: Store) -> list[tuple[str, list[str]]]:
+    """TCP workloads whose send window, as iperf3 reported it (snd_wnd, median over every interval),
+    is more than 10% from the window the study asked for: the kernel sizes it from the socket buffer."""
+    asked = {s.id: (s.label, s.params.get("window")) for s in store.scenarios()
+             if s.workload == "tcp" and s.params.get("window")}
+    seen: dict[str, list[int]] = defaultdict(list)
+    for row in store.raw_outputs("iperf3"):
+        if row["scenario_id"] in asked:
+            seen[row["scenario_id"]] += [int(v) for v in SND_WND.findall(row["output"])]
+    off = [f"{asked[sid][0]}: {statistics.median(v):.0f} B for {asked[sid][1]} B asked"
+           for sid, v in sorted(seen.items(), key=lambda kv: asked[kv[0]][0])
+           if v and abs(statistics.median(v) / asked[sid][1] - 1) > 0.1]
+    return [("the TCP send window iperf3 got (snd_wnd, median) was not the one asked for: the kernel sizes it "
+             "from the socket buffer, so read the window sweep by these", off)] if off else []
 
 
 def _unflagged_fragments(store: Store) -> list[tuple[str, list[str]]]:
