@@ -490,3 +490,29 @@ def test_a_tcp_window_the_kernel_did_not_give_is_said(tmp_path):
     store.close()
     (windows,) = [w for n, w in report.build(tmp_path).notes if n.startswith("the TCP send window iperf3 got")]
     assert windows == ["none | unshaped | tcp-w8K: 5792 B for 8192 B asked"]  # 64088 is within 10% of 65536
+
+
+def test_under_emulation_a_rate_that_carried_the_whole_offered_load_is_the_loads(tmp_path):
+    """jaha-2014's UDP at 0.1 Mbit/s on a 10 Mbit/s link: every VPN carried all of it, at 1% of the link;
+    that rate is the load's, not the emulator's, and is graded. One the sender could not reach is not."""
+    study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 10}]\n" \
+            "workloads: [{kind: udp, rate_mbit: [0.1, 20]}]\n"
+    plan = make_plan(parse_study(study))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=study)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario, "vm")
+        store.add_note(scenario.id, "measured in a VM (software emulation (TCG): slow)")
+        offered = scenario.workload.rate_mbit
+        carried = offered if offered < 1 else (9.5 if not scenario.vpn.layers else 5.5)
+        for r in (1, 2, 3):
+            store.record_repetition(run, scenario.id, r, {"throughput_mbps": carried * (1 + r / 1000),
+                                                          "udp_offered_mbps": offered,
+                                                          "link_utilisation_pct": 10 * carried}, {}, [], r, 0)
+    summaries = summarise(store)
+    store.close()
+    pptp = {s.workload.rate_mbit: s.id for s in plan.scenarios if s.vpn.layers}
+    low, high = (next(x for x in summaries[pptp[rate]] if x.metric == "throughput_mbps") for rate in (0.1, 20))
+    assert low.emulation_bound == "" and low.grade
+    assert high.grade == "" and "at 55% of the link's rate" in high.grade_reason

@@ -243,7 +243,9 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
     for (sid, name), s in stat.items():
         used = stat.get((sid, "link_utilisation_total_pct")) or stat.get((sid, "link_utilisation_pct"))
-        s.emulation_bound = emulation_bound(scenarios[sid], name, used.mean if used else None)
+        offered, carried = stat.get((sid, "udp_offered_mbps")), stat.get((sid, "throughput_mbps"))
+        s.emulation_bound = emulation_bound(scenarios[sid], name, used.mean if used else None,
+                                            100 * carried.mean / offered.mean if offered and carried else None)
     runs = store.runs()
     every = values if settings.counts_flagged else values_of(store, settings.other_way())[0]
     _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "", every)
@@ -261,15 +263,19 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     return out
 
 
-def emulation_bound(row: ScenarioRow, metric: str, utilisation_pct: float | None) -> str:
+def emulation_bound(row: ScenarioRow, metric: str, utilisation_pct: float | None,
+                    carried_pct: float | None = None) -> str:
     """Why the emulator, not the VPN, may have set a figure; '' when it did not. Under software
     emulation every delay includes the emulator's, and so does a rate below the link's: a CPU it
     saturates, or a window waiting on its per-packet delay, may have set it. A rate at the shaped link's
-    (from LINK_BOUND_PCT of it on, the background's share included) is the link's, the VPN's share of it."""
+    (from LINK_BOUND_PCT of it on, the background's share included) is the link's, the VPN's share of
+    it; one that carried the whole load offered (`carried_pct` of it, from LINK_BOUND_PCT on) is the load's."""
     if not row.emulated:
         return ""
     if metrics.get(metric).judged != "share":
         return "measured under software emulation (QEMU TCG), which adds its own delay to every packet"
+    if carried_pct is not None and carried_pct >= LINK_BOUND_PCT:
+        return ""
     if utilisation_pct is None:
         return "measured under software emulation (QEMU TCG) on a link without a rate: the emulator set this rate"
     if utilisation_pct < LINK_BOUND_PCT:

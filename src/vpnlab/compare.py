@@ -195,8 +195,12 @@ def comparison_family(store: Store) -> list[Comparison]:
 
 
 def _bound(row: ScenarioRow, metric: str, values: dict) -> str:
-    used = values.get((row.id, "link_utilisation_total_pct")) or values.get((row.id, "link_utilisation_pct"))
-    return emulation_bound(row, metric, float(np.mean([v for _, v in used])) if used else None)
+    def mean(name):
+        found = values.get((row.id, name))
+        return float(np.mean([v for _, v in found])) if found else None
+    used = mean("link_utilisation_total_pct") or mean("link_utilisation_pct")
+    offered, carried = mean("udp_offered_mbps"), mean("throughput_mbps")
+    return emulation_bound(row, metric, used, 100 * carried / offered if offered and carried else None)
 
 
 def _wanted(c: Comparison, config: dict[str, dict], pairs: list[tuple[str, str]] | None) -> bool:

@@ -14,6 +14,8 @@ from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 THROUGHPUT = declare("throughput_mbps", "Mbit/s", "goodput at the receiver (iperf3 sum_received; file bytes over "
                      "transfer time)", True, judged="share", graded=True, positive=True, producers="udp")
 SENT = declare("udp_sent_mbps", "Mbit/s", "send rate achieved", True, positive=True, producers="udp")
+OFFERED = declare("udp_offered_mbps", "Mbit/s", "send rate asked of iperf3: the study's, or its share of a link "
+                  "slowed for emulation", None, positive=True, producers="udp")
 JITTER = declare("udp_jitter_ms", "ms", "RFC 3550 interarrival jitter at the receiver", False, judged="added",
                  graded=True, producers="udp")
 LOSS = declare("udp_loss_pct", "%", "datagrams lost", False, judged="points", graded=True, producers="udp")
@@ -70,7 +72,7 @@ class Udp(WorkloadKind):
     summary = "iperf3 UDP at a fixed send rate: rate_mbit, size, duration_s, reverse"
     Options = UdpOptions
     tools = iperf.TOOLS
-    metrics = (THROUGHPUT, SENT, JITTER, LOSS)
+    metrics = (THROUGHPUT, SENT, OFFERED, JITTER, LOSS)
     primary = "throughput_mbps"
     loads_path = True
     runs_on_hosts = True
@@ -89,4 +91,5 @@ class Udp(WorkloadKind):
             args.append("-R")
         data, raw = iperf.client(ctx, args, options.duration_s)
         received = data["end"].get("sum_received") or data["end"]["sum"]
-        return Measurement(parse(data), raw, "iperf3", carried_bytes=received.get("bytes"))
+        values = parse(data) | {"udp_offered_mbps": options.rate_mbit}
+        return Measurement(values, raw, "iperf3", carried_bytes=received.get("bytes"))
