@@ -30,8 +30,8 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
               "in the order the study lists (`order: listed`: drift over time can then favour a position)")
     return (
         "Design: repetitions run in rounds; each round runs once every configuration still short of its "
-        "rule (a resumed run, a failed repetition or an adaptive rule's totals can leave a round without some), " + design
-        + "; comparisons pair the rounds both sides completed, and "
+        "rule (a resumed run, a failed repetition or an adaptive rule's totals can leave a round without "
+        "some), " + design + "; comparisons pair the rounds both sides completed, and "
         "each repetition brings its tunnel up afresh with a warm-up that is not stored; failed repetitions "
         "and scenarios are kept in the store but left out of every statistic. "
         "Intervals (95%): a t interval on the log scale for positive quantities (it estimates the geometric "

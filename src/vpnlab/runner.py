@@ -39,6 +39,7 @@ VM_SCENARIO_MARGIN_S = 60
 # ... and once, the guest's own start before its first scenario (imports, the capability probe, the
 # tool versions): seconds on a quiet machine, but over 90 s under emulation with other work on the cores.
 VM_GUEST_SETUP_S = 180
+TCG_NOTE = "software emulation (TCG): slow, its CPU-bound rates are lower bounds and delays upper bounds"
 FAILURES_IN_A_ROW = 2   # a scenario whose repetitions fail this often in a row has failed
 
 
@@ -224,8 +225,8 @@ class Runner:
             error = str(exc)
         finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
             accel = guest.accel
-            note = (f"measured in a VM ({'software emulation (TCG): slow, its CPU-bound rates are lower bounds and delays upper bounds' if accel == 'tcg' else accel}, "
-                    f"kernel {vm.find_kernel(download=False).version})") if accel else ""
+            how = TCG_NOTE if accel == "tcg" else accel
+            note = f"measured in a VM ({how}, kernel {vm.find_kernel(download=False).version})" if accel else ""
             if guest_store.is_file():
                 store.merge(guest_store, run_id, note)
                 guest_store.unlink()  # all in ours now: one left here was never merged (a killed run)
