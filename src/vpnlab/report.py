@@ -130,7 +130,10 @@ def _figure(title: str, fig, caption: str) -> Figure:
 
 
 def _legend_outside(ax, title: str | None = None) -> None:
-    """The legend right of the axes, where it cannot cover data (the SVG grows to hold it)."""
+    """The legend right of the axes, where it cannot cover data (the SVG grows to hold it); none when
+    nothing drawn has a label (no VPN alone, grey)."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0, title=title,
               title_fontsize=8)
 
