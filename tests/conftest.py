@@ -166,3 +166,17 @@ def run_here(study, out: Path):
     assert check_plan(plan, caps) == {}
     Runner(plan, out, caps, progress=False).run()
     return plan
+
+
+@pytest.fixture
+def namespace():
+    """A network namespace of this test's own run (lo up), removed after it."""
+    from vpnlab.testbed.state import RunState
+
+    state = RunState.create()
+    name = state.namespace_name("test")
+    state.add_namespace(name)
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    yield name
+    state.teardown()

@@ -63,6 +63,19 @@ def generated_store(tmp_path, sample, rounds=5, study=STUDY):
     return store, {(s.kind.kind, "wireguard" in s.label): s.id for s in plan.scenarios}
 
 
+def vm_store(folder, study: str, note: str):
+    """(plan, store, run) of `study`, every scenario added as measured in the VM with `note`."""
+    plan = make_plan(parse_study(study))
+    folder.mkdir(exist_ok=True)
+    store = Store.open_dir(folder)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=study)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario, "vm")
+        store.add_note(scenario.id, note)
+    return plan, store, run
+
+
 def typical(rng, baseline_rtt=0.08):
     def sample(scenario, round_no):
         vpn = "wireguard" in scenario.label
@@ -386,16 +399,9 @@ workloads: [{kind: transfer, protocol: http, size: 1M}, {kind: transfer, protoco
 def test_under_software_emulation_a_delay_or_a_rate_below_the_links_gets_no_grade(tmp_path):
     """A figure the emulator may have set is shown with its interval, ungraded, saying why; a rate at
     the shaped link's in the VM is the link's, the VPN's share of it, and keeps its grade."""
-    plan = make_plan(parse_study(STUDY))
     rng = np.random.default_rng(5)
     for folder, used in (("link-bound", 95.0), ("below-the-link", 60.0), ("unshaped", None)):
-        (tmp_path / folder).mkdir()
-        store = Store.open_dir(tmp_path / folder)
-        run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
-                              study_name="s", study_text=STUDY)
-        for scenario in plan.scenarios:
-            store.add_scenario(scenario, "vm")
-            store.add_note(scenario.id, "measured in a VM (software emulation (TCG): slow)")
+        plan, store, run = vm_store(tmp_path / folder, STUDY, "measured in a VM (software emulation (TCG): slow)")
         for r in range(1, 6):
             for scenario in plan.scenarios:
                 values = typical(rng, 5.0)(scenario, r) | ({"link_utilisation_pct": used} if used else {})
@@ -453,14 +459,9 @@ def test_a_store_measured_before_loads_were_scaled_and_fragments_flagged_says_bo
 
     study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 24}]\n" \
             "workloads: [{kind: udp, rate_mbit: 20}, {kind: tcp}]\n"
-    plan = make_plan(parse_study(study))
-    store = Store.open_dir(tmp_path)
-    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
-                          study_name="s", study_text=study)
+    plan, store, run = vm_store(tmp_path, study, "link scaled for software emulation: 24 Mbit/s run at 10 Mbit/s "
+                                "with 2.4x the delay (the same bandwidth-delay product)")  # as before loads were scaled
     for scenario in plan.scenarios:
-        store.add_scenario(scenario, "vm")
-        store.add_note(scenario.id, "link scaled for software emulation: 24 Mbit/s run at 10 Mbit/s with 2.4x "
-                                    "the delay (the same bandwidth-delay product)")  # as before loads were scaled
         for r in (1, 2, 3):
             fragments = 900.0 if scenario.vpn.layers and scenario.kind.kind == "udp" else 0.0
             store.record_repetition(run, scenario.id, r, {"throughput_mbps": 5.0, "wan_fragments": fragments}, {}, [],
@@ -497,13 +498,8 @@ def test_under_emulation_a_rate_that_carried_the_whole_offered_load_is_the_loads
     that rate is the load's, not the emulator's, and is graded. One the sender could not reach is not."""
     study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 10}]\n" \
             "workloads: [{kind: udp, rate_mbit: [0.1, 20]}]\n"
-    plan = make_plan(parse_study(study))
-    store = Store.open_dir(tmp_path)
-    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
-                          study_name="s", study_text=study)
+    plan, store, run = vm_store(tmp_path, study, "measured in a VM (software emulation (TCG): slow)")
     for scenario in plan.scenarios:
-        store.add_scenario(scenario, "vm")
-        store.add_note(scenario.id, "measured in a VM (software emulation (TCG): slow)")
         offered = scenario.workload.rate_mbit
         carried = offered if offered < 1 else (9.5 if not scenario.vpn.layers else 5.5)
         for r in (1, 2, 3):

@@ -3,7 +3,6 @@ sharing a real tunnel with the measured workload."""
 
 import asyncio
 import sqlite3
-import subprocess
 import time
 from types import SimpleNamespace
 
@@ -13,7 +12,6 @@ from conftest import run_here
 from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
 from vpnlab.study import parse_study
-from vpnlab.testbed.state import RunState
 from vpnlab.workloads.background import DRAIN_S, PRESETS, BackgroundTraffic, ProtocolError, _expect, mail_data
 
 STUDY = """
@@ -78,16 +76,6 @@ def test_a_mail_body_has_crlf_lines_dots_doubled_and_the_closing_dot():
     assert mail_data(b"one\r\n").endswith(b"\r\none\r\n.\r\n")
 
 
-@pytest.fixture
-def source_namespace():
-    state = RunState.create()
-    name = state.namespace_name("bg")
-    state.add_namespace(name)
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    yield name
-    state.teardown()
-
-
 def _traffic(namespace: str, transaction) -> BackgroundTraffic:
     """The office mix's flows driving `transaction` from the thread in `namespace` (no servers)."""
     traffic = BackgroundTraffic(SimpleNamespace(bed=SimpleNamespace(source=SimpleNamespace(namespace=namespace))),
@@ -96,12 +84,11 @@ def _traffic(namespace: str, transaction) -> BackgroundTraffic:
     return traffic
 
 
-def test_a_failed_measurement_ends_the_background_at_once_and_the_background_error_does_not_hide_it(
-        source_namespace):
+def test_a_failed_measurement_ends_the_background_at_once_and_the_background_error_does_not_hide_it(namespace):
     async def slow():
         await asyncio.sleep(3 * DRAIN_S)
         return 1
-    traffic = _traffic(source_namespace, slow)
+    traffic = _traffic(namespace, slow)
     time.sleep(1)  # DNS arrives 5 times a second: transactions are in flight
     assert sum(c.started for c in traffic.counters) > 0
     begun = time.monotonic()
@@ -116,11 +103,11 @@ def test_a_failed_measurement_ends_the_background_at_once_and_the_background_err
         gone.stop()  # after a good measurement a broken background fails the repetition
 
 
-def test_a_stopped_background_counts_what_finished_and_drains_what_is_in_flight(source_namespace):
+def test_a_stopped_background_counts_what_finished_and_drains_what_is_in_flight(namespace):
     async def quick():
         await asyncio.sleep(0.2)
         return 1000
-    traffic = _traffic(source_namespace, quick)
+    traffic = _traffic(namespace, quick)
     time.sleep(1.5)
     values, account, flags = traffic.stop()
     assert values["background_failures"] == 0 and not flags

@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from vpnlab.testbed import netns
-from vpnlab.testbed.state import RunState
 
 SERVER = """
 import socket, sys, time
@@ -17,17 +16,6 @@ tcp = socket.socket(socket.AF_INET6); tcp.bind(("::1", 5201)); tcp.listen()
 udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind(("127.0.0.1", 1194))
 print("up", flush=True); time.sleep(30)
 """
-
-
-@pytest.fixture
-def namespace():
-    state = RunState.create()
-    name = state.namespace_name("netns")
-    state.add_namespace(name)
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-    yield name
-    state.teardown()
 
 
 def in_namespace(name: str, *argv: str) -> str:
