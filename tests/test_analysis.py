@@ -512,3 +512,17 @@ def test_under_emulation_a_rate_that_carried_the_whole_offered_load_is_the_loads
     low, high = (next(x for x in summaries[pptp[rate]] if x.metric == "throughput_mbps") for rate in (0.1, 20))
     assert low.emulation_bound == "" and low.grade
     assert high.grade == "" and "at 55% of the link's rate" in high.grade_reason
+
+
+def test_table_vi_grades_the_workloads_the_studys_graded_findings_name(tmp_path):
+    """jaha-2014 lists udp-0.1M first (every VPN carries it all) but grades the seed's Table VI at 20 Mbit/s."""
+    from vpnlab import report
+
+    study = ("name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: wireguard}]\n"
+             "workloads: [{kind: udp, rate_mbit: [0.1, 20]}]\nfindings:\n"
+             "  - {id: f, quote: q, where: w, seed: s, a: {vpn: none, workload: udp-20M-1400B},\n"
+             "     b: {vpn: wireguard, workload: udp-20M-1400B}, direction: lower, graded: throughput}\n")
+    generated_store(tmp_path, lambda s, r: {"throughput_mbps": s.workload.rate_mbit * (0.5 if "wire" in s.label else 1)
+                                            * (1 + r / 1000)}, study=study)[0].close()
+    headings, rows = report.build(tmp_path).table_vi["unshaped"]
+    assert headings[0] == "UDP throughput (udp-20M-1400B)"

@@ -22,7 +22,7 @@ matplotlib.use("Agg")  # no display: render to SVG text
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
-from . import methods, metrics, recommend, sensitivity  # noqa: E402
+from . import findings, methods, metrics, recommend, sensitivity  # noqa: E402
 from .analysis import Summary, baseline_of, fmt, relative_text, summarise  # noqa: E402
 from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
 from .algorithms import table as algorithm_table  # noqa: E402
@@ -244,10 +244,11 @@ def build(directory: Path) -> Report:
     report.notes += missed
     report.labels, report.algorithms = short_labels(scenarios), algorithms
 
-    report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell)
+    graded = [f.b.workload for f in findings.parse(last.get("study_text") or "") if f.graded]
+    report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell, graded)
     if settings.seed_grading == "jaha-2014":
         report.seed_table_vi = _table_vi(scenarios, stat, report.links,
-                                         _seed_cell(scenarios, stat, settings.latency_floor_ms))
+                                         _seed_cell(scenarios, stat, settings.latency_floor_ms), graded)
     _short_table_labels(report)
     _figures(report, scenarios, stat)
     _interval_figures(report, scenarios, series)
@@ -255,8 +256,7 @@ def build(directory: Path) -> Report:
     used = _recommend(report, scenarios, stat, family)
     _comparisons(report, scenarios, family, used)
     report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))
-    from .findings import against_the_original  # "Against the original study": findings.py, findings.html.j2
-    report.against = against_the_original(directory)
+    report.against = findings.against_the_original(directory)  # "Against the original study": findings.html.j2
     return report
 
 
@@ -364,16 +364,18 @@ def _outlier_groups(scenarios: list, summaries: dict) -> list[tuple[str, list[st
             for note, by_scenario in groups.items()]  # one entry per scenario: the fold counts scenarios
 
 
-def _first_workload(scenarios: list, kind: str) -> str | None:
-    """Table VI grades one workload per kind: the first one the study lists."""
-    candidates = sorted((s.idx, s.workload_params) for s in scenarios if s.workload == kind)
-    return candidates[0][1] if candidates else None
+def _graded_workload(scenarios: list, kind: str, graded: list[str]) -> str | None:
+    """Table VI grades one workload per kind: the first the study's graded findings name (the seed's
+    own table), else the first the study lists."""
+    candidates = sorted((s.workload_label not in graded, s.idx, s.workload_params)
+                        for s in scenarios if s.workload == kind)
+    return candidates[0][2] if candidates else None
 
 
-def _table_vi(scenarios: list, stat: dict, links: list, cell) -> dict:
-    """Link -> (headings, rows) of Table VI: per VPN, the first workload of each kind, `cell` making
-    each graded metric's cell from its scenario and summary. A heading names its workload."""
-    chosen = {kind: _first_workload(scenarios, kind) for kind in KINDS}
+def _table_vi(scenarios: list, stat: dict, links: list, cell, graded: list[str]) -> dict:
+    """Link -> (headings, rows) of Table VI: per VPN, one workload of each kind (_graded_workload), `cell`
+    making each graded metric's cell from its scenario and summary. A heading names its workload."""
+    chosen = {kind: _graded_workload(scenarios, kind, graded) for kind in KINDS}
     label = {s.workload: s.workload_label for s in scenarios if s.workload_params == chosen.get(s.workload)}
     columns = [(kind, metric, f"{heading} ({label[kind]})") for kind in KINDS
                for metric, heading in KINDS[kind].graded if chosen[kind]]
