@@ -48,32 +48,28 @@ def test_latency_grades(multiple, expected):
     assert band(multiple, "latency") == expected
 
 
-def generated_store(tmp_path, sample, rounds=5, study=STUDY):
-    """A store of a study whose repetition r of scenario s has the values sample(s, r), in rounds."""
-    plan = make_plan(parse_study(study))
-    store = Store.open_dir(tmp_path)
-    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
-                          study_name="s", study_text=study)
-    for scenario in plan.scenarios:
-        store.add_scenario(scenario)
-    for round_no in range(1, rounds + 1):
-        for position, scenario in enumerate(plan.scenarios):
-            store.record_repetition(run, scenario.id, round_no, sample(scenario, round_no), {}, [], round_no,
-                                    position)
-    return store, {(s.kind.kind, "wireguard" in s.label): s.id for s in plan.scenarios}
-
-
-def vm_store(folder, study: str, note: str):
-    """(plan, store, run) of `study`, every scenario added as measured in the VM with `note`."""
+def planned_store(folder, study: str, measured_in: str = "host", note: str = ""):
+    """(plan, store, run) of `study`, every scenario added as measured in `measured_in`, with `note`."""
     plan = make_plan(parse_study(study))
     folder.mkdir(exist_ok=True)
     store = Store.open_dir(folder)
     run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
                           study_name="s", study_text=study)
     for scenario in plan.scenarios:
-        store.add_scenario(scenario, "vm")
-        store.add_note(scenario.id, note)
+        store.add_scenario(scenario, measured_in)
+        if note:
+            store.add_note(scenario.id, note)
     return plan, store, run
+
+
+def generated_store(tmp_path, sample, rounds=5, study=STUDY):
+    """A store of a study whose repetition r of scenario s has the values sample(s, r), in rounds."""
+    plan, store, run = planned_store(tmp_path, study)
+    for round_no in range(1, rounds + 1):
+        for position, scenario in enumerate(plan.scenarios):
+            store.record_repetition(run, scenario.id, round_no, sample(scenario, round_no), {}, [], round_no,
+                                    position)
+    return store, {(s.kind.kind, "wireguard" in s.label): s.id for s in plan.scenarios}
 
 
 def typical(rng, baseline_rtt=0.08):
@@ -401,7 +397,7 @@ def test_under_software_emulation_a_delay_or_a_rate_below_the_links_gets_no_grad
     the shaped link's in the VM is the link's, the VPN's share of it, and keeps its grade."""
     rng = np.random.default_rng(5)
     for folder, used in (("link-bound", 95.0), ("below-the-link", 60.0), ("unshaped", None)):
-        plan, store, run = vm_store(tmp_path / folder, STUDY, "measured in a VM (software emulation (TCG): slow)")
+        plan, store, run = planned_store(tmp_path / folder, STUDY, "vm", "measured in a VM (software emulation (TCG): slow)")
         for r in range(1, 6):
             for scenario in plan.scenarios:
                 values = typical(rng, 5.0)(scenario, r) | ({"link_utilisation_pct": used} if used else {})
@@ -459,7 +455,7 @@ def test_a_store_measured_before_loads_were_scaled_and_fragments_flagged_says_bo
 
     study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 24}]\n" \
             "workloads: [{kind: udp, rate_mbit: 20}, {kind: tcp}]\n"
-    plan, store, run = vm_store(tmp_path, study, "link scaled for software emulation: 24 Mbit/s run at 10 Mbit/s "
+    plan, store, run = planned_store(tmp_path, study, "vm", "link scaled for software emulation: 24 Mbit/s run at 10 Mbit/s "
                                 "with 2.4x the delay (the same bandwidth-delay product)")  # as before loads were scaled
     for scenario in plan.scenarios:
         for r in (1, 2, 3):
@@ -478,12 +474,8 @@ def test_a_tcp_window_the_kernel_did_not_give_is_said(tmp_path):
     from vpnlab import report
 
     study = "name: s\nrepetitions: 2\nvpns: [{driver: none}]\nworkloads: [{kind: tcp, window: [8K, 64K]}]\n"
-    plan = make_plan(parse_study(study))
-    store = Store.open_dir(tmp_path)
-    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
-                          study_name="s", study_text=study)
+    plan, store, run = planned_store(tmp_path, study)
     for scenario in plan.scenarios:
-        store.add_scenario(scenario)
         got = 5792 if scenario.workload.window == 8192 else 64088  # what Linux gave narayan-2008's iperf3
         for r in (1, 2):
             store.record_repetition(run, scenario.id, r, {"throughput_mbps": 5.0},
@@ -498,7 +490,7 @@ def test_under_emulation_a_rate_that_carried_the_whole_offered_load_is_the_loads
     that rate is the load's, not the emulator's, and is graded. One the sender could not reach is not."""
     study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 10}]\n" \
             "workloads: [{kind: udp, rate_mbit: [0.1, 20]}]\n"
-    plan, store, run = vm_store(tmp_path, study, "measured in a VM (software emulation (TCG): slow)")
+    plan, store, run = planned_store(tmp_path, study, "vm", "measured in a VM (software emulation (TCG): slow)")
     for scenario in plan.scenarios:
         offered = scenario.workload.rate_mbit
         carried = offered if offered < 1 else (9.5 if not scenario.vpn.layers else 5.5)
