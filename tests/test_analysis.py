@@ -397,7 +397,8 @@ def test_under_software_emulation_a_delay_or_a_rate_below_the_links_gets_no_grad
     the shaped link's in the VM is the link's, the VPN's share of it, and keeps its grade."""
     rng = np.random.default_rng(5)
     for folder, used in (("link-bound", 95.0), ("below-the-link", 60.0), ("unshaped", None)):
-        plan, store, run = planned_store(tmp_path / folder, STUDY, "vm", "measured in a VM (software emulation (TCG): slow)")
+        plan, store, run = planned_store(tmp_path / folder, STUDY, "vm",
+                                         "measured in a VM (software emulation (TCG): slow)")
         for r in range(1, 6):
             for scenario in plan.scenarios:
                 values = typical(rng, 5.0)(scenario, r) | ({"link_utilisation_pct": used} if used else {})
@@ -455,8 +456,9 @@ def test_a_store_measured_before_loads_were_scaled_and_fragments_flagged_says_bo
 
     study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 24}]\n" \
             "workloads: [{kind: udp, rate_mbit: 20}, {kind: tcp}]\n"
-    plan, store, run = planned_store(tmp_path, study, "vm", "link scaled for software emulation: 24 Mbit/s run at 10 Mbit/s "
-                                "with 2.4x the delay (the same bandwidth-delay product)")  # as before loads were scaled
+    scaled = "link scaled for software emulation: 24 Mbit/s run at 10 Mbit/s with 2.4x the delay (the same " \
+             "bandwidth-delay product)"  # as before loads were scaled
+    plan, store, run = planned_store(tmp_path, study, "vm", scaled)
     for scenario in plan.scenarios:
         for r in (1, 2, 3):
             fragments = 900.0 if scenario.vpn.layers and scenario.kind.kind == "udp" else 0.0
