@@ -35,7 +35,7 @@ from ..testbed import netns
 from ..tools import Tool
 from .base import WorkloadContext
 from .datasets import make as make_file
-from .transfer import NGINX, VSFTPD, data_dir, ensure_file_server, ensure_server, private_dir
+from .transfer import NGINX, VSFTPD, data_dir, ensure_servers, file_server, private_dir
 
 PROTOCOLS = ("http", "ftp", "smtp", "pop3", "dns")
 METRICS = (
@@ -365,17 +365,20 @@ class BackgroundTraffic:
 
     def start(self) -> None:
         data = data_dir(self.ctx)
+        servers = [self._server(flow.protocol, data) for flow in self.mix.flows]
+        infos = ensure_servers(self.ctx, dict(servers))
         flows = []
-        for flow in self.mix.flows:
-            if flow.protocol in ("http", "ftp"):
-                info = ensure_file_server(self.ctx, flow.protocol, data)
-            else:
-                start = SERVERS[flow.protocol]
-                info = ensure_server(self.ctx, start.__name__.removeprefix("_start_"),
-                                     lambda start=start: start(self.ctx, data, self.mix))
+        for flow, (name, _) in zip(self.mix.flows, servers):
             rng = random.Random(self.rng.random())
-            flows.append((flow, _transaction(flow, self.ctx.bed.sink_ip, data, info, rng), rng))
+            flows.append((flow, _transaction(flow, self.ctx.bed.sink_ip, data, infos[name], rng), rng))
         self._launch(flows)
+
+    def _server(self, protocol: str, data: Path) -> tuple[str, Callable[[], dict]]:
+        """The name and starter of the server a flow's transactions need."""
+        if protocol in ("http", "ftp"):
+            return file_server(self.ctx, protocol, data)
+        start = SERVERS[protocol]
+        return start.__name__.removeprefix("_start_"), partial(start, self.ctx, data, self.mix)
 
     def _launch(self, flows: list) -> None:
         """Drive (flow, transaction, rng) triples in a thread in the source's namespace."""

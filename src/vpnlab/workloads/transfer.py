@@ -174,21 +174,29 @@ Subsystem sftp internal-sftp
 STARTERS = {"http": _start_nginx, "https": _start_nginx, "ftp": _start_vsftpd, "ssh": _start_sshd}
 
 
-def ensure_server(ctx: WorkloadContext, name: str, start: Callable[[], dict]) -> dict:
-    """Start a server in the sink once per testbed: `start()` says how (argv, port, client facts)."""
-    if name not in ctx.services:
-        info = start()
-        log = ctx.log_dir / f"{name}.log"
-        proc = ctx.bed.sink.spawn(info["argv"], log, what=name)
-        ctx.services[name] = (ctx.bed.sink, proc)
+def ensure_servers(ctx: WorkloadContext, starts: dict[str, Callable[[], dict]]) -> dict[str, dict]:
+    """Start servers in the sink once per testbed (`start()` says how: argv, port, client facts);
+    name -> its facts. All are spawned before any is waited for: each takes seconds to listen under
+    software emulation, where the guest's second CPU would otherwise idle."""
+    new = [name for name in starts if name not in ctx.services]
+    for name in new:
+        info = starts[name]()
+        ctx.services[name] = (ctx.bed.sink, ctx.bed.sink.spawn(info["argv"], ctx.log_dir / f"{name}.log", what=name))
         ctx.server_info[name] = info
-        ctx.bed.sink.wait_listening(info["port"], proc, log)
-    return ctx.server_info[name]
+    for name in new:
+        ctx.bed.sink.wait_listening(ctx.server_info[name]["port"], ctx.services[name][1], ctx.log_dir / f"{name}.log")
+    return {name: ctx.server_info[name] for name in starts}
+
+
+def file_server(ctx: WorkloadContext, protocol: str, data: Path) -> tuple[str, Callable[[], dict]]:
+    """The name and starter of the server behind a file transfer protocol."""
+    start = STARTERS[protocol]
+    return start.__name__.removeprefix("_start_"), lambda: start(ctx, data)
 
 
 def ensure_file_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
-    start = STARTERS[protocol]
-    return ensure_server(ctx, start.__name__.removeprefix("_start_"), lambda: start(ctx, data))
+    name, start = file_server(ctx, protocol, data)
+    return ensure_servers(ctx, {name: start})[name]
 
 
 class Transfer(WorkloadKind):
