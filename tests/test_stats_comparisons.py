@@ -5,11 +5,13 @@ The simulated design is vpnlab's: every configuration runs once per round, and a
 """
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
 
+from vpnlab.recommend import singled_out
 from vpnlab.stats import (difference_ms, holm, min_attainable_p, min_attainable_p_paired, paired_log_ratio,
                           rank_test, repetitions_needed, secondary_tests, tost_log_ratio, verdict,
                           welch_log_ratio)
@@ -209,6 +211,35 @@ def test_the_recommendation_finds_a_real_difference_in_the_right_direction():
     assert np.mean([w == "ahead" for w in words]) > 0.9
     rtt_words = [family_verdicts(runs, s, higher_is_better=False)[0].word for s in range(500)]
     assert np.mean([w == "behind" for w in rtt_words]) > 0.9
+
+
+def called_best(runs, study, noisy_sd, rng, rivals=None):
+    """The configuration the recommendation calls the best in one study (None: no best), the last
+    configuration measured with extra noise; rivals: how many of the next-ranked it is tested against
+    (None: all, the product's rule)."""
+    x = runs[:, study] * np.exp(np.outer(np.arange(runs.shape[0]) == runs.shape[0] - 1,
+                                          rng.normal(0, noisy_sd, runs.shape[2])))
+    family = [SimpleNamespace(scenario_a=i, scenario_b=j, verdict=v.word, verdict_text=v.sentence)
+              for (i, j), v in zip(((i, j) for i in range(len(x)) for j in range(i + 1, len(x))),
+                                   family_verdicts(x[:, None, :], 0))]
+    ranked = [SimpleNamespace(id=i, vpn_label=str(i)) for i in np.argsort(-np.log(x).mean(axis=1))]
+    others = ranked[1:] if rivals is None else ranked[1:1 + rivals]
+    return ranked[0].id if singled_out(ranked[0], others, family)[0] else None
+
+
+def test_the_best_choice_is_rarely_named_when_a_noisy_third_is_as_good():
+    # the first and the noisy third are equal, the second 7% behind: any "best" is a false claim
+    runs = rounds(np.random.default_rng(5), 1500, 5, configurations=3, ratios=[1.0, 0.93, 1.0], run_sd=0.02)
+    said = [called_best(runs, s, 0.15, np.random.default_rng(s)) for s in range(1500)]
+    against_runner_up = [called_best(runs, s, 0.15, np.random.default_rng(s), rivals=1) for s in range(1500)]
+    assert np.mean([b is not None for b in said]) <= 0.05
+    assert np.mean([b is not None for b in against_runner_up]) > 0.1  # the lead over the runner-up alone misleads
+
+
+def test_the_best_choice_is_named_when_it_is_ahead_of_every_other():
+    runs = rounds(np.random.default_rng(6), 500, 5, configurations=3, ratios=[1.1, 0.95, 1.0], run_sd=0.02)
+    said = [called_best(runs, s, 0.02, np.random.default_rng(s)) for s in range(500)]
+    assert np.mean([b == 0 for b in said]) > 0.9
 
 
 def test_a_small_insignificant_difference_is_undecided_with_the_rounds_needed():

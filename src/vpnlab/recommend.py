@@ -1,7 +1,7 @@
 """Recommendations that follow the tests: per link and workload (and among FIPS-only
 configurations), the first-ranked configuration is called the best only when the study's
-Holm-corrected test against the runner-up is significant beyond the practical threshold; otherwise
-the sentence says what the tests do support (equivalent within it, or not distinguishable and how
+Holm-corrected tests put it ahead of every other one (significant, and estimated beyond the practical
+threshold); otherwise the sentence says what the tests do support (equivalent within it, or not distinguishable and how
 many rounds would be needed). A ranking of figures the emulator may have set (analysis: under
 software emulation, a delay, or a rate below the shaped link's) is shown, never recommended. A lone
 configuration is not called the best of anything; one not yet measured to its rule is named."""
@@ -17,19 +17,28 @@ from .compare import Comparison
 from .store import ScenarioRow
 from .workloads import KINDS
 
-def versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> Comparison | None:
-    """The study's comparison of the first-ranked with the second (compare.py), if they were compared."""
-    return next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, runner_up.id}), None)
+
+def versus(top: ScenarioRow, other: ScenarioRow, family: list) -> Comparison | None:
+    """The study's comparison of two configurations (compare.py), if they were compared."""
+    return next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, other.id}), None)
 
 
-def _versus(top: ScenarioRow, runner_up: ScenarioRow, family: list) -> tuple[bool, str]:
-    """Whether the study's tests single out the first-ranked against the second, and what they say:
-    "ahead" only when the Holm-corrected test is significant beyond the threshold (compare.py)."""
-    c = versus(top, runner_up, family)
-    if c is None:
-        return False, (f"{top.vpn_label} and {runner_up.vpn_label} were not compared (fewer than two valid "
-                       "repetitions a side)")
-    return c.verdict == ("behind" if c.scenario_a == top.id else "ahead"), c.verdict_text.rstrip(".")
+def singled_out(top: ScenarioRow, others: list[ScenarioRow], family: list) -> tuple[bool, str, Comparison | None]:
+    """Whether the study's tests put the first-ranked ahead of every other configuration (each
+    Holm-corrected test significant, each estimate beyond the threshold: compare.py), what they say,
+    and the comparison that decided it: the first one (in rank order) that does not single it out,
+    else the one against the runner-up. A lead over the runner-up alone is not enough: a noisy
+    configuration ranked third may be the better one."""
+    for other in others:
+        c = versus(top, other, family)
+        if c is None:
+            return False, (f"{top.vpn_label} and {other.vpn_label} were not compared (fewer than two valid "
+                           "repetitions a side)"), None
+        if c.verdict != ("behind" if c.scenario_a == top.id else "ahead"):
+            return False, c.verdict_text.rstrip("."), c
+    first = versus(top, others[0], family)
+    rest = {1: "", 2: "; ahead of the other one too"}.get(len(others), f"; ahead of the {len(others) - 1} others too")
+    return True, first.verdict_text.rstrip(".") + rest, first
 
 
 def _recommendation(head: str, scope: str, ranked: list, family: list, left_out: list[str]) -> str:
@@ -46,7 +55,7 @@ def _recommendation(head: str, scope: str, ranked: list, family: list, left_out:
                     "is one of speed only")
     if len(ranked) == 1:
         return f"{head}, {value} is the only {fips}configuration measured: there is nothing to choose between{after}."
-    ahead, why = _versus(top, ranked[1][1], family)
+    ahead, why, _ = singled_out(top, [m for _, m in ranked[1:]], family)
     bound = next((s.emulation_bound for s, _ in ranked if s.emulation_bound), "")
     if bound:  # short: under emulation every group says it
         return (f"{head}: no {fips}choice follows, the figures were {bound.split(': ')[0]} (first-ranked: {value}); "
@@ -59,8 +68,8 @@ def _recommendation(head: str, scope: str, ranked: list, family: list, left_out:
 def recommendations(scenarios: list[ScenarioRow], stat: dict,
                     family: list[Comparison]) -> list[tuple[str, Summary, Comparison | None]]:
     """The first-ranked configuration per link and workload, overall and among FIPS-only ones,
-    called the best only when the study's corrected test singles it out; with its summary and the
-    comparison with the runner-up that decided it."""
+    called the best only when the study's corrected tests single it out; with its summary and the
+    comparison that decided it."""
     out = []
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
@@ -78,6 +87,6 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict,
                 continue
             ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
             left_out = [m.vpn_label for m in pool if m.status != "done"]
-            decided = versus(ranked[0][1], ranked[1][1], family) if len(ranked) > 1 else None
+            decided = singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)[2] if len(ranked) > 1 else None
             out.append((_recommendation(head, scope, ranked, family, left_out), ranked[0][0], decided))
     return out
