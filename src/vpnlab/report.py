@@ -72,6 +72,7 @@ class Report:
     table_vi: dict = field(default_factory=dict)        # link -> (headings, rows)
     seed_table_vi: dict = field(default_factory=dict)   # the same, graded as the seed did (analysis: seed_grading)
     flagged_counted: str = "counted"                    # how the study counts flagged samples
+    latency_floor_ms: str = ""                          # the smallest no-VPN delay graded (analysis)
     flagged_both_ways: list = field(default_factory=list)  # rows of sensitivity.HEADINGS
     figures: list = field(default_factory=list)
     tunnel_rows: list = field(default_factory=list)
@@ -233,6 +234,7 @@ def build(directory: Path) -> Report:
                     failed=[s for s in scenarios if s.status == "failed"],
                     notes=_grouped_notes(scenarios) + flag_groups + _outlier_groups(scenarios, summaries))
     report.flagged_counted, report.flagged_both_ways = counted, both_ways
+    report.latency_floor_ms = f"{settings.latency_floor_ms:g}"
     report.machines = machine_lines(runs, scenarios)
     report.measured_where = measured_where(last, scenarios)
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
