@@ -271,9 +271,9 @@ findings:
 """
 
 
-def test_differences_userspace_stand_ins_and_utilisation(tmp_path):
-    """Jitter (which can be zero) is tested as B - A in ms; a finding about a kernel data path is not
-    comparable when a userspace implementation stood in for it; per_link_rate compares utilisation."""
+def udp_study_store(tmp_path, jitter=(0.1, 0.5)):
+    """UDP_STUDY's store: jitter (no VPN, VPN) in ms plus up to 0.02 ms; 90% and 95% of the slow and
+    fast links; IPsec's tunnels by libipsec (userspace)."""
     rng = np.random.default_rng(3)
     plan = make_plan(parse_study(UDP_STUDY))
     assert findings.plan_problems(parse_study(UDP_STUDY)) == []
@@ -286,11 +286,17 @@ def test_differences_userspace_stand_ins_and_utilisation(tmp_path):
     for round_no in range(1, 7):
         for position, s in enumerate(plan.scenarios):
             vpn, rate = bool(s.vpn.layers), s.link.rate_mbit
-            values = ({"udp_jitter_ms": (0.5 if vpn else 0.1) + rng.uniform(0, 0.02)} if s.workload.kind == "udp"
+            values = ({"udp_jitter_ms": jitter[vpn] + rng.uniform(0, 0.02)} if s.workload.kind == "udp"
                       else {"throughput_mbps": (0.90 if rate == 2 else 0.95) * rate * rng.lognormal(0, 0.005),
                             "cpu_s_per_gb": (20 if vpn else 5) * rng.lognormal(0, 0.05)})
             store.record_repetition(run, s.id, round_no, values, {}, [], round_no, position)
-    result = judged(store)
+    return store
+
+
+def test_differences_userspace_stand_ins_and_utilisation(tmp_path):
+    """Jitter (which can be zero) is tested as B - A in ms; a finding about a kernel data path is not
+    comparable when a userspace implementation stood in for it; per_link_rate compares utilisation."""
+    result = judged(udp_study_store(tmp_path))
     jitter = result["jitter-up"]
     assert jitter.verdict == "reproduced" and jitter.scale == "difference", jitter.reason
     assert jitter.estimate == pytest.approx(0.4, abs=0.03) and "B - A" in jitter.result_text
@@ -298,3 +304,10 @@ def test_differences_userspace_stand_ins_and_utilisation(tmp_path):
     assert cpu.verdict == "not comparable here" and "libipsec" in cpu.reason
     util = result["slow-link-utilisation"]
     assert util.verdict == "reproduced" and util.estimate == pytest.approx(0.90 / 0.95, rel=0.01), util.reason
+
+
+def test_a_significant_difference_within_the_margin_of_as_mean_is_not_reproduced(tmp_path):
+    # 10.00 against 10.10 ms: significant, but 1% of A's mean, inside the default 2% margin
+    jitter = judged(udp_study_store(tmp_path, jitter=(10.0, 10.1)))["jitter-up"]
+    assert jitter.holm_p < 0.05 and jitter.scale == "difference"
+    assert jitter.verdict == "inconclusive" and "significant but not shown beyond 2% of A's mean" in jitter.reason

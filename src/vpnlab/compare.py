@@ -6,7 +6,8 @@ interval; Welch's t test on logs stands in only when the two were not measured i
 Holm's correction runs over the family the study defines: every pair of VPN configurations on the
 same link and workload, measured in the same place, whatever is printed. The one-sided t tests and
 the rank test (Wilcoxon signed-rank when paired, Mann-Whitney U otherwise) are secondary: labelled,
-uncorrected. A verdict follows the corrected test, a 2% practical threshold and a TOST.
+uncorrected. A verdict follows the corrected test, a 2% practical threshold and a TOST (corrected
+over the same family apart).
 By default the pairs printed are the ones a study is built to answer: two configurations of the
 same driver that differ in one thing (profile, cipher, compression, transport ...).
 """
@@ -70,8 +71,9 @@ class Comparison:
     rank_test: str = ""
     rank_note: str = ""
     in_family: bool = True
-    equivalent: bool = False    # TOST: B/A within 1 +- threshold
+    equivalent: bool = False    # TOST: B/A within 1 +- threshold (in a family: after Holm's correction)
     tost_p: float | None = None
+    tost_holm_p: float | None = None  # the TOST's p after Holm's correction over the family
     verdict: str = ""           # ahead, behind (B against A), equivalent, undecided, identical, emulator-set
     verdict_text: str = ""
     rounds_needed: int | None = None
@@ -124,11 +126,14 @@ def compare(a: list[float], b: list[float], paired: bool = False) -> dict:
 
 
 def holm(comparisons: list[Comparison], untested: int = 0) -> None:
-    """Holm-correct the primary p-values of one family of comparisons, in place; `untested` more
-    members of the family had no test and still count in its size."""
+    """Holm-correct, in place, the primary p-values of one family of comparisons, and apart from them
+    the TOSTs' (an equivalence claimed for one pair in many is as liable to chance as a difference);
+    `untested` more members of the family had no test and still count in its size."""
     adjusted = holm_adjust([c.welch_p for c in comparisons] + [None] * untested)
-    for c, p in zip(comparisons, adjusted):
+    equivalence = holm_adjust([c.tost_p for c in comparisons] + [None] * untested)
+    for c, p, q in zip(comparisons, adjusted, equivalence):
         c.holm_p, c.significant = p, p is not None and p < ALPHA
+        c.tost_holm_p, c.equivalent = q, q is not None and q < ALPHA
 
 
 def differs_in_one_thing(a: dict, b: dict) -> bool:
@@ -157,10 +162,10 @@ def _comparison(sa: ScenarioRow, sb: ScenarioRow, values: dict,
                       workload_label=sa.workload_label, threshold=threshold), (test, tost)
 
 
-def _decide(c: Comparison, test, tost) -> None:
-    """The verdict of the recommendation rule (stats.verdict) from the corrected primary test."""
-    decision = verdict(test, c.holm_p, tost, threshold=c.threshold, alpha=ALPHA,
-                       higher_is_better=metrics.get(c.metric).higher_is_better is not False,
+def _decide(c: Comparison, test, tost, family_size: int) -> None:
+    """The verdict of the recommendation rule (stats.verdict) from the corrected tests."""
+    decision = verdict(test, c.holm_p, tost, c.tost_holm_p, threshold=c.threshold, alpha=ALPHA,
+                       family_size=family_size, higher_is_better=metrics.get(c.metric).higher_is_better is not False,
                        names=(c.a, c.b))
     c.verdict, c.verdict_text, c.rounds_needed = decision.word, decision.sentence, decision.rounds_needed
 
@@ -187,7 +192,7 @@ def comparison_family(store: Store) -> list[Comparison]:
     holm([c for c, _ in done], untested=len(pairs) - len(done))
     rows = {sc.id: sc for sc in store.scenarios()}
     for c, (test, tost) in done:
-        _decide(c, test, tost)
+        _decide(c, test, tost, len(pairs))
         bound = next(filter(None, (_bound(rows[sid], c.metric, values) for sid in (c.scenario_a, c.scenario_b))), "")
         if bound and c.verdict in ("ahead", "behind"):  # a difference in the emulator's cost, not the VPNs'
             c.verdict, c.verdict_text = "emulator-set", f"{c.b} against {c.a}: not decided here, figures {bound}"
@@ -322,8 +327,9 @@ def study_footnotes(comparisons: list[Comparison]) -> list[str]:
              "rounds, else Welch on logs); B vs A is the ratio of geometric means minus 1",
              "* significant at 0.05 after Holm's correction over every comparison of VPN configurations the "
              "study defines (the same whatever is printed)",
-             f"verdict: ahead/behind only when the Holm-corrected p < {ALPHA:g} and the difference exceeds "
-             f"{100 * threshold:g}%; equivalent only when a TOST shows it within {100 * threshold:g}%",
+             f"verdict: ahead/behind only when the Holm-corrected p < {ALPHA:g} and the estimated difference "
+             f"exceeds {100 * threshold:g}%; equivalent only when a TOST, Holm-corrected over the same family, "
+             f"shows it within {100 * threshold:g}%",
              "† secondary tests, uncorrected: one-sided t on logs, and the rank test "
              "(Wilcoxon signed-rank when paired, Mann-Whitney U otherwise)"]
     notes += [f"‡ the rank test {note}" for note in sorted({c.rank_note for c in comparisons if c.rank_note})]

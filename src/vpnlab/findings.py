@@ -8,9 +8,10 @@ scenarios of the study's plan, A and B (by their VPN, link and workload labels, 
 
 The verdict rule (RULE below, printed in the report):
 
-* reproduced: the difference goes the seed's way and is significant after Holm's correction over the
-  study's findings (for a null finding: equivalent within the stated margin, by TOST);
-* contradicted: significant the other way, or equivalent within the margin where the seed found a
+* reproduced: the difference goes the seed's way, is significant after Holm's correction over the
+  study's findings and is estimated beyond the margin (for a null finding: equivalent within the
+  stated margin, by TOST, Holm-corrected apart);
+* contradicted: the same the other way, or equivalent within the margin where the seed found a
   difference (for a null finding: a significant difference beyond the margin);
 * inconclusive: neither, with the repetitions that would settle it;
 * not comparable here: a condition this machine cannot give (a side measured in a VM under software
@@ -37,12 +38,14 @@ from .schema import Strict
 
 ALPHA = 0.05
 
-RULE = ("reproduced = the difference goes the seed's way and is significant (p < 0.05) after Holm's correction "
-        "over this study's findings, and beyond the finding's margin (for a null finding: equivalent within "
-        "the margin by TOST, 90% interval of B/A inside it); contradicted = significant the other way, or "
-        "equivalent within the margin where the seed found a difference (for a null finding: a significant "
-        "difference beyond the margin); inconclusive = neither, with the repetitions per side that would "
-        "detect a difference of the margin (or show equivalence within it); not comparable here = a condition "
+RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.05) after Holm's correction "
+        "over this study's findings, and is estimated beyond the finding's margin (of A's mean for a difference "
+        "B - A) (for a null finding: equivalent within the margin by TOST, Holm-corrected over the findings "
+        "apart, 90% interval of B/A inside it); contradicted = the same the other way, or equivalent within the "
+        "margin where the seed found a difference (for a null finding: a significant difference whose 95% "
+        "interval lies beyond the margin); inconclusive = neither, with the repetitions per side that would "
+        "detect a difference of the margin at the family's Bonferroni level (of 10% of A's mean at least, for "
+        "a difference B - A) or show equivalence within it; not comparable here = a condition "
         "this machine cannot give (a side measured in a VM under software emulation, whose CPU is the "
         "emulator's; a scenario this machine could not run; a piece vpnlab lacks; the seed's own hardware "
         "limit), with the reason. Primary test: paired t on log(B/A) per round (Welch on logs when the rounds "
@@ -204,6 +207,7 @@ class Judgement:
     n_b: int = 0
     p: float | None = None
     holm_p: float | None = None
+    tost_holm_p: float | None = None  # the equivalence test's p, Holm-corrected over the findings apart
     method: str = ""
     rounds_needed: int | None = None
     grade: str = ""
@@ -279,6 +283,8 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
     for j, p in zip(family, holm([j.p for j in family])):
         j.holm_p = p
+    for j, p in zip(family, holm([j._tost.p if j._tost is not None else None for j in family])):
+        j.tost_holm_p = p
     for j in out:
         if j.verdict == "not comparable here" or j._test is None:
             continue
@@ -397,13 +403,13 @@ def _decide_ratio(j: Judgement, alpha: float) -> None:
 
     f, test, tost = j.finding, j._test, j._tost
     margin = f.margin_pct / 100
-    decision = verdict(test, j.holm_p, tost, threshold=margin, alpha=ALPHA, names=("A", "B"))
+    decision = verdict(test, j.holm_p, tost, j.tost_holm_p, threshold=margin, alpha=ALPHA, names=("A", "B"))
     word = decision.word   # ahead: B/A above 1 + margin; behind: below it; equivalent; undecided
     change = 100 * (test.estimate - 1)
     shown = (f"B/A = {test.estimate:.3g}, {abs(change):.1f}% {'higher' if change > 0 else 'lower'} "
              f"(Holm-adjusted p = {j.holm_p:.2g})")
-    equivalence = (f"TOST 90% interval of B/A {tost.low:.3g} - {tost.high:.3g}" if tost.low is not None
-                   else f"no TOST: {tost.note}")
+    equivalence = (f"TOST Holm-adjusted p = {j.tost_holm_p:.2g}, 90% interval of B/A {tost.low:.3g} - {tost.high:.3g}"
+                   if tost.low is not None and j.tost_holm_p is not None else f"no TOST: {tost.note}")
     if f.direction == "same":
         if word == "equivalent":
             j.verdict, j.reason = "reproduced", f"equivalent within ±{f.margin_pct:g}% ({equivalence})"
@@ -442,12 +448,13 @@ def _decide_difference(j: Judgement, alpha: float) -> None:
 
     f, test = j.finding, j._test
     significant, goes_up = j.holm_p < ALPHA, test.estimate > 0
+    beyond = abs(test.estimate) > f.margin_pct / 100 * abs(j.mean_a or 0)  # the margin is of A's mean
     shown = f"B - A = {test.estimate:+.3g} (Holm-adjusted p = {j.holm_p:.2g})"
     if f.direction == "same":
         j.verdict, j.reason = "inconclusive", f"{shown}; equivalence is only tested on ratios"
-    elif significant and goes_up == (f.direction == "higher"):
+    elif significant and beyond and goes_up == (f.direction == "higher"):
         j.verdict, j.reason = "reproduced", shown
-    elif significant:
+    elif significant and beyond:
         j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
     else:
         margin = max(f.margin_pct / 100, 0.1)
@@ -456,7 +463,9 @@ def _decide_difference(j: Judgement, alpha: float) -> None:
             needed = repetitions_needed(test.sd_round / abs(j.mean_a), test.df, margin=margin,
                                         alpha=alpha, paired=test.paired)
         j.verdict, j.rounds_needed = "inconclusive", needed
-        j.reason = (f"{shown}: not significant; {_about(needed)} repetitions per side would detect a difference "
+        why = (f"significant but not shown beyond {f.margin_pct:g}% of A's mean" if significant
+               else "not significant")
+        j.reason = (f"{shown}: {why}; {_about(needed)} repetitions per side would detect a difference "
                     f"of {100 * margin:g}% of A's mean")
 
 

@@ -74,12 +74,15 @@ def _percent(ratio: float) -> str:
 
 
 def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equivalence,
-            threshold: float = 0.02, alpha: float = 0.05, higher_is_better: bool = True,
-            names: tuple[str, str] = ("A", "B")) -> Verdict:
+            adjusted_tost_p: float | None, threshold: float = 0.02, alpha: float = 0.05, family_size: int = 1,
+            higher_is_better: bool = True, names: tuple[str, str] = ("A", "B")) -> Verdict:
     """The recommendation rule: B is "ahead" of (or "behind") A only when the Holm-adjusted p of the
-    primary test is below alpha and the estimated ratio differs from 1 by more than the threshold;
-    "equivalent" only when the TOST says so; otherwise "undecided", with the rounds that would detect
-    a difference of the threshold. No test (identical samples) gives "identical"."""
+    primary test is below alpha and the estimated ratio differs from 1 by more than the threshold
+    (significance says a difference exists; its size beyond the threshold is an estimate, not a test);
+    "equivalent" only when the TOST's Holm-adjusted p (over the same family) is below alpha; otherwise
+    "undecided", with the rounds that would detect a difference of the threshold with 80% power at
+    alpha / family_size (Bonferroni: as strict as Holm's first step). No test (identical samples)
+    gives "identical"."""
     if comparison.scale != "ratio":
         raise ValueError("verdict judges a ratio (paired_log_ratio or welch_log_ratio)")
     a, b = names
@@ -91,11 +94,11 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
         word = "ahead" if (ratio > 1) == higher_is_better else "behind"
         position = "ahead of" if word == "ahead" else "behind"
         return Verdict(word, f"{b} is {position} {a}: {_percent(ratio)} (Holm-adjusted p = {adjusted_p:.2g}).")
-    if equivalence.equivalent:
+    if adjusted_tost_p is not None and adjusted_tost_p < alpha:
         return Verdict("equivalent", f"{b} and {a} are equivalent within {100 * equivalence.margin:g}% "
-                       f"(TOST, {100 * equivalence.level:g}% interval of the ratio "
-                       f"{equivalence.low:.3f} - {equivalence.high:.3f}).")
-    needed = repetitions_needed(comparison.sd_round, comparison.df, margin=threshold, alpha=alpha,
+                       f"(TOST, Holm-adjusted p = {adjusted_tost_p:.2g}; {100 * equivalence.level:g}% interval "
+                       f"of the ratio {equivalence.low:.3f} - {equivalence.high:.3f}).")
+    needed = repetitions_needed(comparison.sd_round, comparison.df, margin=threshold, alpha=alpha / family_size,
                                 paired=comparison.paired)
     about = f"about {needed}" if needed else f"more than {MAX_ROUNDS}"
     if significant:
@@ -103,4 +106,5 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
                        f"{adjusted_p:.2g}), not shown to exceed {100 * threshold:g}% nor to lie within it.",
                        needed)
     return Verdict("undecided", f"{b} and {a} are not distinguishable with {n} repetitions; {about} "
-                   f"would be needed to detect a {100 * threshold:g}% difference.", needed)
+                   f"would be needed to detect a {100 * threshold:g}% difference at the family's corrected "
+                   "level.", needed)
