@@ -31,6 +31,7 @@ def test_latency_under_load_and_bytes_on_the_wire(tmp_path, no_leftovers):
     for vpn in ("none", "wireguard"):
         # a TCP flow queues in the 20 Mbit/s bottleneck's buffer: the round trip grows several-fold
         assert values[(vpn, "tcp", "rtt_under_load_ms")] > 3 * values[(vpn, "ping", "rtt_avg_ms")] + 1
+        assert 0 <= values[(vpn, "tcp", "rtt_under_load_unanswered_pct")] < 50  # what the queue dropped
         assert values[(vpn, "tcp", "wan_fragments")] == 0
         assert values[(vpn, "tcp", "wan_avg_packet_bytes")] <= 1514  # frames, not offload super-packets
     # every payload byte costs more on the wire through the tunnel: at least its 60-byte header per

@@ -56,3 +56,20 @@ def test_iperf3_interval_series():
     series = iperf.interval_series(json.loads((DATA / "iperf3-3.12-tcp.json").read_text()))
     assert len(series) == 3 and series[0][0] == pytest.approx(1.0, abs=0.01)
     assert all(mbps > 0 for _, mbps in series)
+
+
+def test_latency_under_load_counts_the_pings_a_full_queue_lost():
+    from vpnlab.observers import loaded_rtt_values
+
+    log = """PING 198.18.1.2 (198.18.1.2) 56(84) bytes of data.
+64 bytes from 198.18.1.2: icmp_seq=1 ttl=62 time=10.0 ms
+64 bytes from 198.18.1.2: icmp_seq=2 ttl=62 time=40.0 ms
+64 bytes from 198.18.1.2: icmp_seq=4 ttl=62 time=70.0 ms
+64 bytes from 198.18.1.2: icmp_seq=4 ttl=62 time=71.0 ms (DUP!)
+64 bytes from 198.18.1.2: icmp_seq=5 ttl=62 time=120.0 ms
+"""
+    # seq 3 lost: 1 of 5 up to the last answered; the duplicate is not another ping; seq 6, if sent, may be on its way
+    values = loaded_rtt_values(log)
+    assert values["rtt_under_load_unanswered_pct"] == pytest.approx(20.0)
+    assert values["rtt_under_load_ms"] == pytest.approx((10 + 40 + 70 + 120) / 4)
+    assert loaded_rtt_values("PING 198.18.1.2 (198.18.1.2) 56(84) bytes of data.\n") == {}

@@ -144,6 +144,20 @@ def test_outlier_flags_on_clean_data_are_frequent_at_small_n(n, per_value, per_s
     assert per_study[0] <= flags.any(axis=1).mean() <= per_study[1]
 
 
+@pytest.mark.parametrize("n,band", [(5, (0.84, 0.89)), (10, (0.89, 0.935))])
+def test_leaving_flagged_values_out_of_clean_data_narrows_the_interval_below_95(n, band):
+    """Documents what the methods text says of `flagged_samples: exclude`: on clean lognormal runs
+    the log interval of what is left covers the true geometric mean about 86% of the time at n = 5
+    and 91% at n = 10 (all values kept: 95%), since the flags cut the tails the spread comes from."""
+    runs = draw(np.random.default_rng(20 + n), (STUDIES, n), 0.05)
+    kept = [study[~np.array(outlier_flags(study))] for study in runs]
+    def coverage(samples):
+        return np.mean([(i := log_interval(sample)).low <= 900 <= i.high for sample in samples])
+
+    assert band[0] <= coverage(kept) <= band[1]
+    assert 0.93 <= coverage(runs) <= 0.97
+
+
 # --- outlier flags ------------------------------------------------------------------------------
 
 def test_outlier_flags_only_from_five_samples():

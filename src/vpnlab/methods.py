@@ -60,7 +60,9 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
         f"Outliers: from n >= {OUTLIER_MIN_N}, samples beyond {OUTLIER_K:g} modified z-scores (median and MAD) are "
         "flagged, as are samples taken while another vpnlab run shared the machine; the study fixed before "
         "the run that they " + ("count (the report also shows the results without them)." if settings.counts_flagged
-                               else "are left out (the report also shows the results with them).")
+                               else "are left out (the report also shows the results with them; leaving them out "
+                                    "narrows the intervals: on clean data a 95% one then covers about 86% at n = 5, "
+                                    "91% at n = 10, in simulation).")
     )
 
 

@@ -30,8 +30,11 @@ WAN_METRICS = (
 RTT_UNDER_LOAD = declare("rtt_under_load_ms", "ms", "mean round-trip time of pings sent every 0.2 s while the "
                          "workload loads the path (latency under load)", False, judged="added", positive=True,
                          producers="tcp, udp, transfer")
+RTT_UNANSWERED = declare("rtt_under_load_unanswered_pct", "%", "pings sent under load left without a reply "
+                         "(up to the last one answered): rtt_under_load_ms is the mean of the others, so a lower "
+                         "bound when they are many", False, producers="tcp, udp, transfer")
 PING_INTERVAL_S = 0.2
-_REPLY = re.compile(r"time=([\d.]+) ms")
+_REPLY = re.compile(r"icmp_seq=(\d+) .*?time=([\d.]+) ms")
 
 
 class WanObserver:
@@ -82,8 +85,20 @@ class LoadedRtt:
 
     def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[str]]:
         self.bed.source.stop(self._proc)
-        replies = [float(t) for t in _REPLY.findall(self.log.read_text(errors="replace"))]
-        return ({"rtt_under_load_ms": sum(replies) / len(replies)} if replies else {}), []
+        return loaded_rtt_values(self.log.read_text(errors="replace")), []
+
+
+def loaded_rtt_values(ping_output: str) -> dict[str, float]:
+    """The mean round trip of the answered pings, and the share of pings up to the last answered one
+    that went unanswered (lost in a full queue; the ones after it may still have been under way)."""
+    replies: dict[int, float] = {}
+    for seq, ms in _REPLY.findall(ping_output):
+        replies.setdefault(int(seq), float(ms))  # a duplicate reply (DUP!) is not another ping
+    if not replies:
+        return {}
+    asked = max(replies)
+    return {"rtt_under_load_ms": sum(replies.values()) / len(replies),
+            "rtt_under_load_unanswered_pct": 100 * (asked - len(replies)) / asked}
 
 
 def observers_for(kind, bed: Testbed, log_dir: Path) -> list:
