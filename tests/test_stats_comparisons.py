@@ -41,7 +41,7 @@ def test_paired_test_rejects_about_5_percent_when_there_is_no_effect(n):
 def test_paired_ratio_interval_covers_the_true_ratio(n):
     a, b = rounds(np.random.default_rng(10 + n), 6000, n, ratios=[1.0, 1.03])
     results = [paired_log_ratio(x, y) for x, y in zip(a, b)]
-    assert 0.93 <= np.mean([r.low <= 1.03 <= r.high for r in results]) <= 0.97
+    assert 0.94 <= np.mean([r.low <= 1.03 <= r.high for r in results]) <= 0.96
 
 
 def test_welch_ignoring_the_rounds_is_a_different_test():
@@ -62,7 +62,7 @@ def test_welch_ratio_interval_covers_for_unpaired_data_with_unequal_spreads(n):
     a = 400 * np.exp(rng.normal(0, 0.02, (6000, n)))
     b = 440 * np.exp(rng.normal(0, 0.08, (6000, n)))
     results = [welch_log_ratio(x, y) for x, y in zip(a, b)]
-    assert 0.93 <= np.mean([r.low <= 1.1 <= r.high for r in results]) <= 0.97
+    assert 0.94 <= np.mean([r.low <= 1.1 <= r.high for r in results]) <= 0.96
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -73,7 +73,7 @@ def test_added_milliseconds_interval_covers_what_the_vpn_adds(n, paired):
     shared = baseline if paired else 10 + rng.normal(0, 1.0, (6000, n))
     with_vpn = shared + 2.3 + rng.normal(0, 0.3, (6000, n))    # ... which the VPN's RTT shares
     results = [difference_ms(a, b, paired=paired) for a, b in zip(baseline, with_vpn)]
-    assert 0.93 <= np.mean([r.low <= 2.3 <= r.high for r in results]) <= 0.97
+    assert 0.94 <= np.mean([r.low <= 2.3 <= r.high for r in results]) <= 0.97  # Welch: conservative at n = 3
     assert results[0].scale == "difference"
 
 

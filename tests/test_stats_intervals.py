@@ -35,7 +35,7 @@ def lognormal_studies(rng, geometric_mean, cv, n, studies=STUDIES):
 def test_log_interval_covers_the_geometric_mean(n, cv):
     rng = np.random.default_rng(1000 * n + int(100 * cv))
     results = [log_interval(sample) for sample in lognormal_studies(rng, 940.0, cv, n)]
-    assert 0.93 <= coverage(results, 940.0) <= 0.97
+    assert 0.94 <= coverage(results, 940.0) <= 0.96
 
 
 def test_log_interval_never_goes_below_zero_even_for_a_wide_spread():
@@ -95,7 +95,7 @@ def test_clipped_mean_interval_covers_near_zero(kind, n):
     samples = draw(np.random.default_rng(7 * n), (STUDIES, n))
     clipped = [mean_interval(sample, lower_bound=0) for sample in samples]
     unclipped = [mean_interval(sample) for sample in samples]
-    assert 0.93 <= coverage(clipped, truth) <= 0.97
+    assert 0.94 <= coverage(clipped, truth) <= 0.96
     # clipping at the edge of the parameter space leaves coverage exactly as it was ...
     assert coverage(clipped, truth) == coverage(unclipped, truth)
     # ... and the data are near enough to zero that clipping happened
@@ -152,7 +152,7 @@ def loss_coverage(mean_loss, mean_burst, packets, n, seed, studies=STUDIES):
 def test_loss_interval_covers_bursty_udp_loss(n, mean_burst):
     """UDP-like: 9000 datagrams a repetition, 1% loss in bursts of 3 or 5 packets on average
     (dispersion 5-9 times binomial: pooled counts would cover far less)."""
-    assert 0.93 <= loss_coverage(0.01, mean_burst, 9000, n, seed=n + mean_burst) <= 0.97
+    assert 0.94 <= loss_coverage(0.01, mean_burst, 9000, n, seed=n + mean_burst) <= 0.97  # conservative by design
 
 
 @pytest.mark.parametrize("n", SIZES)
