@@ -56,7 +56,9 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
         f"Stopping: {'; '.join(rules) or 'fixed repetitions'}"
         + (" (the primary metric's interval is then Stein's final one, from the pilot's spread and degrees "
            "of freedom, not a stop-when-tight rule, widened to the t interval of all repetitions where that "
-           "reaches further)" if any("Stein" in rule for rule in rules) else "") + ". "
+           "reaches further; a comparison after such stopping rejects about 6% of the time under no difference, "
+           "not 5%, in simulation before Holm's correction: stopping early follows a pilot whose spread came "
+           "out small)" if any("Stein" in rule for rule in rules) else "") + ". "
         f"Outliers: from n >= {OUTLIER_MIN_N}, samples beyond {OUTLIER_K:g} modified z-scores (median and MAD) are "
         "flagged, as are samples taken while another vpnlab run shared the machine; the study fixed before "
         "the run that they " + ("count (the report also shows the results without them)." if settings.counts_flagged
