@@ -4,7 +4,9 @@ from types import SimpleNamespace
 
 from vpnlab.machines import machine_lines, measured_where
 
-TCG = "measured in a VM (software emulation (TCG): slow, CPU-bound figures are lower bounds, kernel 6.1.0-56-amd64)"
+HOW = "software emulation (TCG): slow, its CPU-bound rates are lower bounds and delays upper bounds, kernel 6.1.0-56-amd64"
+TCG = f"measured in a VM ({HOW})"
+OLD_TCG = "measured in a VM (software emulation (TCG): slow, CPU-bound figures are lower bounds, kernel 6.1.0-56-amd64)"
 FACTS = {"cpus": 2, "cpu_model": "AMD EPYC", "kernel": "6.18.44", "nic": {"interface": "veth pairs", "driver": "veth"}}
 
 
@@ -20,8 +22,14 @@ def test_the_vms_results_are_told_apart_from_the_machine_it_ran_on():
         "host vm: 2 CPUs (AMD EPYC), kernel 6.18.44, NIC veth pairs (veth)",
         "2 of 3 scenarios in vpnlab's VM on that machine, its vCPUs on the same cores",
         f"1 of them {TCG}"]
-    assert measured_where(run, scenarios) == (
-        "on host vm (kernel 6.18.44), 2 of 3 scenarios in vpnlab's VM (software emulation (TCG): slow, CPU-bound "
-        "figures are lower bounds, kernel 6.1.0-56-amd64)")
+    assert measured_where(run, scenarios) == f"on host vm (kernel 6.18.44), 2 of 3 scenarios in vpnlab's VM ({HOW})"
     assert measured_where(run, scenarios[:2]).startswith("in vpnlab's VM (software emulation (TCG)")
     assert measured_where(run, scenarios[2:]) == "on host vm (kernel 6.18.44)"
+
+
+def test_sittings_that_worded_the_emulation_differently_say_it_once():
+    run = {"hostname": "vm", "kernel": "6.18.44", "hosts": json.dumps({"vm": FACTS})}
+    scenarios = [_scenario("vm", OLD_TCG), _scenario("vm", f"{OLD_TCG}; {TCG}")]
+    assert machine_lines([run], scenarios)[1:] == [
+        "2 of 2 scenarios in vpnlab's VM on that machine, its vCPUs on the same cores", f"all of them {TCG}"]
+    assert measured_where(run, scenarios) == f"in vpnlab's VM ({HOW}) on host vm (kernel 6.18.44)"

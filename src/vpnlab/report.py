@@ -31,7 +31,7 @@ from .judging import stored_settings  # noqa: E402
 from .stopping import lasting_notes, stored_rule, target_met  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
-from .machines import machine_lines, measured_where  # noqa: E402
+from .machines import current_wording, machine_lines, measured_where  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
@@ -95,7 +95,7 @@ def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
     of them the same note)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for s in scenarios:
-        for note in lasting_notes(s.notes):
+        for note in lasting_notes(current_wording(s.notes)):
             groups[note].append(s.label)
     return list(groups.items())
 

@@ -26,6 +26,7 @@ from .backend import EMULATED, IN_GUEST
 from .capabilities import Capabilities, this_machine, tool_versions
 from .files import tail
 from .judging import shared_machine_flag
+from .machines import TCG_NOTE
 from .plan import Plan, Scenario, duration, measured_pace, round_order
 from .repetition import run_repetition
 from .signals import Interrupted
@@ -39,7 +40,6 @@ VM_SCENARIO_MARGIN_S = 60
 # ... and once, the guest's own start before its first scenario (imports, the capability probe, the
 # tool versions): seconds on a quiet machine, but over 90 s under emulation with other work on the cores.
 VM_GUEST_SETUP_S = 180
-TCG_NOTE = "software emulation (TCG): slow, its CPU-bound rates are lower bounds and delays upper bounds"
 FAILURES_IN_A_ROW = 2   # a scenario whose repetitions fail this often in a row has failed
 
 
