@@ -3,6 +3,7 @@ known give each verdict (reproduced, contradicted, inconclusive with the repetit
 settle it, not comparable here), a malformed finding is refused through the real CLI naming the
 field, and every built-in seed study's findings name scenarios of its own plan."""
 
+import math
 import os
 import subprocess
 import sys
@@ -311,3 +312,50 @@ def test_a_significant_difference_within_the_margin_of_as_mean_is_not_reproduced
     jitter = judged(udp_study_store(tmp_path, jitter=(10.0, 10.1)))["jitter-up"]
     assert jitter.holm_p < 0.05 and jitter.scale == "difference"
     assert jitter.verdict == "inconclusive" and "significant but not shown beyond 2% of A's mean" in jitter.reason
+
+
+def simulated_verdicts(rng, compared: list, truth: dict[str, float], rounds: int = 6) -> dict[str, findings.Judgement]:
+    """The `compared` findings judged by RULE (findings.decide) on throughput-like values: B/A =
+    truth[id] in each, lognormal 3% per repetition around a round effect both sides share."""
+    out = []
+    for finding in compared:
+        shared = rng.normal(0, 0.03, rounds)
+        a = 500 * np.exp(shared + rng.normal(0, 0.03, rounds))
+        b = 500 * truth[finding.id] * np.exp(shared + rng.normal(0, 0.03, rounds))
+        j = findings.Judgement(finding, "inconclusive", "", metric="throughput_mbps")
+        findings._test(j, list(enumerate(a)), list(enumerate(b)))
+        out.append(j)
+    findings.decide(out)
+    return {j.finding.id: j for j in out}
+
+
+DIRECTIONAL = ("wg-slower", "openvpn-faster", "wg-ping-higher")
+
+
+def by_difference(j) -> bool:
+    """Reproduced or contradicted by a significant difference (not by equivalence)."""
+    return j.verdict == "reproduced" or (j.verdict == "contradicted" and "equivalent" not in j.reason)
+
+
+def test_the_verdict_rule_rarely_finds_a_difference_that_is_not_there():
+    """Known truth, no difference anywhere, 3000 simulated studies: a directional finding reproduced
+    or contradicted by a difference is false; Holm keeps the family's false verdicts to 5%."""
+    rng, compared = np.random.default_rng(21), findings.parse(STUDY)[:4]
+    none = {"wg-slower": 1.0, "openvpn-faster": 1.0, "openvpn-same-as-wg": 1.0, "wg-ping-higher": 1.0}
+    studies = (simulated_verdicts(rng, compared, none) for _ in range(3000))
+    false = [any(by_difference(v[f]) for f in DIRECTIONAL) for v in studies]
+    assert np.mean(false) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 3000)
+
+
+def test_the_verdict_rule_rarely_finds_equivalence_at_the_margin():
+    """Known truth, every difference exactly at its finding's margin (2%; the null finding's 5%),
+    3000 simulated studies: equivalence (a null finding reproduced, a directional one contradicted by
+    it) is false; the TOSTs' Holm correction keeps the family's false verdicts to 5%."""
+    rng, compared = np.random.default_rng(22), findings.parse(STUDY)[:4]
+    at_margin = {"wg-slower": 1 / 1.02, "openvpn-faster": 1.02, "openvpn-same-as-wg": 1.05, "wg-ping-higher": 1.02}
+    false = []
+    for _ in range(3000):
+        v = simulated_verdicts(rng, compared, at_margin)
+        false.append(v["openvpn-same-as-wg"].verdict == "reproduced" or any(
+            v[f].verdict == "contradicted" and "equivalent" in v[f].reason for f in DIRECTIONAL))
+    assert np.mean(false) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 3000)

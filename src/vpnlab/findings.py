@@ -262,7 +262,6 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
     store's valid samples, Holm-corrected over the findings that have a test."""
     from .algorithms import explain_profiles  # what two profiles of one configuration really changed
     from .judging import settings_of, values_of
-    from .stats import holm
 
     if study_text is None:
         runs = store.runs()
@@ -277,8 +276,16 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
         if sample.flags:
             flagged[(sample.scenario_id, sample.metric)] += 1
     out = [_judge_one(finding, rows, values, flagged) for finding in findings]
+    decide(out)
+    explain_profiles(out, store)
+    return out
 
-    # Holm over the findings that are compared here (a comparison without a test still counts)
+
+def decide(out: list[Judgement]) -> None:
+    """The verdicts of a study's judgements, their tests done: Holm over the findings compared here
+    (a comparison without a test still counts), the TOSTs apart, then RULE."""
+    from .stats import holm
+
     family = [j for j in out if j._test is not None and j.verdict != "not comparable here"]
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
     for j, p in zip(family, holm([j.p for j in family])):
@@ -292,8 +299,6 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
         if j.flagged or j.outliers:
             j.reason += (f"; kept in the test: {j.flagged} flagged sample(s), {j.outliers} far from the rest "
                          "(the seeds re-ran such runs; vpnlab keeps and flags them)")
-    explain_profiles(out, store)
-    return out
 
 
 def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Judgement:
