@@ -69,7 +69,9 @@ def test_latency_under_load_counts_the_pings_a_full_queue_lost():
 64 bytes from 198.18.1.2: icmp_seq=5 ttl=62 time=120.0 ms
 """
     # seq 3 lost: 1 of 5 up to the last answered; the duplicate is not another ping; seq 6, if sent, may be on its way
-    values = loaded_rtt_values(log)
+    values = loaded_rtt_values(log, 5.0)
     assert values["rtt_under_load_unanswered_pct"] == pytest.approx(20.0)
     assert values["rtt_under_load_ms"] == pytest.approx((10 + 40 + 70 + 120) / 4)
-    assert loaded_rtt_values("PING 198.18.1.2 (198.18.1.2) 56(84) bytes of data.\n") == {}
+    header = "PING 198.18.1.2 (198.18.1.2) 56(84) bytes of data.\n"
+    assert loaded_rtt_values(header, 5.0) == {"rtt_under_load_unanswered_pct": 100.0}  # a queue that dropped all
+    assert loaded_rtt_values(header, 0.5) == {}  # too short to tell lost from late

@@ -190,4 +190,4 @@ def test_comparisons_after_adaptive_stopping_reject_a_little_more_than_5_percent
         a, b = (500 * np.exp(shared + rng.normal(0, 0.035, most)) for _ in range(2))
         n = max(stein_total_n(x[:pilot], target, max_n=most).total_n for x in (a, b))
         rejected.append(paired_log_ratio(a[:n], b[:n]).p < 0.05)
-    assert 0.05 <= np.mean(rejected) <= 0.065
+    assert 0.055 <= np.mean(rejected) <= 0.065

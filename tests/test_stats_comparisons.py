@@ -73,7 +73,8 @@ def test_added_milliseconds_interval_covers_what_the_vpn_adds(n, paired):
     shared = baseline if paired else 10 + rng.normal(0, 1.0, (6000, n))
     with_vpn = shared + 2.3 + rng.normal(0, 0.3, (6000, n))    # ... which the VPN's RTT shares
     results = [difference_ms(a, b, paired=paired) for a, b in zip(baseline, with_vpn)]
-    assert 0.94 <= np.mean([r.low <= 2.3 <= r.high for r in results]) <= 0.97  # Welch: conservative at n = 3
+    upper = 0.97 if (n, paired) == (3, False) else 0.96  # Welch's df: conservative at n = 3
+    assert 0.94 <= np.mean([r.low <= 2.3 <= r.high for r in results]) <= upper
     assert results[0].scale == "difference"
 
 
@@ -90,7 +91,7 @@ def test_added_milliseconds_interval_on_skewed_jitter_covers_a_little_less(n):
     here, skewness 2), and the t interval of the added ms covers about 91-94% at n = 3-10."""
     rng = np.random.default_rng(50 + n)
     coverage = difference_coverage(lambda: (rng.exponential(0.2, n), rng.exponential(0.5, n)), 0.3)
-    assert 0.90 <= coverage <= 0.95
+    assert 0.90 <= coverage < 0.945
 
 
 @pytest.mark.parametrize("n", SIZES)

@@ -194,7 +194,7 @@ def comparison_family(store: Store) -> list[Comparison]:
     for c, (test, tost) in done:
         _decide(c, test, tost, len(pairs))
         bound = next(filter(None, (_bound(rows[sid], c.metric, values) for sid in (c.scenario_a, c.scenario_b))), "")
-        if bound and c.verdict in ("ahead", "behind"):  # a difference in the emulator's cost, not the VPNs'
+        if bound and c.verdict in ("ahead", "behind", "equivalent"):  # the emulator's cost (or cap), not the VPNs'
             c.verdict, c.verdict_text = "emulator-set", f"{c.b} against {c.a}: not decided here, figures {bound}"
     return [c for c, _ in done]
 

@@ -41,7 +41,7 @@ ALPHA = 0.05
 RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.05) after Holm's correction "
         "over this study's findings, and is estimated beyond the finding's margin (of A's mean for a difference "
         "B - A) (for a null finding: equivalent within the margin by TOST, Holm-corrected over the findings "
-        "apart, 90% interval of B/A inside it); contradicted = the same the other way, or equivalent within the "
+        "apart; its uncorrected 90% interval of B/A is shown); contradicted = the same the other way, or equivalent within the "
         "margin where the seed found a difference (for a null finding: a significant difference whose 95% "
         "interval lies beyond the margin); inconclusive = neither, with the repetitions per side that would "
         "detect a difference of the margin at the family's Bonferroni level (of 10% of A's mean at least, for "

@@ -52,8 +52,9 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
         f"exceeds {threshold:g}% (a difference is tested, its size beyond {threshold:g}% is estimated), the best "
         f"choice only when it is ahead of every other configuration measured there, equivalent only when a TOST "
         f"(Holm-corrected over the same family) shows it within {threshold:g}%; otherwise the rounds that "
-        f"would detect a {threshold:g}% difference are given (power 80% at the family's Bonferroni level, from an "
-        "upper bound of the spread). "
+        f"would show a true {threshold:g}% difference to exist are given (power 80% at the family's Bonferroni "
+        f"level, from an upper bound of the spread; 'ahead' also needs the estimate beyond {threshold:g}%, which a "
+        f"true difference of exactly {threshold:g}% gives about half the time). "
         + cpu +  # how each tunnel end's CPU was counted and where the ends ran: cpu_text
         f"Stopping: {'; '.join(rules) or 'fixed repetitions'}"
         + (" (the primary metric's interval is then Stein's final one, from the pilot's spread and degrees "

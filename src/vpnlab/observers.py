@@ -34,6 +34,7 @@ RTT_UNANSWERED = declare("rtt_under_load_unanswered_pct", "%", "pings sent under
                          "(up to the last one answered): rtt_under_load_ms is the mean of the others, so a lower "
                          "bound when they are many", False, producers="tcp, udp, transfer")
 PING_INTERVAL_S = 0.2
+LOST_AFTER_S = 2  # ping's -W 1, and a second more: no reply by then to any ping is a loss, not a delay
 _REPLY = re.compile(r"icmp_seq=(\d+) .*?time=([\d.]+) ms")
 
 
@@ -82,20 +83,22 @@ class LoadedRtt:
     def start(self) -> None:
         self._proc = self.bed.source.spawn(["ping", "-n", "-i", PING_INTERVAL_S, "-W", 1, self.bed.sink_ip], self.log,
                                            what="ping")
+        self._started = time.monotonic()
 
     def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[str]]:
         self.bed.source.stop(self._proc)
-        return loaded_rtt_values(self.log.read_text(errors="replace")), []
+        return loaded_rtt_values(self.log.read_text(errors="replace"), time.monotonic() - self._started), []
 
 
-def loaded_rtt_values(ping_output: str) -> dict[str, float]:
+def loaded_rtt_values(ping_output: str, seconds: float) -> dict[str, float]:
     """The mean round trip of the answered pings, and the share of pings up to the last answered one
-    that went unanswered (lost in a full queue; the ones after it may still have been under way)."""
+    that went unanswered (lost in a full queue; the ones after it may still have been under way).
+    None answered in `seconds` of pinging: all lost, if that was long enough for one to come back."""
     replies: dict[int, float] = {}
     for seq, ms in _REPLY.findall(ping_output):
         replies.setdefault(int(seq), float(ms))  # a duplicate reply (DUP!) is not another ping
     if not replies:
-        return {}
+        return {"rtt_under_load_unanswered_pct": 100.0} if seconds > LOST_AFTER_S else {}
     asked = max(replies)
     return {"rtt_under_load_ms": sum(replies.values()) / len(replies),
             "rtt_under_load_unanswered_pct": 100 * (asked - len(replies)) / asked}

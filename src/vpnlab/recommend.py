@@ -23,22 +23,24 @@ def versus(top: ScenarioRow, other: ScenarioRow, family: list) -> Comparison | N
     return next((c for c in family if {c.scenario_a, c.scenario_b} == {top.id, other.id}), None)
 
 
-def singled_out(top: ScenarioRow, others: list[ScenarioRow], family: list) -> tuple[bool, str, Comparison | None]:
+def singled_out(top: ScenarioRow, others: list[ScenarioRow], family: list) -> tuple[bool, str, list[Comparison]]:
     """Whether the study's tests put the first-ranked ahead of every other configuration (each
     Holm-corrected test significant, each estimate beyond the threshold: compare.py), what they say,
-    and the comparison that decided it: the first one (in rank order) that does not single it out,
-    else the one against the runner-up. A lead over the runner-up alone is not enough: a noisy
-    configuration ranked third may be the better one."""
+    and the comparisons that decided it: every one checked, up to the first (in rank order) that does
+    not single it out. A lead over the runner-up alone is not enough: a noisy configuration ranked
+    third may be the better one."""
+    checked = []
     for other in others:
         c = versus(top, other, family)
         if c is None:
             return False, (f"{top.vpn_label} and {other.vpn_label} were not compared (fewer than two valid "
-                           "repetitions a side)"), None
+                           "repetitions a side)"), checked
+        checked.append(c)
         if c.verdict != ("behind" if c.scenario_a == top.id else "ahead"):
-            return False, c.verdict_text.rstrip("."), c
-    first = versus(top, others[0], family)
-    rest = {1: "", 2: "; ahead of the other one too"}.get(len(others), f"; ahead of the {len(others) - 1} others too")
-    return True, first.verdict_text.rstrip(".") + rest, first
+            return False, c.verdict_text.rstrip("."), checked
+    also = {1: "", 2: f"; {top.vpn_label} is also ahead of the other one"}.get(
+        len(others), f"; {top.vpn_label} is also ahead of the {len(others) - 1} others")
+    return True, checked[0].verdict_text.rstrip(".") + also, checked
 
 
 def _recommendation(head: str, scope: str, ranked: list, family: list, left_out: list[str]) -> str:
@@ -66,10 +68,10 @@ def _recommendation(head: str, scope: str, ranked: list, family: list, left_out:
 
 
 def recommendations(scenarios: list[ScenarioRow], stat: dict,
-                    family: list[Comparison]) -> list[tuple[str, Summary, Comparison | None]]:
+                    family: list[Comparison]) -> list[tuple[str, Summary, list[Comparison]]]:
     """The first-ranked configuration per link and workload, overall and among FIPS-only ones,
     called the best only when the study's corrected tests single it out; with its summary and the
-    comparison that decided it."""
+    comparisons that decided it."""
     out = []
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
@@ -87,6 +89,6 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict,
                 continue
             ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
             left_out = [m.vpn_label for m in pool if m.status != "done"]
-            decided = singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)[2] if len(ranked) > 1 else None
+            decided = singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)[2] if len(ranked) > 1 else []
             out.append((_recommendation(head, scope, ranked, family, left_out), ranked[0][0], decided))
     return out

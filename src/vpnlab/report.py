@@ -587,7 +587,7 @@ def _comparisons(report: Report, scenarios: list, family: list, used: list) -> N
     every comparison is corrected in."""
     shown = printed(family, scenarios)
     for c in used:
-        if c not in shown:
+        if not any(c is s for s in shown):
             shown.append(c)
     report.comparisons = shown
     report.comparison_rows = [[*row[:3], report.labels(row[3]), report.labels(row[4]), *row[5:]]
@@ -601,7 +601,7 @@ def _recommend(report: Report, scenarios: list, stat: dict, family: list) -> lis
     used = []
     for text, best, decided in recommend.recommendations(scenarios, stat, family):
         report.recommendations.append({"text": text, "warn": trust(best)})
-        used += [decided] if decided else []
+        used += [c for c in decided if not any(c is u for u in used)]  # (a NaN field makes == false)
     return used
 
 

@@ -52,6 +52,7 @@ def _print_scenario(title: str, sc, by_metric: dict) -> None:
     """One scenario's table of metrics (the tunnel-level ones go on a line below it), and its notes."""
     from .. import metrics
     from ..analysis import relative_text
+    from ..machines import current_wording
     from ..stopping import lasting_notes
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
@@ -71,7 +72,7 @@ def _print_scenario(title: str, sc, by_metric: dict) -> None:
         if s.grade_reason:
             out.print(f"  no grade for {s.metric}: {s.grade_reason}", highlight=False)
     out.print("  " + ", ".join(_tunnel_facts(sc, by_metric)), highlight=False)
-    if notes := lasting_notes(sc.notes):  # (Stein's interval is the table's 95% CI, computed now)
+    if notes := lasting_notes(current_wording(sc.notes)):  # (Stein's interval is the table's 95% CI, computed now)
         out.print(f"  [yellow]note:[/] {'; '.join(notes)}", highlight=False)
 
 

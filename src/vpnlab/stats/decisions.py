@@ -80,8 +80,10 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
     primary test is below alpha and the estimated ratio differs from 1 by more than the threshold
     (significance says a difference exists; its size beyond the threshold is an estimate, not a test);
     "equivalent" only when the TOST's Holm-adjusted p (over the same family) is below alpha; otherwise
-    "undecided", with the rounds that would detect a difference of the threshold with 80% power at
-    alpha / family_size (Bonferroni: as strict as Holm's first step). No test (identical samples)
+    "undecided", with the rounds that would show a true difference of the threshold to exist (80%
+    power at alpha / family_size, Bonferroni: as strict as Holm's first step); "ahead" also needs the
+    estimate beyond the threshold, which a true difference of exactly the threshold gives about half
+    the time. No test (identical samples)
     gives "identical"."""
     if comparison.scale != "ratio":
         raise ValueError("verdict judges a ratio (paired_log_ratio or welch_log_ratio)")
@@ -106,5 +108,5 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
                        f"{adjusted_p:.2g}), not shown to exceed {100 * threshold:g}% nor to lie within it.",
                        needed)
     return Verdict("undecided", f"{b} and {a} are not distinguishable with {n} repetitions; {about} "
-                   f"would be needed to detect a {100 * threshold:g}% difference at the family's corrected "
-                   "level.", needed)
+                   f"would show a true {100 * threshold:g}% difference to exist (80% power, at the family's "
+                   "corrected level).", needed)
