@@ -75,3 +75,6 @@ def test_latency_under_load_counts_the_pings_a_full_queue_lost():
     header = "PING 198.18.1.2 (198.18.1.2) 56(84) bytes of data.\n"
     assert loaded_rtt_values(header, 5.0) == {"rtt_under_load_unanswered_pct": 100.0}  # a queue that dropped all
     assert loaded_rtt_values(header, 0.5) == {}  # too short to tell lost from late
+    busybox = "64 bytes from 198.18.1.2: seq=0 ttl=62 time=5.0 ms\n64 bytes from 198.18.1.2: seq=2 ttl=62 time=7.0 ms\n"
+    assert loaded_rtt_values(busybox, 5.0) == pytest.approx({"rtt_under_load_ms": 6.0,
+                                                              "rtt_under_load_unanswered_pct": 100 / 3})

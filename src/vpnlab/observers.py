@@ -35,7 +35,7 @@ RTT_UNANSWERED = declare("rtt_under_load_unanswered_pct", "%", "pings sent under
                          "bound when they are many", False, producers="tcp, udp, transfer")
 PING_INTERVAL_S = 0.2
 LOST_AFTER_S = 2  # ping's -W 1, and a second more: no reply by then to any ping is a loss, not a delay
-_REPLY = re.compile(r"icmp_seq=(\d+) .*?time=([\d.]+) ms")
+_REPLY = re.compile(r"(?:icmp_)?seq=(\d+) .*?time=([\d.]+) ms")  # iputils; busybox says seq=
 
 
 class WanObserver:
@@ -99,7 +99,7 @@ def loaded_rtt_values(ping_output: str, seconds: float) -> dict[str, float]:
         replies.setdefault(int(seq), float(ms))  # a duplicate reply (DUP!) is not another ping
     if not replies:
         return {"rtt_under_load_unanswered_pct": 100.0} if seconds > LOST_AFTER_S else {}
-    asked = max(replies)
+    asked = max(replies) + (0 in replies)  # iputils counts from 1, busybox from 0
     return {"rtt_under_load_ms": sum(replies.values()) / len(replies),
             "rtt_under_load_unanswered_pct": 100 * (asked - len(replies)) / asked}
 
