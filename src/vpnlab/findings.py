@@ -41,13 +41,13 @@ ALPHA = 0.05
 RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.05) after Holm's correction "
         "over this study's findings, and is estimated beyond the finding's margin (of A's mean for a difference "
         "B - A) (for a null finding: equivalent within the margin by TOST, Holm-corrected over the findings "
-        "apart; its uncorrected 90% interval of B/A is shown); contradicted = the same the other way, or equivalent within the "
-        "margin where the seed found a difference (for a null finding: a significant difference whose 95% "
-        "interval lies beyond the margin); inconclusive = neither, with the repetitions per side that would "
-        "detect a difference of the margin at the family's Bonferroni level (of 10% of A's mean at least, for "
-        "a difference B - A) or show equivalence within it; not comparable here = a condition "
-        "this machine cannot give (a side measured in a VM under software emulation, whose CPU is the "
-        "emulator's; a scenario this machine could not run; a piece vpnlab lacks; the seed's own hardware "
+        "apart; its uncorrected 90% interval of B/A is shown); contradicted = the same the other way, or "
+        "equivalent within the margin where the seed found a difference (for a null finding: a significant "
+        "difference whose 95% interval lies beyond the margin); inconclusive = neither, with the repetitions "
+        "per side that would detect a difference of the margin at the family's Bonferroni level (of 10% of A's "
+        "mean at least, for a difference B - A) or show equivalence within it; not comparable here = a "
+        "condition this machine cannot give (a side measured in a VM under software emulation, whose CPU is "
+        "the emulator's; a scenario this machine could not run; a piece vpnlab lacks; the seed's own hardware "
         "limit), with the reason. Primary test: paired t on log(B/A) per round (Welch on logs when the rounds "
         "differ), on B - A for metrics that can be zero. Flagged samples are kept, never re-run as the seeds "
         "did, and counted unless the study fixes otherwise before the run (analysis: flagged_samples).")
@@ -413,8 +413,9 @@ def _decide_ratio(j: Judgement, alpha: float) -> None:
     change = 100 * (test.estimate - 1)
     shown = (f"B/A = {test.estimate:.3g}, {abs(change):.1f}% {'higher' if change > 0 else 'lower'} "
              f"(Holm-adjusted p = {j.holm_p:.2g})")
-    equivalence = (f"TOST Holm-adjusted p = {j.tost_holm_p:.2g}, 90% interval of B/A {tost.low:.3g} - {tost.high:.3g}"
-                   if tost.low is not None and j.tost_holm_p is not None else f"no TOST: {tost.note}")
+    equivalence = (f"TOST Holm-adjusted p = {j.tost_holm_p:.2g}, uncorrected 90% interval of B/A "
+                   f"{tost.low:.3g} - {tost.high:.3g}" if tost.low is not None and j.tost_holm_p is not None
+                   else f"no TOST: {tost.note}")
     if f.direction == "same":
         if word == "equivalent":
             j.verdict, j.reason = "reproduced", f"equivalent within ±{f.margin_pct:g}% ({equivalence})"
