@@ -49,10 +49,11 @@ METRICS = (
     *(declare(f"background_{p}_kbps", "kbit/s", f"{p.upper()} background traffic carried during the measurement",
               True, level="background", producers="links with background") for p in PROTOCOLS),
 )
-# Starting the mix's five servers, in every repetition: about 6 s in the emulated VM (small-business-2011's
-# logs: aiosmtpd's Python imports take 4 of them), so about 1.5 s on a host (SLOWDOWN 4). For estimates.
-SETUP_S = 1.5
-VM_SETUP_S = 6
+# From the first server's start to the measurement's, in every repetition: 7.3 s in the emulated VM since the
+# five start together (small-business-2011's logs, 16 repetitions; one after another it took 8.6 s over 304;
+# aiosmtpd's Python imports take most of it), so about 2 s on a host (SLOWDOWN 4). For estimates.
+SETUP_S = 2
+VM_SETUP_S = 7
 DRAIN_S = 10  # how long transactions open at the window's end may take to finish
 MAX_IN_FLIGHT = 8  # per flow: beyond this the link is saturated and more clients only add CPU load
 TRANSACTION_TIMEOUT_S = 60
