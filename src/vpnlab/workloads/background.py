@@ -49,11 +49,12 @@ METRICS = (
     *(declare(f"background_{p}_kbps", "kbit/s", f"{p.upper()} background traffic carried during the measurement",
               True, level="background", producers="links with background") for p in PROTOCOLS),
 )
-# From the first server's start to the measurement's, in every repetition: 7.3 s in the emulated VM since the
-# five start together (small-business-2011's logs, 16 repetitions; one after another it took 8.6 s over 304;
-# aiosmtpd's Python imports take most of it), so about 2 s on a host (SLOWDOWN 4). For estimates.
-SETUP_S = 2
-VM_SETUP_S = 7
+# What the mix adds to a repetition, for estimates: in the emulated VM about 6 s (small-business-2011's logs:
+# from the first server's start to the measurement's 7.3 s over 16 repetitions since the five start together,
+# 8.6 s over 304 one after another; a transfer's own server and file take about 1 s of it, aiosmtpd's Python
+# imports most of the rest), so about 1.5 s on a host (SLOWDOWN 4).
+SETUP_S = 1.5
+VM_SETUP_S = 6
 DRAIN_S = 10  # how long transactions open at the window's end may take to finish
 MAX_IN_FLIGHT = 8  # per flow: beyond this the link is saturated and more clients only add CPU load
 TRANSACTION_TIMEOUT_S = 60
