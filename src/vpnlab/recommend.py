@@ -1,8 +1,8 @@
 """Recommendations that follow the tests: per link and workload (and among FIPS-only
 configurations), the first-ranked configuration is called the best only when the study's
-Holm-corrected tests put it ahead of every other one (significant, and estimated beyond the practical
-threshold); otherwise the sentence says what the tests do support (equivalent within it, or not distinguishable and how
-many rounds would be needed). A ranking of figures the emulator may have set (analysis: under
+Holm-corrected tests put it ahead of every other one (significant, and estimated beyond the
+practical threshold); otherwise the sentence says what the tests do support (equivalent within it,
+or not distinguishable and how many rounds would be needed). A ranking of figures the emulator may have set (analysis: under
 software emulation, a delay, or a rate below the shaped link's) is shown, never recommended. A lone
 configuration is not called the best of anything; one not yet measured to its rule is named."""
 
@@ -43,8 +43,9 @@ def singled_out(top: ScenarioRow, others: list[ScenarioRow], family: list) -> tu
     return True, checked[0].verdict_text.rstrip(".") + also, checked
 
 
-def _recommendation(head: str, scope: str, ranked: list, family: list, left_out: list[str]) -> str:
-    """One recommendation: the first-ranked configuration, and whether the tests single it out."""
+def _recommendation(head: str, scope: str, ranked: list, decided: tuple[bool, str], left_out: list[str]) -> str:
+    """One recommendation: the first-ranked configuration, and whether the tests single it out
+    (`decided`: singled_out's answer and what the tests say)."""
     best, top = ranked[0]
     value = f"{top.vpn_label} ({best.metric} {fmt(best.centre)} {best.unit}" + (
         f", {relative_text(best)} against no VPN" if best.relative is not None else "") + ")"
@@ -57,7 +58,7 @@ def _recommendation(head: str, scope: str, ranked: list, family: list, left_out:
                     "is one of speed only")
     if len(ranked) == 1:
         return f"{head}, {value} is the only {fips}configuration measured: there is nothing to choose between{after}."
-    ahead, why, _ = singled_out(top, [m for _, m in ranked[1:]], family)
+    ahead, why = decided
     bound = next((s.emulation_bound for s, _ in ranked if s.emulation_bound), "")
     if bound:  # short: under emulation every group says it
         return (f"{head}: no {fips}choice follows, the figures were {bound.split(': ')[0]} (first-ranked: {value}); "
@@ -89,6 +90,7 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict,
                 continue
             ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
             left_out = [m.vpn_label for m in pool if m.status != "done"]
-            decided = singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)[2] if len(ranked) > 1 else []
-            out.append((_recommendation(head, scope, ranked, family, left_out), ranked[0][0], decided))
+            ahead, why, rests_on = (singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)
+                                    if len(ranked) > 1 else (False, "", []))
+            out.append((_recommendation(head, scope, ranked, (ahead, why), left_out), ranked[0][0], rests_on))
     return out

@@ -83,8 +83,7 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
     "undecided", with the rounds that would show a true difference of the threshold to exist (80%
     power at alpha / family_size, Bonferroni: as strict as Holm's first step); "ahead" also needs the
     estimate beyond the threshold, which a true difference of exactly the threshold gives about half
-    the time. No test (identical samples)
-    gives "identical"."""
+    the time. No test (identical samples) gives "identical"."""
     if comparison.scale != "ratio":
         raise ValueError("verdict judges a ratio (paired_log_ratio or welch_log_ratio)")
     a, b = names
@@ -98,8 +97,8 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
         return Verdict(word, f"{b} is {position} {a}: {_percent(ratio)} (Holm-adjusted p = {adjusted_p:.2g}).")
     if adjusted_tost_p is not None and adjusted_tost_p < alpha:
         return Verdict("equivalent", f"{b} and {a} are equivalent within {100 * equivalence.margin:g}% "
-                       f"(TOST, Holm-adjusted p = {adjusted_tost_p:.2g}; {100 * equivalence.level:g}% interval "
-                       f"of the ratio {equivalence.low:.3f} - {equivalence.high:.3f}).")
+                       f"(TOST, Holm-adjusted p = {adjusted_tost_p:.2g}; uncorrected {100 * equivalence.level:g}% "
+                       f"interval of the ratio {equivalence.low:.3f} - {equivalence.high:.3f}).")
     needed = repetitions_needed(comparison.sd_round, comparison.df, margin=threshold, alpha=alpha / family_size,
                                 paired=comparison.paired)
     about = f"about {needed}" if needed else f"more than {MAX_ROUNDS}"
