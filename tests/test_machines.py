@@ -2,7 +2,7 @@
 import json
 from types import SimpleNamespace
 
-from vpnlab.machines import machine_lines, measured_where
+from vpnlab.machines import current_wording, machine_lines, measured_where
 
 HOW = "software emulation (TCG): slow, its CPU-bound rates are lower bounds and delays upper bounds, kernel 6.1.0-56-amd64"
 TCG = f"measured in a VM ({HOW})"
@@ -10,8 +10,8 @@ OLD_TCG = "measured in a VM (software emulation (TCG): slow, CPU-bound figures a
 FACTS = {"cpus": 2, "cpu_model": "AMD EPYC", "kernel": "6.18.44", "nic": {"interface": "veth pairs", "driver": "veth"}}
 
 
-def _scenario(measured_in: str, notes: str = "") -> SimpleNamespace:
-    return SimpleNamespace(measured_in=measured_in, notes=notes, host_roles={})
+def _scenario(measured_in: str, notes: str = "", status: str = "done") -> SimpleNamespace:
+    return SimpleNamespace(measured_in=measured_in, notes=notes, host_roles={}, status=status)
 
 
 def test_the_vms_results_are_told_apart_from_the_machine_it_ran_on():
@@ -21,7 +21,9 @@ def test_the_vms_results_are_told_apart_from_the_machine_it_ran_on():
     assert machine_lines([run], scenarios) == [
         "host vm: 2 CPUs (AMD EPYC), kernel 6.18.44, NIC veth pairs (veth)",
         "2 of 3 scenarios in vpnlab's VM on that machine, its vCPUs on the same cores",
-        f"1 of them {TCG}"]
+        f"1 of them {TCG}", "1 of them how not recorded (a sitting was interrupted before the guest said)"]
+    unmeasured = [*scenarios, _scenario("vm", status="pending")]
+    assert machine_lines([run], unmeasured)[-1] == "1 of them not measured yet"
     assert measured_where(run, scenarios) == f"on host vm (kernel 6.18.44), 2 of 3 scenarios in vpnlab's VM ({HOW})"
     assert measured_where(run, scenarios[:2]).startswith("in vpnlab's VM (software emulation (TCG)")
     assert measured_where(run, scenarios[2:]) == "on host vm (kernel 6.18.44)"
@@ -29,7 +31,8 @@ def test_the_vms_results_are_told_apart_from_the_machine_it_ran_on():
 
 def test_sittings_that_worded_the_emulation_differently_say_it_once():
     run = {"hostname": "vm", "kernel": "6.18.44", "hosts": json.dumps({"vm": FACTS})}
-    scenarios = [_scenario("vm", OLD_TCG), _scenario("vm", f"{OLD_TCG}; {TCG}")]
+    scenarios = [_scenario("vm", OLD_TCG), _scenario("vm", f"{OLD_TCG}; {TCG}; link scaled")]
     assert machine_lines([run], scenarios)[1:] == [
         "2 of 2 scenarios in vpnlab's VM on that machine, its vCPUs on the same cores", f"all of them {TCG}"]
+    assert current_wording(scenarios[1].notes) == f"{TCG}; link scaled"  # the report lists each scenario once
     assert measured_where(run, scenarios) == f"in vpnlab's VM ({HOW}) on host vm (kernel 6.18.44)"

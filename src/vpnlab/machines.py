@@ -14,9 +14,9 @@ _OLD_TCG_NOTE = "software emulation (TCG): slow, CPU-bound figures are lower bou
 
 
 def current_wording(notes: str) -> str:
-    """A scenario's stored notes with an older vpnlab's wording of a fact replaced by today's, so that
-    sittings of one study before and after a change say it once."""
-    return notes.replace(_OLD_TCG_NOTE, TCG_NOTE)
+    """A scenario's stored notes ("; " between them) with an older vpnlab's wording of a fact replaced
+    by today's and each note once, so that sittings of one study before and after a change say it once."""
+    return "; ".join(dict.fromkeys(notes.replace(_OLD_TCG_NOTE, TCG_NOTE).split("; ")))
 
 
 def machine_lines(runs, scenarios) -> list[str]:
@@ -59,8 +59,11 @@ def _vm_lines(scenarios) -> list[str]:
     if not in_vm:
         return []
     ways = Counter(note for s in in_vm for note in set(_vm_notes(s.notes)))
+    unsaid = Counter("not measured yet" if s.status == "pending" else "how not recorded (a sitting was interrupted "
+                     "before the guest said)" for s in in_vm if not _vm_notes(s.notes))
     return ([f"{len(in_vm)} of {len(scenarios)} scenarios in vpnlab's VM on that machine, its vCPUs on the same cores"]
-            + [f"{'all' if n == len(in_vm) else n} of them {note}" for note, n in ways.most_common()])
+            + [f"{'all' if n == len(in_vm) else n} of them {note}" for note, n in ways.most_common()]
+            + [f"{n} of them {why}" for why, n in unsaid.most_common()])
 
 
 def _vm_notes(notes: str) -> list[str]:
