@@ -194,8 +194,10 @@ def comparison_family(store: Store) -> list[Comparison]:
     for c, (test, tost) in done:
         _decide(c, test, tost, len(pairs))
         bound = next(filter(None, (_bound(rows[sid], c.metric, values) for sid in (c.scenario_a, c.scenario_b))), "")
-        if bound and c.verdict in ("ahead", "behind", "equivalent"):  # the emulator's cost (or cap), not the VPNs'
-            c.verdict, c.verdict_text = "emulator-set", f"{c.b} against {c.a}: not decided here, figures {bound}"
+        if bound and c.verdict in ("ahead", "behind", "equivalent", "undecided"):
+            # the emulator's cost (or cap), not the VPNs': more rounds here would not settle it either
+            c.verdict, c.rounds_needed = "emulator-set", None
+            c.verdict_text = f"{c.b} against {c.a}: not decided here, figures {bound}"
     return [c for c, _ in done]
 
 
