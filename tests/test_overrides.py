@@ -5,6 +5,7 @@ import pytest
 from vpnlab import overrides
 from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
+from vpnlab.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
 from vpnlab.study import parse_study
 
 STUDY = """\
@@ -46,3 +47,18 @@ def test_a_list_value_is_a_sweep_and_a_bad_value_is_an_error_of_the_field():
 def test_a_wrong_path_or_value_says_which(assignment, message):
     with pytest.raises(StudyError, match=message):
         overrides.apply(STUDY, [assignment])
+
+
+@pytest.mark.skipif(not socket_buffer_limit() or socket_buffer_limit() + 1024 > SOCKET_BUFFER_MAX,
+                    reason="this kernel's socket buffer limit is unreadable or above 64M")
+def test_a_set_value_and_a_built_in_study_are_checked_against_this_machine_as_a_file_is(tmp_path):
+    """A window above net.core.rmem_max is refused in a file; given by --set it was let through, and the
+    kernel would have silently capped it (checked the same on --resume and for built-in studies)."""
+    from vpnlab.cli.run import _the_study
+
+    path = tmp_path / "study.yaml"
+    path.write_text(STUDY)
+    with pytest.raises(StudyError, match=r"workloads\[1\]\.window.*net\.core\.rmem_max"):
+        _the_study(str(path), None, [f"workloads[1].window={socket_buffer_limit() + 1024}"])
+    with pytest.raises(StudyError, match=r"workloads\[0\]\.window"):
+        _the_study("narayan-2008", None, [f"workloads[0].window={socket_buffer_limit() + 1024}"])

@@ -570,8 +570,8 @@ def builtin_studies() -> dict[str, str]:
     return {p.name.removesuffix(".yaml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".yaml")}
 
 
-def load_builtin(name: str) -> Study:
+def load_builtin(name: str, here: bool = False) -> Study:
     studies = builtin_studies()
     if name not in studies:
         raise StudyError(f"no built-in study {name!r}; built-in: {', '.join(sorted(studies))}")
-    return parse_study(studies[name], f"builtin:{name}")
+    return parse_study(studies[name], f"builtin:{name}", here)

@@ -22,11 +22,11 @@ def load_study_arg(study: str | None):
     from ..study import builtin_studies, load_builtin, load_study
 
     if study is None:
-        return load_builtin("default"), True
+        return load_builtin("default", here=True), True
     if not Path(study).exists():
         name = study.removeprefix("builtin:")
         if name in builtin_studies():
-            return load_builtin(name), name == "default"
+            return load_builtin(name, here=True), name == "default"
         raise StudyError(f"{study}: no such study file (built-in studies: {', '.join(sorted(builtin_studies()))})")
     return load_study(study), False
 
@@ -41,7 +41,7 @@ def _stored_study(directory: Path):
     if not runs:
         raise VpnlabError(f"{directory}: the results store has no run to resume")
     text = runs[0]["study_text"]
-    return parse_study(text, f"{directory}/study (stored)"), text
+    return parse_study(text, f"{directory}/study (stored)", here=True), text
 
 
 @app.command()
@@ -127,7 +127,7 @@ def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
     if sets:  # the overridden study is a study of its own: shown, stored, compared on --resume
         if resume is not None:
             raise StudyError("--set: a resumed run takes the study stored with it, overrides included")
-        loaded = parse_study(overrides.apply(loaded.source_text, sets), f"{loaded.source_path} with --set")
+        loaded = parse_study(overrides.apply(loaded.source_text, sets), f"{loaded.source_path} with --set", here=True)
     return loaded, is_default
 
 
