@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from vpnlab.cpu import SATURATED_PCT, CpuMeter
+from vpnlab.cpu import SATURATED_PCT, TICK, CpuMeter
 
 pytestmark = pytest.mark.integration
 
@@ -56,3 +56,22 @@ def test_one_busy_thread_is_named_as_the_bound(namespace):
     named = any(f.startswith("thread yes/yes at") for f in flags)
     assert named == (values["cpu_busiest_thread_pct"] > SATURATED_PCT), (values, flags)
     assert values["cpu_busiest_core_pct"] >= values["cpu_busy_pct"] - 1
+
+
+def test_a_workloads_client_beside_a_tunnel_end_is_not_counted_as_the_vpn(namespace):
+    """In remote-access a transfer's curl runs in the client-side tunnel end's namespace: its CPU is
+    the workload's, not the VPN daemons' (counted there before, and could be named as their bound)."""
+    meter = CpuMeter([namespace], [])
+    client = subprocess.Popen(["ip", "netns", "exec", namespace, "curl", "-s", "file:///dev/zero", "-o", "/dev/null"])
+    try:
+        subprocess.run(["sleep", "1"])
+        values, flags = meter.finish(None)
+        with open(f"/proc/{client.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    finally:
+        client.kill()
+        client.wait()
+    curl_pct = 100 * (int(fields[11]) + int(fields[12])) / TICK
+    assert curl_pct > 5, "curl did not get the CPU to show the difference"
+    assert values["cpu_vpn_client_pct"] < 2 and "cpu_busiest_thread_pct" not in values, (values, curl_pct)
+    assert not any("curl" in f for f in flags)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from .backend import EMULATED
@@ -28,7 +29,6 @@ from .metrics import declare
 from .testbed import netns
 
 TICK = os.sysconf("SC_CLK_TCK")
-TRAFFIC_TOOLS = {"iperf3", "ping", "tcpdump"}  # the measuring tools, not the VPN
 SATURATED_PCT = 90.0  # machine-wide busy share above which throughput is CPU-bound
 
 _ALL = "tcp, udp, ping, transfer"
@@ -64,12 +64,21 @@ def _process_ticks(pid: int) -> tuple[str, int] | None:
     return name, utime + stime + cutime + cstime
 
 
+@cache
+def traffic_tools() -> frozenset[str]:
+    """The programs the workloads and the WAN capture run, not the VPN: in remote-access a transfer's
+    curl or scp (and its ssh) runs in the client-side tunnel end's namespace, beside the daemons."""
+    from .workloads import KINDS  # (late: the workloads' registry is not needed to import this module)
+
+    return frozenset({"tcpdump"} | {tool.command for kind in KINDS.values() for tool in kind.tools})
+
+
 def _daemon_ticks(namespaces: list[str]) -> dict[int, int]:
     ticks = {}
     for ns in namespaces:
         for pid in netns.pids(ns):
             found = _process_ticks(pid)
-            if found and found[0] not in TRAFFIC_TOOLS:
+            if found and found[0] not in traffic_tools():
                 ticks[pid] = found[1]
     return ticks
 

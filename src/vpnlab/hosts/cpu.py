@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from ..cpu import SATURATED_PCT, TRAFFIC_TOOLS, bottleneck_flags
+from ..cpu import SATURATED_PCT, bottleneck_flags, traffic_tools
 
 # Clock ticks per second, /proc/stat's machine and core lines, then for each PID given: "P pid
 # utime stime cutime cstime" and, per thread, "T pid tid utime stime comm".
@@ -61,7 +61,7 @@ class RemoteCpuMeter:
     def _daemons(self, ssh) -> dict[int, tuple[str, str]]:
         """PID -> (side, program) of the VPN daemons vpnlab started on this host."""
         return {proc.pid: (side, proc.what) for side, nodes in self.sides.items() for node in nodes
-                if node.host is ssh for proc in node.spawned if proc.what not in TRAFFIC_TOOLS}
+                if node.host is ssh for proc in node.spawned if proc.what not in traffic_tools()}
 
     def _read(self) -> dict:
         return {id(site.ssh): _snapshot(site.ssh, list(self._pids[id(site.ssh)])) for site in self.pair.sites}

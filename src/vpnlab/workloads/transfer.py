@@ -33,7 +33,8 @@ CURL = Tool("curl", "curl", ("curl", "--version"))
 VSFTPD = Tool("vsftpd", "vsftpd", ("vsftpd", "-v"), path="/usr/sbin/vsftpd")
 SSHD = Tool("sshd", "openssh-server", ("sshd", "-V"), path="/usr/sbin/sshd")
 CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL), "ftp": (VSFTPD, CURL),
-           "ssh": (SSHD, Tool("scp", "openssh-client"), Tool("ssh-keygen", "openssh-client"))}
+           "ssh": (SSHD, Tool("scp", "openssh-client"), Tool("ssh", "openssh-client"),  # (scp runs ssh)
+                   Tool("ssh-keygen", "openssh-client"))}
 
 
 class TransferOptions(WorkloadOptions):
