@@ -140,7 +140,7 @@ def bench_background(quick: bool) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             bed = Testbed.build(state, Layout.for_topology("remote-access", 1), Link(rate_mbit=8), tag="bg")
             ctx = WorkloadContext(bed, Path(tmp))
-            traffic = BackgroundTraffic(ctx, PRESETS["office"], seed=1)
+            traffic = BackgroundTraffic(ctx, PRESETS["office"], seed="1")
             traffic.start()  # the servers start in here, before the window: their CPU is not the generator's
             cpu0, t0 = _cpu_s(), time.monotonic()
             time.sleep(window)

@@ -12,7 +12,8 @@ from conftest import run_here
 from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
 from vpnlab.study import parse_study
-from vpnlab.workloads.background import DRAIN_S, PRESETS, BackgroundTraffic, ProtocolError, _expect, mail_data
+from vpnlab.workloads.background import (DRAIN_S, PRESETS, BackgroundTraffic, ProtocolError, _expect, arrivals_seed,
+                                         mail_data)
 
 STUDY = """
 name: bg
@@ -35,6 +36,20 @@ def test_scenario_ids_without_background_are_unchanged():
     plain = make_plan(parse_study(STUDY.replace(", background: %s", "")))
     swept = make_plan(parse_study(STUDY % "[none, office]"))
     assert plain.scenarios[0].id == swept.scenarios[0].id != swept.scenarios[1].id
+
+
+def test_configurations_in_a_round_meet_the_same_arrivals_and_each_round_draws_anew():
+    """Within a round, VPN and no VPN on one link and workload differ in the VPN only; across rounds
+    the arrivals differ, so the repetitions sample the background (with a seed per scenario each
+    configuration met its one draw in every repetition: a bias repetitions could not show)."""
+    plan = make_plan(parse_study(STUDY.replace("[{driver: none}]", "[{driver: none}, {driver: wireguard}]")
+                                 % "office"))
+    none, wireguard = plan.scenarios
+    assert arrivals_seed(0, 1, none) == arrivals_seed(0, 1, wireguard)
+    assert len({arrivals_seed(0, r, none) for r in range(1, 6)} | {arrivals_seed(1, 1, none)}) == 6
+    first = [BackgroundTraffic(None, PRESETS["office"], arrivals_seed(0, 1, s)).rng.random() for s in plan.scenarios]
+    again = BackgroundTraffic(None, PRESETS["office"], arrivals_seed(0, 2, none)).rng.random()
+    assert first[0] == first[1] != again
 
 
 @pytest.mark.parametrize("mix,field", [
@@ -79,7 +94,7 @@ def test_a_mail_body_has_crlf_lines_dots_doubled_and_the_closing_dot():
 def _traffic(namespace: str, transaction) -> BackgroundTraffic:
     """The office mix's flows driving `transaction` from the thread in `namespace` (no servers)."""
     traffic = BackgroundTraffic(SimpleNamespace(bed=SimpleNamespace(source=SimpleNamespace(namespace=namespace))),
-                                PRESETS["office"], seed=1)
+                                PRESETS["office"], seed="1")
     traffic._launch([(flow, transaction, traffic.rng) for flow in traffic.mix.flows])
     return traffic
 

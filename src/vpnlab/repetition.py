@@ -37,9 +37,10 @@ class Attempt:
     notes: list[str] = field(default_factory=list)
 
 
-def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None) -> Attempt:
+def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None, arrivals: str = "") -> Attempt:
     """Measure one repetition on a testbed of its own (on `hosts`, a hosts.testbed.HostPair, when
-    the study runs on real hosts); everything it made is gone on return."""
+    the study runs on real hosts); everything it made is gone on return. `arrivals` seeds the
+    background's (background.arrivals_seed)."""
     attempt, bed, ctx, stage = Attempt(), None, None, TunnelStage()
     try:
         layout = Layout.for_topology(scenario.topology, len(scenario.vpn.layers))
@@ -52,8 +53,7 @@ def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None) -> Atte
         prove_and_measure(stage, bed, scenario, log_dir)
         attempt.notes = stage.notes
         warm_up(bed)
-        background = BackgroundTraffic(ctx, scenario.link.background, seed=int(scenario.id[1:], 16)) \
-            if scenario.link.background else None
+        background = BackgroundTraffic(ctx, scenario.link.background, arrivals) if scenario.link.background else None
         with TunnelWatch(stage, bed, scenario.kind.needs(scenario.workload)) as watch:
             others = other_live_runs(state.run_id)
             try:

@@ -33,6 +33,7 @@ from .signals import Interrupted
 from .stopping import rounds_wanted, stein_note
 from .store import DB_NAME, Store
 from .testbed.state import RunState, clean_stale_runs, other_live_runs
+from .workloads.background import arrivals_seed
 
 # The guest's time limit: twice its scenarios' estimates with every repetition, plus a margin each.
 VM_TIME_LIMIT_FACTOR = 2
@@ -349,7 +350,7 @@ class Runner:
         store.set_status(scenario.id, "running")
         started = time.monotonic()
         pair = self.hosts.pair_of(scenario) if self.hosts else None
-        attempt = run_repetition(scenario, state, log_dir, pair)
+        attempt = run_repetition(scenario, state, log_dir, pair, arrivals_seed(self.plan.study.seed, round_no, scenario))
         if self._stopping.is_set():
             return  # interrupted: not a sample, nor a failure (`--resume` measures it)
         for note in attempt.notes:

@@ -349,10 +349,19 @@ class FlowCounters:
     errors: list[str] = field(default_factory=list)
 
 
+def arrivals_seed(study_seed: int, round_no: int, scenario) -> str:
+    """The seed of a repetition's arrivals. In one round every configuration on one link and workload
+    meets the same arrivals, so compared within the round they differ in the VPN only; each round
+    draws anew, so the repetitions sample the background too and the intervals count its spread. (A
+    seed per scenario gave each one the same arrivals in every repetition: one configuration's
+    unlucky draw was a bias no number of repetitions showed or removed.)"""
+    return f"{study_seed}:{round_no}:{scenario.group}"  # (group: what it shares with the other configurations)
+
+
 class BackgroundTraffic:
     """Start with `start()` right before a measurement, `stop()` right after it."""
 
-    def __init__(self, ctx: WorkloadContext, mix: Background, seed: int):
+    def __init__(self, ctx: WorkloadContext, mix: Background, seed: str):
         self.ctx = ctx
         self.mix = mix
         self.rng = random.Random(seed)
