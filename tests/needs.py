@@ -9,6 +9,7 @@ TOOLS = (
     Tool("chromium", "chromium"),         # the HTML report, opened in a real browser
     Tool("ps", "procps"), Tool("pgrep", "procps"), Tool("kill", "procps"),
     Tool("yes", "coreutils"), Tool("sleep", "coreutils"), Tool("true", "coreutils"), Tool("touch", "coreutils"), Tool("uname", "coreutils"),
+    Tool("stat", "coreutils"),            # a file's birth time (statx), which Python 3.11 does not read
     Tool("unshare", "util-linux"), Tool("ssh", "openssh-client"),   # the real-hosts harness
     Tool("mount", "mount"), Tool("umount", "mount"),                 # a small tmpfs that fills up (results dir)
 )

@@ -1,6 +1,7 @@
 """File transfers over real servers through real tunnels, and the data sets they move."""
 
 import sqlite3
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -92,3 +93,12 @@ workloads:
     assert raw["http-text-600K-in-3"].count("204800 ") == 3          # curl: three whole files, one command
     assert raw["ftp-text-600K-in-3"].count("204800 ") == 3
     assert raw["ssh-text-600K-in-3"].count("root@") == 3              # scp: three sources into one folder
+    # each server started (sshd after two ssh-keygen) before the measurement's window opened: the CPU,
+    # the WAN and the round trip under load are the transfer's, not its set-up's
+    for server in ("nginx", "vsftpd", "sshd"):
+        [log] = tmp_path.glob(f"logs/*/rep1/{server}.log")
+        assert _born(log) <= _born(log.with_name("rtt-under-load.log")), server
+
+
+def _born(path: Path) -> float:
+    return float(subprocess.run(["stat", "-c", "%.9W", path], capture_output=True, text=True, check=True).stdout)

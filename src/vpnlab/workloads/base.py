@@ -78,6 +78,11 @@ class WorkloadKind:
         """Seconds one repetition takes over a link of this rate (None: unshaped)."""
         raise NotImplementedError
 
+    def prepare(self, options: WorkloadOptions, ctx: WorkloadContext) -> None:
+        """Make ready what `run` needs (servers listening, files made) before the measurement's
+        window opens, so that the CPU, the WAN and the round trip under load are the workload's,
+        not its set-up's. `run` must still work without it (it finds everything ready)."""
+
     def run(self, options: WorkloadOptions, ctx: WorkloadContext) -> Measurement:
         raise NotImplementedError
 
