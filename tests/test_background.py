@@ -10,6 +10,7 @@ import pytest
 
 from conftest import run_here
 from vpnlab.errors import StudyError
+from vpnlab.measure import share_with_background
 from vpnlab.plan import make_plan
 from vpnlab.study import parse_study
 from vpnlab.workloads.background import (DRAIN_S, PRESETS, BackgroundTraffic, ProtocolError, _expect, arrivals_seed,
@@ -36,6 +37,17 @@ def test_scenario_ids_without_background_are_unchanged():
     plain = make_plan(parse_study(STUDY.replace(", background: %s", "")))
     swept = make_plan(parse_study(STUDY % "[none, office]"))
     assert plain.scenarios[0].id == swept.scenarios[0].id != swept.scenarios[1].id
+
+
+def test_a_background_shares_the_per_byte_costs():
+    """Worked numbers: 1 MB carried in a 4 s meter window beside a background of 400 kbit/s (50 kB/s)."""
+    values = {"background_kbps": 400.0, "wan_bytes_per_byte": 1.5, "cpu_s_per_gb": 12.0, "throughput_mbps": 4.0}
+    share_with_background(values, 1e6, 4.0)
+    assert values["wan_bytes_per_byte"] == pytest.approx(1.5 * 1e6 / 1.2e6)   # + 200 kB of background
+    assert values["cpu_s_per_gb"] == pytest.approx(10.0) and values["throughput_mbps"] == 4.0
+    untouched = {"wan_bytes_per_byte": 1.5}
+    share_with_background(untouched, 1e6, 4.0)  # no background on this link
+    assert untouched == {"wan_bytes_per_byte": 1.5}
 
 
 def test_configurations_in_a_round_meet_the_same_arrivals_and_each_round_draws_anew():
@@ -167,4 +179,10 @@ workloads: [{kind: tcp, duration_s: 8}]
     # the background shares the bottleneck: the measured TCP flow gets visibly less of it
     assert loaded["throughput_mbps"] < 0.9 * values["8mbit"]["throughput_mbps"]
     assert loaded["background_kbps"] > 1000
+    # the WAN's bytes and the CPU were the background's too: per byte of all carried, the tunnel's
+    # overhead stays what it is without one (counted per workload byte, it read about 1.5 x here)
+    assert loaded["wan_bytes_per_byte"] < 1.15 * values["8mbit"]["wan_bytes_per_byte"], (loaded, values["8mbit"])
+    # the link's busier direction, on the wire: full, and never beyond its rate (goodput of the upload
+    # plus the background's downloads read 126% here)
+    assert 80 < loaded["link_utilisation_total_pct"] <= 102, loaded
     assert len(accounts) == 1 and all("http:" in a for a in accounts)  # one account per loaded repetition

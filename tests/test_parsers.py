@@ -52,6 +52,58 @@ def test_heavy_retransmission_is_flagged():
     assert tcp.retransmit_flags(data) == []
 
 
+def _stretched_warm_up() -> dict:
+    """The real 3.12 TCP run edited into a `-t 10 -O 2` one whose warm-up took 11.2 s (as seen under CPU
+    emulation with kernel ESP): its three intervals made the warm-up, the last one ending at 11.22 s, then
+    a 0.78 s measured period (bytes and rates scaled to it, a few retransmits)."""
+    data = json.loads((DATA / "iperf3-3.12-tcp.json").read_text())
+    data["start"]["test_start"].update(duration=10, omit=2)
+    warm_up = data["intervals"]
+    for interval in warm_up:
+        interval["sum"]["omitted"] = True
+    warm_up[-1]["sum"].update(end=11.22, seconds=11.22 - warm_up[-1]["sum"]["start"])
+    sent, received = data["end"]["sum_sent"], data["end"]["sum_received"]
+    sent.update(end=0.78, seconds=0.78, bytes=29360128, bits_per_second=29360128 * 8 / 0.78, retransmits=12)
+    received.update(end=0.79, seconds=0.79, bytes=27542736, bits_per_second=27542736 * 8 / 0.79)
+    measured = {"start": 0, "end": 0.78, "seconds": 0.78, "bytes": 29360128, "omitted": False, "sender": True}
+    data["intervals"].append({"streams": [], "sum": measured | {"bits_per_second": 29360128 * 8 / 0.78}})
+    return data
+
+
+def test_a_warm_up_that_ate_the_test_flags_the_sample_and_counts_one_side(monkeypatch):
+    data = _stretched_warm_up()
+    monkeypatch.setattr(iperf, "client", lambda ctx, args, duration: (data, json.dumps(data)))
+    measurement = tcp.Tcp().run(tcp.TcpOptions(duration_s=10, omit_s=2), None)
+    assert measurement.flags == ["iperf3 measured 0.8 s of the 10 s asked (its 2 s warm-up took 11.2 s): "
+                                 "throughput is over a short, late window"]
+    assert measurement.values["throughput_mbps"] == pytest.approx(27542736 * 8 / 0.79 / 1e6)  # still the receiver's
+    warm_up = 39149424 + 35823760 + 38141952
+    assert measurement.carried_bytes == 29360128 + warm_up     # the client's: sent in warm-up, then measured
+    data["start"]["test_start"]["reverse"] = 1
+    assert tcp.carried_bytes(data) == 27542736 + warm_up       # with -R the client received in both
+
+
+def test_a_full_measured_period_is_not_flagged():
+    data = json.loads((DATA / "iperf3-3.12-tcp.json").read_text())
+    assert tcp.short_window_flags(data) == []
+    data["end"]["sum_sent"]["seconds"] = 2.0  # no warm-up asked: nothing to blame, just a short window
+    assert tcp.short_window_flags(data) == ["iperf3 measured 2.0 s of the 3 s asked: throughput is over a short window"]
+
+
+def test_udp_loss_counts_the_datagrams_lost_after_the_last_that_arrived():
+    """The real 3.12 UDP run edited to what a tunnel that stalled gave: 10963 datagrams sent, 3727 arrived,
+    the highest sequence number received 7191 with 3464 gaps below it, so iperf3's lost_percent said 31.6%."""
+    data = json.loads((DATA / "iperf3-3.12-udp.json").read_text())
+    end = data["end"]
+    end["sum_sent"]["packets"] = 10963
+    for summary in (end["sum"], end["sum_received"]):
+        summary.update(packets=7191, lost_packets=3464, lost_percent=100 * 3464 / 10963, bytes=3727 * 1200)
+    end["sum"]["packets"] = 10963  # 3.12's sum takes the sender's count
+    assert udp.parse(data)["udp_loss_pct"] == pytest.approx(100 * (10963 - 3727) / 10963)
+    end["sum_received"].update(packets=0, lost_packets=0, lost_percent=0)  # nothing arrived: all lost, not none
+    assert udp.parse(data)["udp_loss_pct"] == 100
+
+
 def test_iperf3_interval_series():
     series = iperf.interval_series(json.loads((DATA / "iperf3-3.12-tcp.json").read_text()))
     assert len(series) == 3 and series[0][0] == pytest.approx(1.0, abs=0.01)

@@ -43,7 +43,8 @@ METRICS = (
             producers=_ALL),
     declare("cpu_busy_pct", "%", "the machine's busy share, % of all cores; above 90% the sample is flagged",
             False, level="cpu", producers=_ALL),
-    declare("cpu_s_per_gb", "s/GB", "daemon plus kernel CPU-seconds per gigabyte carried", False, level="cpu",
+    declare("cpu_s_per_gb", "s/GB", "daemon plus kernel CPU-seconds per gigabyte carried (on a link with background, its bytes "
+            "too)", False, level="cpu",
             positive=True, producers="tcp, udp, transfer"),
     declare("cpu_busiest_core_pct", "%", "busy share of the busiest core; above 90% the sample is flagged with "
             "the core and its softirq share", False, level="cpu", producers=_ALL),

@@ -15,8 +15,7 @@ from .workloads.base import WorkloadContext
 
 UTILISATION = declare("link_utilisation_pct", "%", "goodput as a share of the shaped link rate (above 100% only "
                       "when compression shrinks the data)", True, positive=True, producers="tcp, udp, transfer")
-UTILISATION_TOTAL = declare("link_utilisation_total_pct", "%", "measured goodput plus background as a share of "
-                            "the link rate", True, level="background", producers="links with background and a rate")
+PER_BYTE = ("cpu_s_per_gb", "wan_bytes_per_byte")  # per byte carried: with a background, its bytes count too
 
 
 @dataclass
@@ -29,7 +28,7 @@ class Sample:
 def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundTraffic | None) -> Sample:
     """Run the workload once, with the CPU meter around it, the observers watching and the
     background beside it."""
-    observers = observers_for(scenario.kind, ctx.bed, ctx.log_dir)
+    observers = observers_for(scenario.kind, ctx.bed, ctx.log_dir, scenario.link_as_run)
     scenario.kind.prepare(scenario.workload_as_run, ctx)  # outside every window below
     if background:
         background.start()
@@ -50,21 +49,32 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
     extra, account, extra_flags = background.stop() if background else ({}, "", [])
     sample = Sample(dict(measurement.values) | cpu | extra, {measurement.tool: measurement.raw},
                     measurement.flags + cpu_flags + extra_flags)
-    if getattr(meter, "record", None):
-        sample.raw["cpu"] = json.dumps(meter.record)  # the method, the placement, both methods' figures
+    record = getattr(meter, "record", None) or {}
+    if record:
+        sample.raw["cpu"] = json.dumps(record)  # the method, the placement, both methods' figures
+    add_utilisation(sample.values, scenario.link_as_run.rate_mbit)
     if background:
         sample.raw["background"] = account
-    add_utilisation(sample.values, scenario.link_as_run.rate_mbit)
+        share_with_background(sample.values, measurement.carried_bytes, record.get("wall_s"))
     return sample
 
 
 def add_utilisation(values: dict[str, float], rate_mbit: float | None) -> None:
-    """The goodput (and the background with it) as shares of a shaped link's rate."""
-    if not rate_mbit or "throughput_mbps" not in values:
+    """The goodput as a share of a shaped link's rate."""
+    if rate_mbit and "throughput_mbps" in values:
+        values["link_utilisation_pct"] = 100 * values["throughput_mbps"] / rate_mbit
+
+
+def share_with_background(values: dict[str, float], carried: float | None, meter_s: float | None) -> None:
+    """With a background beside the workload, the CPU and the WAN's bytes were both's: per byte
+    of all that was carried (the background's at its mean rate over the meter's window), not of
+    the workload's alone (its no-VPN WAN bytes per byte read 1.96 where the workload's own are 1.06)."""
+    if not carried or not meter_s or "background_kbps" not in values:
         return
-    values["link_utilisation_pct"] = 100 * values["throughput_mbps"] / rate_mbit
-    if "background_kbps" in values:
-        values["link_utilisation_total_pct"] = values["link_utilisation_pct"] + values["background_kbps"] / 10 / rate_mbit
+    background_bytes = values["background_kbps"] * 1000 / 8 * meter_s
+    for name in PER_BYTE:
+        if name in values:
+            values[name] *= carried / (carried + background_bytes)
 
 
 def tunnel_ends(bed: Testbed, layers: int) -> tuple[list[str], list[str]]:

@@ -18,12 +18,15 @@ from .testbed.topology import Testbed
 
 _ALL = "tcp, udp, ping, transfer"
 WAN_METRICS = (
-    declare("wan_avg_packet_bytes", "B", "mean size of the Ethernet frames that crossed the WAN, both directions",
+    declare("wan_avg_packet_bytes", "B", "mean size of the Ethernet frames that crossed the WAN, both directions (a background's too)",
             None, producers=_ALL),
-    declare("wan_packets_per_s", "packets/s", "frames per second on the WAN, both directions", None, producers=_ALL),
+    declare("wan_packets_per_s", "packets/s", "frames per second on the WAN, both directions (a background's too)", None, producers=_ALL),
     declare("wan_bytes_per_byte", "B/B", "WAN frame bytes, both directions (headers, handshakes, acknowledgements "
-            "and retransmissions included), per byte of payload the workload carried", False, positive=True,
+            "and retransmissions included), per byte of payload carried (on a link with background, its bytes too)", False, positive=True,
             producers="tcp, udp, transfer"),
+    declare("link_utilisation_total_pct", "%", "the WAN's busier direction during the measurement: its frames' bytes "
+            "(the workload's, the background's and the tunnel's overhead) as a share of the link rate", None,
+            level="background", producers="links with background and a rate"),
     declare("wan_fragments", "count", "IP fragments the two WAN ends created: packets too big for the path MTU",
             False, producers=_ALL),
 )
@@ -39,10 +42,12 @@ _REPLY = re.compile(r"(?:icmp_)?seq=(\d+) .*?time=([\d.]+) ms")  # iputils; busy
 
 
 class WanObserver:
-    """Frames, bytes and fragments at the two ends of the WAN link."""
+    """Frames, bytes and fragments at the two ends of the WAN link; with a background, how full
+    its busier direction was."""
 
-    def __init__(self, bed: Testbed, log_dir: Path):
+    def __init__(self, bed: Testbed, link=None):
         self.bed = bed
+        self.rate_mbit = link.rate_mbit if link is not None and link.background else None
 
     def start(self) -> None:
         self._started = time.monotonic()
@@ -60,6 +65,9 @@ class WanObserver:
             values["wan_avg_packet_bytes"] = frame_bytes / frames
         if carried_bytes:
             values["wan_bytes_per_byte"] = frame_bytes / carried_bytes
+        if self.rate_mbit:  # on the wire, per direction: the background's downloads and an upload share no queue
+            busier = max(after[k] - self._counters[k] for k in ("tx_bytes", "rx_bytes"))
+            values["link_utilisation_total_pct"] = 100 * busier * 8 / wall / (self.rate_mbit * 1e6)
         flags = [f"fragmented on the WAN: {fragments} IP fragments (packets bigger than the path MTU), whose cost is "
                  "in these figures"] if fragments else []
         return values, flags
@@ -104,10 +112,10 @@ def loaded_rtt_values(ping_output: str, seconds: float) -> dict[str, float]:
             "rtt_under_load_unanswered_pct": 100 * (asked - len(replies)) / asked}
 
 
-def observers_for(kind, bed: Testbed, log_dir: Path) -> list:
-    """The observers of a workload: every one watches the WAN; a kind that loads the path also
-    gets its round trip measured meanwhile."""
-    found = [WanObserver(bed, log_dir)]
+def observers_for(kind, bed: Testbed, log_dir: Path, link=None) -> list:
+    """The observers of a workload on `link` (as run): every one watches the WAN; a kind that loads
+    the path also gets its round trip measured meanwhile."""
+    found = [WanObserver(bed, link)]
     if kind.loads_path:
         found.append(LoadedRtt(bed, log_dir))
     return found

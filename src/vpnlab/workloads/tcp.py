@@ -12,6 +12,7 @@ from . import iperf
 from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
 RETRANSMIT_FLAG_PCT = 1.0  # above this share of segments, say so: the path is lossy or a queue overflows
+SHORT_WINDOW_SHARE = 0.9   # a measured period below this share of -t: the warm-up overran the test's time
 MSS = 1448                 # payload of a full segment with timestamps, to turn bytes into segments
 
 THROUGHPUT = declare("throughput_mbps", "Mbit/s", "goodput at the receiver (iperf3 sum_received; file bytes over "
@@ -87,6 +88,45 @@ def retransmit_flags(data: dict) -> list[str]:
     return [f"retransmits {share:.1f}% of segments"] if share > RETRANSMIT_FLAG_PCT else []
 
 
+def short_window_flags(data: dict) -> list[str]:
+    """iperf3 stops -t + -O seconds after it starts, whenever its warm-up ended: a warm-up stretched by a
+    starved client leaves a measured period (either side's; the shorter) far below the one asked."""
+    asked, periods = _test_start(data).get("duration"), _measured_periods(data)
+    if not asked or not periods or min(periods) >= SHORT_WINDOW_SHARE * asked:
+        return []
+    found = f"iperf3 measured {min(periods):.1f} s of the {asked:g} s asked"
+    omit, took = _test_start(data).get("omit"), warm_up_s(data)
+    if omit and took:
+        return [f"{found} (its {omit:g} s warm-up took {took:.1f} s): throughput is over a short, late window"]
+    return [f"{found}: throughput is over a short window"]
+
+
+def warm_up_s(data: dict) -> float:
+    """When the last warm-up interval ended, by the client's clock (its counters restart right after)."""
+    return max((i["sum"]["end"] for i in _warm_up(data)), default=0.0)
+
+
+def carried_bytes(data: dict) -> float:
+    """The client's own count over the whole run, as the CPU meter and WAN counters ran: its warm-up
+    intervals and its measured total (what it sent; with -R what it received)."""
+    end = data["end"]
+    # one side, one clock: the server's received total starts after the server's own warm-up, not the client's
+    measured = end.get("sum_received" if _test_start(data).get("reverse") else "sum_sent") or end["sum_received"]
+    return measured["bytes"] + sum(i["sum"]["bytes"] for i in _warm_up(data))
+
+
+def _test_start(data: dict) -> dict:
+    return data.get("start", {}).get("test_start", {})
+
+
+def _measured_periods(data: dict) -> list[float]:
+    return [data["end"][side]["seconds"] for side in ("sum_sent", "sum_received") if side in data["end"]]
+
+
+def _warm_up(data: dict) -> list[dict]:
+    return [i for i in data.get("intervals", []) if i["sum"].get("omitted")]
+
+
 class Tcp(WorkloadKind):
     kind = "tcp"
     summary = "iperf3 TCP bulk transfer: duration_s, omit_s, window, streams, reverse"
@@ -104,6 +144,9 @@ class Tcp(WorkloadKind):
     def estimate_s(self, options: TcpOptions, rate_mbit):
         return options.duration_s + options.omit_s + 0.5
 
+    def prepare(self, options: TcpOptions, ctx: WorkloadContext) -> None:
+        iperf.ensure_server(ctx)
+
     def run(self, options: TcpOptions, ctx: WorkloadContext) -> Measurement:
         args = ["-t", options.duration_s, "-O", options.omit_s, "-P", options.streams]
         if options.window:
@@ -111,10 +154,8 @@ class Tcp(WorkloadKind):
         if options.reverse:
             args.append("-R")
         data, raw = iperf.client(ctx, args, options.duration_s + options.omit_s)
-        # what moved while the CPU meter and the WAN counters ran: the warm-up's bytes too
-        warm_up = sum(i["sum"]["bytes"] for i in data.get("intervals", []) if i["sum"].get("omitted"))
-        return Measurement(parse(data), raw, "iperf3", retransmit_flags(data),
-                           carried_bytes=data["end"]["sum_received"]["bytes"] + warm_up)
+        flags = retransmit_flags(data) + short_window_flags(data)
+        return Measurement(parse(data), raw, "iperf3", flags, carried_bytes=carried_bytes(data))
 
     def series(self, raw: str):
         return iperf.raw_series(raw)

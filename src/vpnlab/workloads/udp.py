@@ -18,7 +18,8 @@ OFFERED = declare("udp_offered_mbps", "Mbit/s", "send rate asked of iperf3: the 
                   "slowed for emulation", None, positive=True, producers="udp")
 JITTER = declare("udp_jitter_ms", "ms", "RFC 3550 interarrival jitter at the receiver", False, judged="added",
                  graded=True, producers="udp")
-LOSS = declare("udp_loss_pct", "%", "datagrams lost", False, judged="points", graded=True, producers="udp")
+LOSS = declare("udp_loss_pct", "%", "datagrams sent that never arrived (those after the last one received too)",
+               False, judged="points", graded=True, producers="udp")
 
 
 # iperf3 3.12 -u -l: "block size invalid (minimum = 16 bytes, maximum = 65507 bytes)" (its
@@ -63,8 +64,22 @@ def parse(data: dict) -> dict[str, float]:
         "throughput_mbps": received["bits_per_second"] / 1e6,
         "udp_sent_mbps": sent["bits_per_second"] / 1e6,
         "udp_jitter_ms": float(summary.get("jitter_ms", received.get("jitter_ms", 0.0))),
-        "udp_loss_pct": float(summary.get("lost_percent", received.get("lost_percent", 0.0))),
+        "udp_loss_pct": loss_pct(end),
     }
+
+
+def loss_pct(end: dict) -> float:
+    """% of the datagrams sent that never arrived (sent, with -R too, is the sending side's count). Not
+    iperf3's lost_percent: it counts only the gaps below the highest sequence number received, so the
+    datagrams lost after the last one that arrived (a tunnel that stalls, a queue dropped at the end) go
+    uncounted. Whole-run counts: with -O (not passed here) each side would restart its own at its own time."""
+    sent, received = end.get("sum_sent", {}), end.get("sum_received", {})
+    if not sent.get("packets") or "lost_packets" not in received:  # older iperf3: only its own figure
+        summary = end.get("sum") or received
+        return float(summary.get("lost_percent", received.get("lost_percent", 0.0)))
+    # the receiver's packets are the highest sequence number it saw, its lost_packets the gaps below it
+    arrived = received["packets"] - received["lost_packets"]
+    return 100 * (sent["packets"] - arrived) / sent["packets"]
 
 
 class Udp(WorkloadKind):
@@ -84,6 +99,9 @@ class Udp(WorkloadKind):
 
     def estimate_s(self, options: UdpOptions, rate_mbit):
         return options.duration_s + 0.5
+
+    def prepare(self, options: UdpOptions, ctx: WorkloadContext) -> None:
+        iperf.ensure_server(ctx)
 
     def run(self, options: UdpOptions, ctx: WorkloadContext) -> Measurement:
         args = ["-u", "-b", f"{options.rate_mbit:g}M", "-l", options.size, "-t", options.duration_s]
