@@ -36,3 +36,29 @@ def test_sittings_that_worded_the_emulation_differently_say_it_once():
         "2 of 2 scenarios in vpnlab's VM on that machine, its vCPUs on the same cores", f"all of them {TCG}"]
     assert current_wording(scenarios[1].notes) == f"{TCG}; link scaled"  # the report lists each scenario once
     assert measured_where(run, scenarios) == f"in vpnlab's VM ({HOW}) on host vm (kernel 6.18.44)"
+
+
+def test_each_sitting_says_the_code_it_ran(tmp_path):
+    """A study resumed over sittings may run different commits: the report names each with its sittings."""
+    from vpnlab import _checkout_commit
+    from vpnlab.report import sitting_versions
+
+    runs = [{"vpnlab_version": v} for v in ("0.1.0+ga", "0.1.0+ga", "0.1.0+gb", "0.1.0+gc", "0.1.0+gc")]
+    assert sitting_versions(runs) == "0.1.0+ga (sittings 1-2), 0.1.0+gb (sitting 3), 0.1.0+gc (sittings 4-5)"
+    assert sitting_versions(runs[:2]) == "0.1.0+ga"
+    # a checkout's commit from .git's files: a branch (loose or packed), a worktree, a detached HEAD
+    main = tmp_path / "main" / ".git"
+    (main / "refs" / "heads").mkdir(parents=True)
+    (main / "HEAD").write_text("ref: refs/heads/main\n")
+    (main / "packed-refs").write_text("# pack-refs with: peeled\n" + "a" * 40 + " refs/heads/main\n")
+    assert _checkout_commit(main.parent) == "a" * 40
+    (main / "refs" / "heads" / "main").write_text("b" * 40 + "\n")
+    assert _checkout_commit(main.parent) == "b" * 40
+    linked = main / "worktrees" / "run"
+    linked.mkdir(parents=True)
+    (linked / "HEAD").write_text("c" * 40 + "\n")
+    (linked / "commondir").write_text("../..\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".git").write_text(f"gitdir: {linked}\n")
+    assert _checkout_commit(tmp_path / "run") == "c" * 40
+    assert _checkout_commit(tmp_path / "nowhere") == ""

@@ -100,6 +100,19 @@ def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
     return list(groups.items())
 
 
+def sitting_versions(runs) -> str:
+    """The code each sitting ran: one version, or each with the sittings (1-based, in turn) that ran it."""
+    spans: list[list] = []  # [version, first sitting, last sitting]
+    for number, run in enumerate(runs, start=1):
+        if spans and spans[-1][0] == run["vpnlab_version"]:
+            spans[-1][2] = number
+        else:
+            spans.append([run["vpnlab_version"], number, number])
+    if len(spans) == 1:
+        return spans[0][0]
+    return ", ".join(f"{v} (sitting{f' {a}' if a == b else f's {a}-{b}'})" for v, a, b in spans)
+
+
 def trust(s: Summary | None) -> str:
     """Why a figure deserves care, or ''."""
     if s is None:
@@ -229,7 +242,7 @@ def build(directory: Path) -> Report:
         counted, both_ways = sensitivity.both_ways(store, summaries)
     finally:
         store.close()
-    last = dict(runs[-1]) | {"first_started_at": runs[0]["started_at"]}
+    last = dict(runs[-1]) | {"first_started_at": runs[0]["started_at"], "vpnlab_version": sitting_versions(runs)}
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s.status == "failed"],
                     notes=_grouped_notes(scenarios) + flag_groups + _outlier_groups(scenarios, summaries))

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import __version__, vm
+from . import version, vm
 from .backend import EMULATED, IN_GUEST
 from .capabilities import Capabilities, this_machine, tool_versions
 from .files import tail
@@ -150,7 +150,7 @@ class Runner:
             self.console.print(f"[yellow]another vpnlab run is going on on this machine ({other}): both measure "
                                "each other's load; their samples are flagged while they overlap[/]")
         run_id = store.start_run(
-            version=__version__, kernel=self.caps.kernel, hostname=socket.gethostname(),
+            version=version(), kernel=self.caps.kernel, hostname=socket.gethostname(),
             capabilities=self.caps.features, tool_versions=self._tool_versions(),
             study_name=self.plan.study.name, study_text=self.plan.study.source_text,
             hosts=self.hosts.describe() if self.hosts else {socket.gethostname(): this_machine()},

@@ -488,7 +488,8 @@ class BackgroundTraffic:
                          + "".join(f"\n  error: {e}" for e in c.errors))
             if c.skipped:
                 flags.append(f"background {flow.protocol}: {c.skipped} transactions not started, "
-                             f"{MAX_IN_FLIGHT} were still running (the link cannot carry the offered rate)")
+                             f"{MAX_IN_FLIGHT} were still running (the link, or this machine's CPU, could not keep "
+                             "up with the offered rate)")
         failures = sum(c.failed for c in self.counters)
         values["background_kbps"] = sum(c.window_bytes for c in self.counters) * 8 / window / 1000
         values["background_offered_kbps"] = self.mix.offered_kbit
