@@ -78,9 +78,12 @@ def test_a_warm_up_that_ate_the_test_flags_the_sample_and_counts_one_side(monkey
                                  "throughput is over a short, late window"]
     assert measurement.values["throughput_mbps"] == pytest.approx(27542736 * 8 / 0.79 / 1e6)  # still the receiver's
     warm_up = 39149424 + 35823760 + 38141952
-    assert measurement.carried_bytes == 29360128 + warm_up     # the client's: sent in warm-up, then measured
+    # the receiver's own count: the server's warm-up (from its JSON) and its measured total
+    server = {"intervals": [{"sum": {"omitted": True, "bytes": 1000}}, {"sum": {"omitted": False, "bytes": 7}}]}
+    assert tcp.carried_bytes(data | {"server_output_json": server}) == 27542736 + 1000
+    assert measurement.carried_bytes == 27542736 + warm_up     # without it: the client's warm-up stands in
     data["start"]["test_start"]["reverse"] = 1
-    assert tcp.carried_bytes(data) == 27542736 + warm_up       # with -R the client received in both
+    assert tcp.carried_bytes(data | {"server_output_json": server}) == 27542736 + warm_up  # -R: the client received
 
 
 def test_a_full_measured_period_is_not_flagged():

@@ -19,7 +19,7 @@ def ensure_server(ctx: WorkloadContext) -> None:
         return
     sink = ctx.bed.sink
     log = ctx.log_dir / "iperf3-server.log"
-    proc = sink.spawn(["iperf3", "-s", "-p", PORT], log, what="iperf3")
+    proc = sink.spawn(["iperf3", "-s", "-J", "-p", PORT], log, what="iperf3")  # -J: a client gets its counts as JSON
     ctx.services["iperf3"] = (sink, proc)
     sink.wait_listening(PORT, proc, log)
 
