@@ -51,6 +51,30 @@ def test_notes_are_not_repeated(tmp_path):
     assert store.scenarios()[0].notes == "a; b"
 
 
+def test_the_link_and_workload_as_run_are_recorded_and_a_change_between_sittings_is_noted(tmp_path):
+    """Emulation runs a 100 Mbit/s link at 10 and a UDP load at a tenth: the export says what ran, not only
+    what the study asked; a sitting that runs a scenario otherwise than an earlier one says so."""
+    from vpnlab.export import rows
+
+    text = "name: s\nvpns: [{driver: none}]\nlinks: [{rate_mbit: 100, delay_ms: 1}]\nworkloads: [{kind: udp, rate_mbit: 50}]\n"
+    scenario = make_plan(parse_study(text)).scenarios[0]
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="s", study_text=text)
+    store.add_scenario(scenario, "vm")
+    store.record_as_run(scenario)          # an earlier sitting that did not scale the load
+    scenario.scale_for_emulation()
+    store.record_as_run(scenario)
+    store.record_repetition(run, scenario.id, 1, {"throughput_mbps": 4.9}, {}, [])
+    [row] = rows(store)
+    assert (row["link_rate_mbit"], row["run_link_rate_mbit"], row["run_link_delay_ms"]) == (100, 10, 10)
+    assert '"rate_mbit": 5.0' in row["run_workload_params"] and '"rate_mbit": 50.0' in row["workload_params"]
+    assert "run otherwise than by an earlier sitting" in store.scenarios()[0].notes
+    store.record_as_run(scenario)          # the same again: nothing more to say
+    assert store.scenarios()[0].notes.count("run otherwise") == 1
+    store.close()
+
+
 def test_schema_version_is_checked(tmp_path):
     Store.open_dir(tmp_path).close()
     db = sqlite3.connect(tmp_path / "results.sqlite")
@@ -71,6 +95,7 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     db.execute("ALTER TABLE scenarios DROP COLUMN measured_in")
     for table in ("scenarios", "runs"):  # nor real hosts
         db.execute(f"ALTER TABLE {table} DROP COLUMN hosts")
+    db.execute("ALTER TABLE scenarios DROP COLUMN as_run")  # nor the as-run record
     for column in ("round", "position", "failure"):
         db.execute(f"ALTER TABLE repetitions DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1'")
@@ -83,7 +108,8 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     store = Store.open_dir(tmp_path)
     assert [tuple(r) for r in store.db.execute("SELECT id, measured_in FROM scenarios")] == [("s1", "host")]
     store.close()
-    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "4"
+    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "5"
+    assert Store.open_dir(tmp_path).scenarios()[0].as_run == ""  # not recorded then: exported blank
     assert Store.open_dir(tmp_path).attempts("s1") == []
 
 

@@ -23,7 +23,9 @@ COLUMNS = [
     "link_rate_mbit", "link_delay_ms", "link_jitter_ms", "link_loss_pct",
     "workload", "workload_params", "repetition", "metric", "value", "unit", "flags", "measured_at",
     "link_label", "workload_label",
+    "run_link_rate_mbit", "run_link_delay_ms", "run_link_jitter_ms", "run_link_loss_pct", "run_workload_params",
 ]
+AS_RUN_UNRECORDED = dict.fromkeys(COLUMNS[-5:])  # a store from before vpnlab recorded it: blank
 
 
 def rows(store: Store) -> list[dict]:
@@ -53,8 +55,17 @@ def rows(store: Store) -> list[dict]:
             "measured_at": sample.measured_at,
             "link_label": sc.link_label,
             "workload_label": sc.workload_label,
-        })
+        } | as_run_columns(sc.as_run))
     return out
+
+
+def as_run_columns(as_run: str) -> dict:
+    """The link and workload as run (the study's, unless emulation scaled them), as export columns."""
+    if not as_run:
+        return AS_RUN_UNRECORDED
+    ran = json.loads(as_run)
+    return {f"run_link_{key}": value for key, value in ran["link"].items()} | {
+        "run_workload_params": json.dumps(ran["workload"], sort_keys=True)}
 
 
 def summary_rows(store: Store) -> list[dict]:
@@ -83,7 +94,7 @@ def summary_rows(store: Store) -> list[dict]:
                 "added": s.added, "added_low": s.added_low, "added_high": s.added_high,
                 "added_method": s.added_method, "grade_reason": s.grade_reason, "outliers": s.outliers,
                 "flagged_left_out": s.set_aside,
-            })
+            } | as_run_columns(sc.as_run))
     return out
 
 

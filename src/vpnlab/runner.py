@@ -167,6 +167,8 @@ class Runner:
                 note = scenario.scale_for_emulation() if EMULATED else None
                 if note:
                     store.add_note(scenario.id, note)
+                if scenario.id not in self.in_vm:  # (the guest records how it runs those)
+                    store.record_as_run(scenario)
             todo, total = self._todo(store)
             short = {s.id for s in todo}
             for scenario in self.plan.scenarios:  # measured to its rule by a sitting that ended before saying so

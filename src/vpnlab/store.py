@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .metrics import unit
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DB_NAME = "results.sqlite"
 RESERVE_NAME = ".vpnlab-reserve"   # beside the store while a run writes: room to mark it interrupted
 RESERVE_BYTES = 128 * 1024
@@ -71,7 +71,8 @@ CREATE TABLE IF NOT EXISTS scenarios (
     failure TEXT,
     notes TEXT NOT NULL DEFAULT '',
     measured_in TEXT NOT NULL DEFAULT 'host',
-    hosts TEXT NOT NULL DEFAULT ''    -- JSON: role -> inventory host, on real hosts; '' in namespaces here
+    hosts TEXT NOT NULL DEFAULT '',   -- JSON: role -> inventory host, on real hosts; '' in namespaces here
+    as_run TEXT NOT NULL DEFAULT ''   -- JSON: the link and workload as run (emulation scales them); '' unrecorded
 );
 CREATE TABLE IF NOT EXISTS repetitions (
     scenario_id TEXT NOT NULL REFERENCES scenarios(id),
@@ -109,6 +110,7 @@ UPGRADES = {
                                                                         "failure TEXT")],  # before rounds
     3: ["ALTER TABLE scenarios ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",  # before real hosts
         "ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '{}'"],
+    4: ["ALTER TABLE scenarios ADD COLUMN as_run TEXT NOT NULL DEFAULT ''"],  # before the as-run record
 }
 SETUP_REPETITION = 0  # scenario-level samples of stores before rounds (tunnel set-up) used repetition 0
 VALID = "COALESCE(r.failure, '') = '' AND sc.status != 'failed'"  # samples every statistic may use
@@ -142,6 +144,7 @@ class ScenarioRow:
     notes: str
     measured_in: str
     hosts: str = ""          # JSON role -> inventory host (real hosts), else ''
+    as_run: str = ""         # JSON {"link": {rate_mbit, delay_ms, jitter_ms, loss_pct}, "workload": {...}}; '' unrecorded
 
     @property
     def emulated(self) -> bool:
@@ -379,6 +382,20 @@ class Store:
                  scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else ""),
             )
 
+    def record_as_run(self, scenario) -> None:
+        """The link and workload a scenario runs with here (emulation scales them). A sitting that runs
+        them otherwise than an earlier one did is noted: its samples are pooled with the earlier ones."""
+        link = scenario.link_as_run
+        as_run = json.dumps({"link": {"rate_mbit": link.rate_mbit, "delay_ms": link.delay_ms,
+                                      "jitter_ms": link.jitter_ms, "loss_pct": link.loss_pct},
+                             "workload": scenario.workload_as_run.model_dump(mode="json")}, sort_keys=True)
+        with self.db:
+            before = self.db.execute("SELECT as_run FROM scenarios WHERE id=?", (scenario.id,)).fetchone()[0]
+            if before and before != as_run:
+                self._note(scenario.id, f"run otherwise than by an earlier sitting (now {as_run}, then {before}): "
+                                        "their samples are pooled")
+            self.db.execute("UPDATE scenarios SET as_run=? WHERE id=?", (as_run, scenario.id))
+
     def add_note(self, scenario_id: str, note: str) -> None:
         """Something a reader of the results must know (a model mismatch, a suspect figure)."""
         with self.db:
@@ -481,9 +498,9 @@ class Store:
                     if not self.db.execute("SELECT 1 FROM scenarios WHERE id=?", (sc["id"],)).fetchone():
                         continue
                     touched.append(sc["id"])
-                    self.db.execute("UPDATE scenarios SET status=?, failure=?, implementation=?, ci_target_met=?"
-                                    " WHERE id=?", (sc["status"], sc["failure"], sc["implementation"],
-                                                    sc["ci_target_met"], sc["id"]))
+                    self.db.execute("UPDATE scenarios SET status=?, failure=?, implementation=?, ci_target_met=?,"
+                                    " as_run=? WHERE id=?", (sc["status"], sc["failure"], sc["implementation"],
+                                                             sc["ci_target_met"], sc["as_run"], sc["id"]))
                     for text in filter(None, [note, *sc["notes"].split("; ")]):
                         self._note(sc["id"], text)
                     self._merge_repetitions(src, sc["id"], run_id)
