@@ -220,6 +220,7 @@ def test_a_remote_access_study_runs_on_two_hosts_over_ssh(lab, tmp_path):
     runs, scenarios, samples = read_store(out)
     assert {s["status"] for s in scenarios.values()} == {"done"}
     assert all(json.loads(s["hosts"]) == {"client": "gw-a", "gateway": "gw-b"} for s in scenarios.values())
+    assert all(json.loads(s["as_run"])["link"]["rate_mbit"] is None for s in scenarios.values())  # as asked
     machines = json.loads(runs[0]["hosts"])
     assert machines["gw-a"]["role"] == "client" and machines["gw-b"]["nic"]["driver"] == "veth"
     assert machines["gw-a"]["cpu_model"] and machines["gw-a"]["tools"]["openvpn"].startswith("OpenVPN 2.")

@@ -162,11 +162,10 @@ class Runner:
             for scenario in self.plan.scenarios:
                 if self.hosts:
                     store.add_scenario(scenario, "host", scenario.hosts)
-                    continue
-                store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
-                note = scenario.scale_for_emulation() if EMULATED else None
-                if note:
-                    store.add_note(scenario.id, note)
+                else:
+                    store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
+                    if note := scenario.scale_for_emulation() if EMULATED else None:
+                        store.add_note(scenario.id, note)
                 if scenario.id not in self.in_vm:  # (the guest records how it runs those)
                     store.record_as_run(scenario)
             todo, total = self._todo(store)
