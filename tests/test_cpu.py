@@ -75,3 +75,27 @@ def test_a_workloads_client_beside_a_tunnel_end_is_not_counted_as_the_vpn(namesp
     assert curl_pct > 5, "curl did not get the CPU to show the difference"
     assert values["cpu_vpn_client_pct"] < 2 and "cpu_busiest_thread_pct" not in values, (values, curl_pct)
     assert not any("curl" in f for f in flags)
+
+
+def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
+    """A busy program beside the run (a build, a browser) is in the machine's figures and the throughput:
+    the sample says so and names it; the same load inside the run's namespace is the run's, not flagged."""
+    outside = CpuMeter([namespace], [], everywhere=[namespace])
+    hog = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run(["sleep", "1"])
+        _, flags = outside.finish(None)
+    finally:
+        hog.kill()
+        hog.wait()
+    busy = [f for f in flags if f.startswith("busy machine: programs outside this run took")]
+    assert busy and "yes " in busy[0], flags
+    inside = CpuMeter([namespace], [], everywhere=[namespace])
+    daemon = subprocess.Popen(["ip", "netns", "exec", namespace, "yes"], stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run(["sleep", "1"])
+        _, flags = inside.finish(None)
+    finally:
+        daemon.kill()
+        daemon.wait()
+    assert not any(f.startswith("busy machine") and "yes " in f for f in flags), flags

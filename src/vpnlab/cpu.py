@@ -126,6 +126,53 @@ def _machine_ticks() -> tuple[int, int, int]:
     return kernel, total - idle - iowait, total
 
 
+OTHER_LOAD_PCT = 20.0  # % of one core that programs outside the run may take before a sample says so
+PF_KTHREAD = 0x00200000  # /proc/PID/stat flags: a kernel thread (kernel WireGuard's, ESP's work is the run's)
+
+
+def _other_ticks(ours: set[int]) -> dict[int, tuple[str, int]]:
+    """PID -> (name, ticks) of every user-space process outside the run: not in its namespaces, not
+    vpnlab itself or a child of it, not a kernel thread."""
+    found = {}
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in ours:
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(entry.name) == me or int(fields[1]) == me or int(fields[6]) & PF_KTHREAD:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        found[int(entry.name)] = (name, sum(int(fields[i]) for i in (11, 12, 13, 14)))
+    return found
+
+
+class OtherLoad:
+    """CPU that programs outside the run took during a measurement (a build, a browser, another
+    benchmark): their load is in the machine's figures and the throughput, so the sample says so."""
+
+    def __init__(self, namespaces: list[str]):
+        self.namespaces = namespaces
+        self._before = _other_ticks(self._ours())
+
+    def _ours(self) -> set[int]:
+        return {pid for ns in self.namespaces for pid in netns.pids(ns)}
+
+    def flags(self, wall: float) -> list[str]:
+        after = _other_ticks(self._ours())
+        used = sorted(((t - self._before.get(pid, (name, 0))[1], name) for pid, (name, t) in after.items()),
+                      reverse=True)
+        share = 100 * sum(t for t, _ in used) / TICK / wall
+        if share <= OTHER_LOAD_PCT:
+            return []
+        top = ", ".join(f"{name} {100 * t / TICK / wall:.0f}%" for t, name in used[:3] if t > 0)
+        return [f"busy machine: programs outside this run took {share:.0f}% of a core ({top}): their load is in "
+                "these CPU and throughput figures"]
+
+
 @dataclass
 class CpuMeter:
     """Start before a measurement, `finish` after it."""
@@ -133,6 +180,7 @@ class CpuMeter:
     left: list[str]    # namespaces of the tunnel ends on the client side
     right: list[str]   # ... and on the gateway side
     placement: object = None  # the ends' cgroups (placement.Placement): their figures when it has any
+    everywhere: list[str] = None  # every namespace of the run's testbed: what runs elsewhere is other load
 
     def __post_init__(self) -> None:
         self.record: dict = self.placement.record() if self.placement else {"method": "ticks"}
@@ -143,6 +191,7 @@ class CpuMeter:
         self._machine = _machine_ticks()
         self._cores = _core_ticks()
         self._threads = _thread_ticks([*self._left, *self._right])
+        self._others = OtherLoad(self.everywhere or [*self.left, *self.right])
 
     def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
         groups = self.placement.usage() if self._groups is not None else None
@@ -170,7 +219,7 @@ class CpuMeter:
             values["cpu_vpn_gateway_pct"] = 100 * right_s / wall
         if bytes_carried:
             values["cpu_s_per_gb"] = (left_s + right_s + kernel_s) / (bytes_carried / 1e9)
-        flags = self._bottlenecks(values, wall, {*left, *right})
+        flags = self._bottlenecks(values, wall, {*left, *right}) + self._others.flags(wall)
         if values["cpu_busy_pct"] > SATURATED_PCT:
             if EMULATED:
                 flags.append(f"cpu saturated in an emulated VM ({values['cpu_busy_pct']:.0f}% of all guest cores): "
