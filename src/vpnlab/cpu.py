@@ -191,6 +191,7 @@ class CpuMeter:
         self._machine = _machine_ticks()
         self._cores = _core_ticks()
         self._threads = _thread_ticks([*self._left, *self._right])
+        self._threads_at = time.monotonic()  # (reading many threads takes a while under emulation)
         self._others = OtherLoad(self.everywhere or [*self.left, *self.right])
 
     def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
@@ -219,7 +220,7 @@ class CpuMeter:
             values["cpu_vpn_gateway_pct"] = 100 * right_s / wall
         if bytes_carried:
             values["cpu_s_per_gb"] = (left_s + right_s + kernel_s) / (bytes_carried / 1e9)
-        flags = self._bottlenecks(values, wall, {*left, *right}) + self._others.flags(wall)
+        flags = self._bottlenecks(values, {*left, *right}) + self._others.flags(wall)
         if values["cpu_busy_pct"] > SATURATED_PCT:
             if EMULATED:
                 flags.append(f"cpu saturated in an emulated VM ({values['cpu_busy_pct']:.0f}% of all guest cores): "
@@ -229,12 +230,14 @@ class CpuMeter:
                              "set by this machine, not by the VPN alone")
         return values, flags
 
-    def _bottlenecks(self, values: dict[str, float], wall: float, daemons: set[int]) -> list[str]:
+    def _bottlenecks(self, values: dict[str, float], daemons: set[int]) -> list[str]:
         """The busiest core and daemon thread, into `values`; a flag for each that was saturated."""
         cores = [(b - b0, si - si0, t - t0) for (b, si, t), (b0, si0, t0) in zip(_core_ticks(), self._cores)]
         shares = [(100 * busy / total, 100 * soft / total, n) for n, (busy, soft, total) in enumerate(cores) if total]
         after = _thread_ticks(daemons)  # a thread that appeared during the window started from zero
-        used = [(100 * (t - self._threads.get(key, (name, 0))[1]) / TICK / wall, name)
+        span = time.monotonic() - self._threads_at  # its own: over the wall time a thread read up to 7 points
+        # above its whole tunnel end
+        used = [(100 * (t - self._threads.get(key, (name, 0))[1]) / TICK / span, name)
                 for key, (name, t) in after.items()]
         return bottleneck_flags(values, max(shares, default=None), max(used, default=None))
 
