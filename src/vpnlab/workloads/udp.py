@@ -72,7 +72,9 @@ def loss_pct(end: dict) -> float:
     """% of the datagrams sent that never arrived (sent, with -R too, is the sending side's count). Not
     iperf3's lost_percent: it counts only the gaps below the highest sequence number received, so the
     datagrams lost after the last one that arrived (a tunnel that stalls, a queue dropped at the end) go
-    uncounted. Whole-run counts: with -O (not passed here) each side would restart its own at its own time."""
+    uncounted. Datagrams the receiver had not yet read when the test ended count as lost too (2 of 5356
+    at 15 Mbit/s through tbf here; more from a receiver the CPU starves). Whole-run counts: with -O (not
+    passed here) each side would restart its own at its own time."""
     sent, received = end.get("sum_sent", {}), end.get("sum_received", {})
     if not sent.get("packets") or "lost_packets" not in received:  # older iperf3: only its own figure
         summary = end.get("sum") or received
