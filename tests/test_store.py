@@ -175,3 +175,29 @@ def test_a_vm_guests_repetitions_are_flagged_where_another_run_shared_the_machin
     store.close()
     assert [disturbed(flags[n]) for n in (1, 2, 3)] == [False, True, False], flags
     assert "def456 (pid 7)" in flags[2]
+
+
+def test_a_guest_store_from_before_the_as_run_record_merges_and_keeps_what_is_known(tmp_path):
+    """A killed sitting's guest store of schema 4 (no as_run) is merged by the next --resume."""
+    plan = make_plan(parse_study(STUDY))
+    scenario = plan.scenarios[0]
+    for name in ("host", "guest"):
+        (tmp_path / name).mkdir()
+    host, guest = Store.open_dir(tmp_path / "host"), Store.open_dir(tmp_path / "guest")
+    for store in (host, guest):
+        run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                              study_name="s", study_text=STUDY)
+        store.add_scenario(scenario, "vm")
+    host.record_as_run(scenario)
+    guest.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": 1.5}, {}, [])
+    guest.set_status(scenario.id, "done")
+    guest.close()
+    db = sqlite3.connect(tmp_path / "guest" / "results.sqlite")  # as schema 4 left it: no as_run
+    columns = ", ".join(r[1] for r in db.execute("PRAGMA table_info(scenarios)") if r[1] != "as_run")
+    db.executescript(f"CREATE TABLE old AS SELECT {columns} FROM scenarios; DROP TABLE scenarios;"
+                     " ALTER TABLE old RENAME TO scenarios;")
+    db.close()
+    host.merge(tmp_path / "guest" / "results.sqlite", run, "")
+    [row] = host.scenarios()
+    assert row.status == "done" and row.as_run and host.done_repetitions(scenario.id) == {1}
+    host.close()

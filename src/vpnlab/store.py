@@ -498,9 +498,11 @@ class Store:
                     if not self.db.execute("SELECT 1 FROM scenarios WHERE id=?", (sc["id"],)).fetchone():
                         continue
                     touched.append(sc["id"])
+                    as_run = sc["as_run"] if "as_run" in sc.keys() else ""  # (a guest store before schema 5)
                     self.db.execute("UPDATE scenarios SET status=?, failure=?, implementation=?, ci_target_met=?,"
-                                    " as_run=? WHERE id=?", (sc["status"], sc["failure"], sc["implementation"],
-                                                             sc["ci_target_met"], sc["as_run"], sc["id"]))
+                                    " as_run=COALESCE(NULLIF(?, ''), as_run) WHERE id=?",
+                                    (sc["status"], sc["failure"], sc["implementation"], sc["ci_target_met"], as_run,
+                                     sc["id"]))
                     for text in filter(None, [note, *sc["notes"].split("; ")]):
                         self._note(sc["id"], text)
                     self._merge_repetitions(src, sc["id"], run_id)
