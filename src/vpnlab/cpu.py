@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from .backend import EMULATED
+from .judging import DISTURBED
 from .metrics import declare
 from .testbed import netns
 
@@ -169,7 +170,7 @@ class OtherLoad:
         if share <= OTHER_LOAD_PCT:
             return []
         top = ", ".join(f"{name} {100 * t / TICK / wall:.0f}%" for t, name in used[:3] if t > 0)
-        return [f"busy machine: programs outside this run took {share:.0f}% of a core ({top}): their load is in "
+        return [f"{DISTURBED}busy machine: programs outside this run took {share:.0f}% of a core ({top}): their load is in "
                 "these CPU and throughput figures"]
 
 
