@@ -299,6 +299,12 @@ def test_one_run_per_directory_and_a_dead_runs_lock_does_not_block(tmp_path, no_
     assert proc.returncode == 0, proc.stderr
     assert len(valid_repetitions(out)) == 2
     assert statuses(out)[-1] == "completed"
+    # a sitting with nothing left to measure leaves how the scenario was run as it was, and adds no note
+    with sqlite3.connect(out / "results.sqlite") as db:
+        db.execute("UPDATE scenarios SET as_run='as an earlier sitting ran it'")
+    assert invoke("run", "--resume", out, *RUN).exit_code == 0
+    with sqlite3.connect(out / "results.sqlite") as db:
+        assert db.execute("SELECT as_run, notes FROM scenarios").fetchall() == [("as an earlier sitting ran it", "")]
 
 
 # -- a full disk ------------------------------------------------------------------------------

@@ -166,9 +166,10 @@ class Runner:
                     store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
                     if note := scenario.scale_for_emulation() if EMULATED else None:
                         store.add_note(scenario.id, note)
-                if scenario.id not in self.in_vm:  # (the guest records how it runs those)
-                    store.record_as_run(scenario)
             todo, total = self._todo(store)
+            for scenario in todo:  # only what this sitting measures (the guest records how it runs its own)
+                if scenario.id not in self.in_vm:
+                    store.record_as_run(scenario)
             short = {s.id for s in todo}
             for scenario in self.plan.scenarios:  # measured to its rule by a sitting that ended before saying so
                 if scenario.id not in short and store.status(scenario.id) not in ("done", "failed"):
@@ -351,7 +352,7 @@ class Runner:
         store.set_status(scenario.id, "running")
         started = time.monotonic()
         pair = self.hosts.pair_of(scenario) if self.hosts else None
-        attempt = run_repetition(scenario, state, log_dir, pair, arrivals_seed(self.plan.study.seed, round_no, scenario))
+        attempt = run_repetition(scenario, state, log_dir, arrivals_seed(self.plan.study.seed, round_no, scenario), pair)
         if self._stopping.is_set():
             return  # interrupted: not a sample, nor a failure (`--resume` measures it)
         for note in attempt.notes:
