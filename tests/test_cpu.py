@@ -94,11 +94,12 @@ def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
     busy = [f for f in flags if f.startswith("disturbed: busy machine: programs outside this run took")]
     assert busy and "yes " in busy[0], flags
     inside = CpuMeter([namespace], [], everywhere=[namespace])
-    daemon = subprocess.Popen(["ip", "netns", "exec", namespace, "yes"], stdout=subprocess.DEVNULL)
+    # left to init too: only its namespace makes it the run's
+    daemon = int(subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c", "yes > /dev/null 2>&1 & echo $!"],
+                                capture_output=True, text=True, check=True).stdout)
     try:
         subprocess.run(["sleep", "1"])
         _, flags = inside.finish(None)
     finally:
-        daemon.kill()
-        daemon.wait()
+        os.kill(daemon, signal.SIGKILL)
     assert not any("busy machine" in f and "yes " in f for f in flags), flags

@@ -137,7 +137,7 @@ def test_no_cgroup_is_left_after_an_error(tmp_path, state, monkeypatch):
         seen["procs"] = {end.node.role: (end.group / "cgroup.procs").read_text().split() for end in bed.placement.ends}
         raise TunnelError("injected after the daemons started")
     monkeypatch.setattr(repetition, "prove_and_measure", fail)
-    attempt = repetition.run_repetition(plan.scenarios[0], state, tmp_path)
+    attempt = repetition.run_repetition(plan.scenarios[0], state, tmp_path, arrivals="no background")
     assert attempt.failure == "injected after the daemons started"
     assert all(seen["procs"].values()), seen  # each end's daemon was in its cgroup
     assert our_cgroups(state.run_id) == [] and state.cgroups == []

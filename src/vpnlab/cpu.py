@@ -147,6 +147,8 @@ def _other_ticks(ours: set[int]) -> dict[int, tuple[str, int]]:
         if int(entry.name) == me or int(fields[1]) == me or int(fields[6]) & PF_KTHREAD:
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
+        # utime + stime, and the children's it reaped: a build's compilers come and go inside a window
+        # and are seen only there (a child that ran before the window and is reaped in it counts too)
         found[int(entry.name)] = (name, sum(int(fields[i]) for i in (11, 12, 13, 14)))
     return found
 
@@ -184,16 +186,17 @@ class CpuMeter:
     everywhere: list[str] = None  # every namespace of the run's testbed: what runs elsewhere is other load
 
     def __post_init__(self) -> None:
+        # The slow /proc scans first, the machine's counters last: the window starts as the workload does.
+        self._others = OtherLoad(self.everywhere or [*self.left, *self.right])
         self.record: dict = self.placement.record() if self.placement else {"method": "ticks"}
-        self._groups = self.placement.usage() if self.placement else None
-        self._start = time.monotonic()
         self._left = _daemon_ticks(self.left)
         self._right = _daemon_ticks(self.right)
-        self._machine = _machine_ticks()
-        self._cores = _core_ticks()
         self._threads = _thread_ticks([*self._left, *self._right])
         self._threads_at = time.monotonic()  # (reading many threads takes a while under emulation)
-        self._others = OtherLoad(self.everywhere or [*self.left, *self.right])
+        self._groups = self.placement.usage() if self.placement else None
+        self._cores = _core_ticks()
+        self._machine = _machine_ticks()
+        self._start = time.monotonic()
 
     def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
         groups = self.placement.usage() if self._groups is not None else None

@@ -29,7 +29,6 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
     """Run the workload once, with the CPU meter around it, the observers watching and the
     background beside it."""
     observers = observers_for(scenario.kind, ctx.bed, ctx.log_dir, scenario.link_as_run)
-    scenario.kind.prepare(scenario.workload_as_run, ctx)  # outside every window below
     if background:
         background.start()
     try:

@@ -37,7 +37,7 @@ class Attempt:
     notes: list[str] = field(default_factory=list)
 
 
-def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None, arrivals: str = "") -> Attempt:
+def run_repetition(scenario, state: RunState, log_dir: Path, arrivals: str, hosts=None) -> Attempt:
     """Measure one repetition on a testbed of its own (on `hosts`, a hosts.testbed.HostPair, when
     the study runs on real hosts); everything it made is gone on return. `arrivals` seeds the
     background's (background.arrivals_seed)."""
@@ -52,6 +52,7 @@ def run_repetition(scenario, state: RunState, log_dir: Path, hosts=None, arrival
         bring_up(stage, bed, scenario, state, log_dir)
         prove_and_measure(stage, bed, scenario, log_dir)
         attempt.notes = stage.notes
+        scenario.kind.prepare(scenario.workload_as_run, ctx)  # (its files and servers) outside every window
         warm_up(bed)
         background = BackgroundTraffic(ctx, scenario.link.background, arrivals) if scenario.link.background else None
         with TunnelWatch(stage, bed, scenario.kind.needs(scenario.workload)) as watch:
