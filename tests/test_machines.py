@@ -41,7 +41,7 @@ def test_sittings_that_worded_the_emulation_differently_say_it_once():
 def test_each_sitting_says_the_code_it_ran(tmp_path):
     """A study resumed over sittings may run different commits: the report names each with its sittings."""
     from vpnlab import _checkout_commit
-    from vpnlab.report import sitting_versions
+    from vpnlab.machines import sitting_versions
 
     runs = [{"vpnlab_version": v} for v in ("0.1.0+ga", "0.1.0+ga", "0.1.0+gb", "0.1.0+gc", "0.1.0+gc")]
     assert sitting_versions(runs) == "0.1.0+ga (sittings 1-2), 0.1.0+gb (sitting 3), 0.1.0+gc (sittings 4-5)"
@@ -60,5 +60,7 @@ def test_each_sitting_says_the_code_it_ran(tmp_path):
     (linked / "commondir").write_text("../..\n")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".git").write_text(f"gitdir: {linked}\n")
+    assert _checkout_commit(tmp_path / "run") == "c" * 40
+    (tmp_path / "run" / ".git").write_text("gitdir: ../main/.git/worktrees/run\n")  # git worktree --relative-paths
     assert _checkout_commit(tmp_path / "run") == "c" * 40
     assert _checkout_commit(tmp_path / "nowhere") == ""

@@ -1,6 +1,7 @@
 """Parsers, on real output captured from the tools."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -72,8 +73,10 @@ def _stretched_warm_up() -> dict:
 
 def test_a_warm_up_that_ate_the_test_flags_the_sample_and_counts_one_side(monkeypatch):
     data = _stretched_warm_up()
-    monkeypatch.setattr(iperf, "client", lambda ctx, args, duration: (data, json.dumps(data)))
+    asked = []
+    monkeypatch.setattr(iperf, "client", lambda ctx, args, duration: asked.extend(args) or (data, json.dumps(data)))
     measurement = tcp.Tcp().run(tcp.TcpOptions(duration_s=10, omit_s=2), None)
+    assert "--get-server-output" in asked  # the receiver's own count comes with the client's JSON
     assert measurement.flags == ["iperf3 measured 0.8 s of the 10 s asked (its 2 s warm-up took 11.2 s): "
                                  "throughput is over a short, late window"]
     assert measurement.values["throughput_mbps"] == pytest.approx(27542736 * 8 / 0.79 / 1e6)  # still the receiver's
@@ -133,3 +136,16 @@ def test_latency_under_load_counts_the_pings_a_full_queue_lost():
     busybox = "64 bytes from 198.18.1.2: seq=0 ttl=62 time=5.0 ms\n64 bytes from 198.18.1.2: seq=2 ttl=62 time=7.0 ms\n"
     assert loaded_rtt_values(busybox, 5.0) == pytest.approx({"rtt_under_load_ms": 6.0,
                                                               "rtt_under_load_unanswered_pct": 100 / 3})
+
+
+def test_the_iperf3_server_reports_in_json(tmp_path):
+    """--get-server-output hands the client the server's text unless the server runs with -J."""
+    class Sink:
+        def spawn(self, argv, log, what):
+            self.argv = argv
+        def wait_listening(self, port, proc, log):
+            pass
+    sink = Sink()
+    ctx = SimpleNamespace(services={}, log_dir=tmp_path, bed=SimpleNamespace(sink=sink))
+    iperf.ensure_server(ctx)
+    assert sink.argv[:3] == ["iperf3", "-s", "-J"]

@@ -97,7 +97,10 @@ workloads:
     # the WAN and the round trip under load are the transfer's, not its set-up's
     for server in ("nginx", "vsftpd", "sshd"):
         [log] = tmp_path.glob(f"logs/*/rep1/{server}.log")
-        assert _born(log) <= _born(log.with_name("rtt-under-load.log")), server
+        window = _born(log.with_name("rtt-under-load.log"))
+        if not window:
+            pytest.skip(f"this filesystem keeps no birth time: {tmp_path}")
+        assert 0 < _born(log) <= window, server
 
 
 def _born(path: Path) -> float:

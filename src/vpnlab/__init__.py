@@ -14,7 +14,7 @@ def _checkout_commit(root: Path) -> str:
     git = root / ".git"
     try:
         if git.is_file():  # a worktree: "gitdir: <its folder in the main checkout's .git>"
-            git = Path(git.read_text().split(":", 1)[1].strip())
+            git = root / git.read_text().split(":", 1)[1].strip()  # (relative to the checkout, or absolute)
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref: "):
             return head  # detached

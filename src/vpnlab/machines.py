@@ -1,6 +1,6 @@
 """Which machines a run's results came from: this one (namespaces, a VM) or real hosts, each with
 its CPU, kernel and NIC as the run recorded them (runs.hosts), and which hosts each scenario's
-results came from (scenarios.hosts). The report and `vpnlab show` say it in these words."""
+results came from (scenarios.hosts), and the code each sitting ran. The report and `vpnlab show` say it in these words."""
 
 from __future__ import annotations
 
@@ -17,6 +17,19 @@ def current_wording(notes: str) -> str:
     """A scenario's stored notes ("; " between them) with an older vpnlab's wording of a fact replaced
     by today's and each note once, so that sittings of one study before and after a change say it once."""
     return "; ".join(dict.fromkeys(notes.replace(_OLD_TCG_NOTE, TCG_NOTE).split("; ")))
+
+
+def sitting_versions(runs) -> str:
+    """The code each sitting ran: one version, or each with the sittings (1-based, in turn) that ran it."""
+    spans: list[list] = []  # [version, first sitting, last sitting]
+    for number, run in enumerate(runs, start=1):
+        if spans and spans[-1][0] == run["vpnlab_version"]:
+            spans[-1][2] = number
+        else:
+            spans.append([run["vpnlab_version"], number, number])
+    if len(spans) == 1:
+        return spans[0][0]
+    return ", ".join(f"{v} (sitting{f' {a}' if a == b else f's {a}-{b}'})" for v, a, b in spans)
 
 
 def machine_lines(runs, scenarios) -> list[str]:

@@ -31,7 +31,7 @@ from .judging import stored_settings  # noqa: E402
 from .stopping import lasting_notes, stored_rule, target_met  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
-from .machines import current_wording, machine_lines, measured_where  # noqa: E402
+from .machines import current_wording, machine_lines, measured_where, sitting_versions  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
@@ -98,19 +98,6 @@ def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
         for note in lasting_notes(current_wording(s.notes)):
             groups[note].append(s.label)
     return list(groups.items())
-
-
-def sitting_versions(runs) -> str:
-    """The code each sitting ran: one version, or each with the sittings (1-based, in turn) that ran it."""
-    spans: list[list] = []  # [version, first sitting, last sitting]
-    for number, run in enumerate(runs, start=1):
-        if spans and spans[-1][0] == run["vpnlab_version"]:
-            spans[-1][2] = number
-        else:
-            spans.append([run["vpnlab_version"], number, number])
-    if len(spans) == 1:
-        return spans[0][0]
-    return ", ".join(f"{v} (sitting{f' {a}' if a == b else f's {a}-{b}'})" for v, a, b in spans)
 
 
 def trust(s: Summary | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .. import __version__, signals
+from .. import signals, version as vpnlab_version
 from . import machine, results, run  # noqa: F401  (their commands register themselves on the app)
 from ..console import out
 from .common import app
@@ -14,7 +14,7 @@ from .common import app
 def main(version: bool = typer.Option(False, "--version", help="print the version and exit")):
     signals.install()  # before anything is created, until the program exits
     if version:
-        out.print(f"vpnlab {__version__}")
+        out.print(f"vpnlab {vpnlab_version()}")
         raise typer.Exit()
 
 

@@ -20,7 +20,7 @@ from .common import app
 def _show(directory: Path) -> None:
     from ..analysis import summarise
     from ..labels import for_scenarios
-    from ..machines import machine_lines, measured_where
+    from ..machines import machine_lines, measured_where, sitting_versions
     from ..store import Store
 
     store = Store.open_dir(directory)
@@ -32,7 +32,7 @@ def _show(directory: Path) -> None:
         store.close()
     last = runs[-1]
     out.print(f"[bold]{last['study_name']}[/] - measured {measured_where(last, scenarios)}, vpnlab "
-              f"{last['vpnlab_version']}, status {last['status']}", highlight=False)
+              f"{sitting_versions(runs)}, status {last['status']}", highlight=False)
     machines = machine_lines(runs, scenarios)
     if machines:
         out.print("measured on: " + "\n  ".join(machines), highlight=False)
