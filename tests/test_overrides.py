@@ -62,3 +62,24 @@ def test_a_set_value_and_a_built_in_study_are_checked_against_this_machine_as_a_
         _the_study(str(path), None, [f"workloads[1].window={socket_buffer_limit() + 1024}"])
     with pytest.raises(StudyError, match=r"workloads\[0\]\.window"):
         _the_study("narayan-2008", None, [f"workloads[0].window={socket_buffer_limit() + 1024}"])
+
+
+def test_a_built_in_study_and_a_resumed_one_are_checked_against_this_machine(tmp_path, monkeypatch):
+    """Not only through --set: a built-in study named on the command line, and the study a results
+    directory stores (--resume), meet this kernel's socket buffer limit as a file does."""
+    from vpnlab import study as study_module
+    from vpnlab.cli.run import _stored_study, load_study_arg
+    from vpnlab.store import Store
+    from vpnlab.study import builtin_studies
+
+    store = Store.open_dir(tmp_path)
+    store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                    study_name="narayan-2008", study_text=builtin_studies()["narayan-2008"])
+    store.close()
+    monkeypatch.setattr(study_module, "socket_buffer_limit", lambda: 1 << 20)  # its 64 KB windows fit
+    assert load_study_arg("narayan-2008")[0].name == _stored_study(tmp_path)[0].name == "narayan-2008"
+    monkeypatch.setattr(study_module, "socket_buffer_limit", lambda: 32 * 1024)  # they do not
+    with pytest.raises(StudyError, match=r"window.*net\.core\.rmem_max"):
+        load_study_arg("narayan-2008")
+    with pytest.raises(StudyError, match=r"window.*net\.core\.rmem_max"):
+        _stored_study(tmp_path)
