@@ -82,6 +82,13 @@ def test_missing_study_file(tmp_path):
     assert proc.returncode == 2 and "no such study file" in proc.stderr
 
 
+def test_version_names_the_commit_it_runs():
+    """`vpnlab --version` says the code it runs, as each run records it (vpnlab.version())."""
+    from vpnlab import version
+    assert vpnlab("--version").stdout.strip() == f"vpnlab {version()}"
+    assert "+g" in version() or not (Path(__file__).resolve().parents[1] / ".git").exists()
+
+
 def test_dry_run_creates_nothing(tmp_path):
     study = tmp_path / "s.yaml"
     study.write_text(SMALL)
