@@ -3,10 +3,11 @@
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
-from vpnlab.cpu import SATURATED_PCT, TICK, CpuMeter
+from vpnlab.cpu import SATURATED_PCT, TICK, CpuMeter, OtherLoadSeries
 
 pytestmark = pytest.mark.integration
 
@@ -103,3 +104,28 @@ def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
     finally:
         os.kill(daemon, signal.SIGKILL)
     assert not any("busy machine" in f and "yes " in f for f in flags), flags
+
+
+def test_the_host_sees_a_busy_program_beside_a_guest_but_not_what_vpnlab_started():
+    """A VM guest sees only its own processes: the host samples its own over the guest's repetitions.
+    qemu, a child of vpnlab, is the run's; so is anything below it."""
+    series = OtherLoadSeries()
+    start = time.time()
+    mine = subprocess.Popen(["sh", "-c", "yes > /dev/null; true"], start_new_session=True)  # yes two levels down
+    try:
+        subprocess.run(["sleep", "1"])
+        series.sample()
+        assert series.flags(start, time.time()) == []
+    finally:
+        os.killpg(mine.pid, signal.SIGKILL)
+        mine.wait()
+    start = time.time()
+    hog = int(subprocess.run(["sh", "-c", "yes > /dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                             check=True).stdout)
+    try:
+        subprocess.run(["sleep", "1"])
+        series.sample()
+    finally:
+        os.kill(hog, signal.SIGKILL)
+    [flag] = series.flags(start, time.time())
+    assert flag.startswith("disturbed: busy machine: programs outside this run took") and "(yes " in flag, flag

@@ -150,11 +150,11 @@ def test_opening_a_store_twice_keeps_what_another_process_sees(tmp_path):
     assert seen == "2"
 
 
-def test_a_vm_guests_repetitions_are_flagged_where_another_run_shared_the_machine(tmp_path):
-    """The guest cannot see other runs on the host; the host's watch of the boot flags what the
-    guest measured while one went on, by each repetition's span (from the one before it)."""
+def test_a_vm_guests_repetitions_are_flagged_where_another_run_or_a_busy_program_shared_the_machine(tmp_path):
+    """The guest cannot see other runs or programs on the host; the host's watch of the boot flags what
+    the guest measured while one went on, by each repetition's span (from the one before it)."""
     from vpnlab.judging import disturbed
-    from vpnlab.runner import OtherRunsWatch
+    from vpnlab.runner import HostWatch
 
     plan = make_plan(parse_study(STUDY))
     scenario = plan.scenarios[0]
@@ -167,14 +167,17 @@ def test_a_vm_guests_repetitions_are_flagged_where_another_run_shared_the_machin
         store.record_repetition(run, scenario.id, repetition, {"rtt_avg_ms": 1.5}, {}, [])
         store.db.execute("UPDATE repetitions SET completed_at=? WHERE repetition=?",
                          (datetime.fromtimestamp(base + 10 * repetition, timezone.utc).isoformat(), repetition))
-    watch = OtherRunsWatch("abc123")
+    watch = HostWatch("abc123")
     watch.started, watch.seen = base, [(base + 15, ["def456 (pid 7)"])]  # seen once, during the second
+    # a build in the third (4 s of CPU in its 10 s: 40% of a core), a little noise in the first (10%)
+    watch.load.samples = [(base + 5, {"cron": 1.0}), (base + 24, {"cc1": 3.0}), (base + 28, {"make": 1.0})]
     watch.flag(store, run, [scenario.id])
     flags = {r[1]: r[3] for r in store.db.execute("SELECT scenario_id, repetition, completed_at, flags"
                                                    " FROM repetitions")}
     store.close()
-    assert [disturbed(flags[n]) for n in (1, 2, 3)] == [False, True, False], flags
-    assert "def456 (pid 7)" in flags[2]
+    assert [disturbed(flags[n]) for n in (1, 2, 3)] == [False, True, True], flags
+    assert "def456 (pid 7)" in flags[2] and "busy machine" not in flags[2]
+    assert "programs outside this run took 40% of a core (cc1 30%, make 10%)" in flags[3]
 
 
 def test_a_guest_store_from_before_the_as_run_record_merges_and_keeps_what_is_known(tmp_path):

@@ -132,25 +132,59 @@ PF_KTHREAD = 0x00200000  # /proc/PID/stat flags: a kernel thread (kernel WireGua
 
 
 def _other_ticks(ours: set[int]) -> dict[int, tuple[str, int]]:
-    """PID -> (name, ticks) of every user-space process outside the run: not in its namespaces, not
-    vpnlab itself or a child of it, not a kernel thread."""
-    found = {}
-    me = os.getpid()
+    """PID -> (name, ticks) of every user-space process outside the run: not in its namespaces (`ours`),
+    not vpnlab itself or a process it started (at any depth: a VM's qemu), not a kernel thread."""
+    procs = {}  # pid -> (parent, name, ticks, kernel thread)
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) in ours:
+        if not entry.name.isdigit():
             continue
         try:
             stat = Path(entry.path, "stat").read_text()
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(entry.name) == me or int(fields[1]) == me or int(fields[6]) & PF_KTHREAD:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
         # utime + stime, and the children's it reaped: a build's compilers come and go inside a window
-        # and are seen only there (a child that ran before the window and is reaped in it counts too)
-        found[int(entry.name)] = (name, sum(int(fields[i]) for i in (11, 12, 13, 14)))
+        # and are seen only there. Not init's: it reaps orphans of any age, whose whole lives would count.
+        pid = int(entry.name)
+        procs[pid] = (int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")],
+                      sum(int(fields[i]) for i in ((11, 12) if pid == 1 else (11, 12, 13, 14))),
+                      int(fields[6]) & PF_KTHREAD)
+    mine = _descendants(os.getpid(), {pid: parent for pid, (parent, *_rest) in procs.items()})
+    return {pid: (name, ticks) for pid, (_, name, ticks, kthread) in procs.items()
+            if pid not in ours and pid not in mine and not kthread}
+
+
+def _descendants(root: int, parents: dict[int, int]) -> set[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
     return found
+
+
+def busy_machine_flags(used: dict[str, float], wall: float) -> list[str]:
+    """A flag when programs outside the run (name -> CPU seconds) took more than OTHER_LOAD_PCT of a
+    core over `wall` seconds, naming the three busiest."""
+    share = 100 * sum(used.values()) / wall if wall > 0 else 0.0
+    if share <= OTHER_LOAD_PCT:
+        return []
+    top = ", ".join(f"{name} {100 * t / wall:.0f}%" for name, t in sorted(used.items(), key=lambda u: -u[1])[:3])
+    return [f"{DISTURBED}busy machine: programs outside this run took {share:.0f}% of a core ({top}): their load is in "
+            "these CPU and throughput figures"]
+
+
+def _used_since(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, float]:
+    """CPU seconds per program name between two readings (a process that appeared started from zero)."""
+    used: dict[str, float] = {}
+    for pid, (name, ticks) in after.items():
+        if spent := ticks - before.get(pid, (name, 0))[1]:
+            used[name] = used.get(name, 0.0) + spent / TICK
+    return used
 
 
 class OtherLoad:
@@ -165,15 +199,30 @@ class OtherLoad:
         return {pid for ns in self.namespaces for pid in netns.pids(ns)}
 
     def flags(self, wall: float) -> list[str]:
-        after = _other_ticks(self._ours())
-        used = sorted(((t - self._before.get(pid, (name, 0))[1], name) for pid, (name, t) in after.items()),
-                      reverse=True)
-        share = 100 * sum(t for t, _ in used) / TICK / wall
-        if share <= OTHER_LOAD_PCT:
-            return []
-        top = ", ".join(f"{name} {100 * t / TICK / wall:.0f}%" for t, name in used[:3] if t > 0)
-        return [f"{DISTURBED}busy machine: programs outside this run took {share:.0f}% of a core ({top}): their load is in "
-                "these CPU and throughput figures"]
+        return busy_machine_flags(_used_since(self._before, _other_ticks(self._ours())), wall)
+
+
+class OtherLoadSeries:
+    """The same, sampled over time by the host while a VM guest measures: the guest sees only its own
+    processes, so the host judges each of its repetitions by the samples within its span."""
+
+    def __init__(self):
+        self._last = _other_ticks(set())
+        self.samples: list[tuple[float, dict[str, float]]] = []  # (time, CPU seconds per name since the last)
+
+    def sample(self) -> None:
+        now = _other_ticks(set())
+        self.samples.append((time.time(), _used_since(self._last, now)))
+        self._last = now
+
+    def flags(self, start: float, end: float) -> list[str]:
+        """For a span of wall-clock time: the samples taken in it (each covers the poll before it)."""
+        used: dict[str, float] = {}
+        for at, spent in self.samples:
+            if start < at <= end:
+                for name, seconds in spent.items():
+                    used[name] = used.get(name, 0.0) + seconds
+        return busy_machine_flags(used, end - start)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import version, vm
 from .backend import EMULATED, IN_GUEST
 from .capabilities import Capabilities, this_machine, tool_versions
+from .cpu import OtherLoadSeries
 from .files import tail
 from .judging import shared_machine_flag
 from .machines import TCG_NOTE
@@ -80,15 +81,16 @@ class Progressor:
         self.console.print(text)
 
 
-class OtherRunsWatch:
-    """Other vpnlab runs seen on this machine while a VM guest measures: the guest cannot see them
-    (its /run is its own), so the host flags each repetition it measured while one was going on,
-    as a repetition measured here is flagged (repetition.py)."""
+class HostWatch:
+    """What a VM guest cannot see while it measures, watched on the host: other vpnlab runs (the guest's
+    /run is its own) and other programs' load (its /proc is its own). The host flags each repetition
+    the guest measured while either went on, as a repetition measured here is flagged (repetition.py)."""
 
     POLL_S = 2.0
 
     def __init__(self, run_id: str):
         self.run_id, self.seen = run_id, []  # (time, the other runs then)
+        self.load = OtherLoadSeries()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -106,19 +108,22 @@ class OtherRunsWatch:
             others = other_live_runs(self.run_id)
             if others:
                 self.seen.append((time.time(), others))
+            self.load.sample()
             if self._stop.wait(self.POLL_S):
                 return
 
     def flag(self, store: Store, run_id: int, scenario_ids: list[str]) -> None:
         """Flag each repetition the guest completed for these scenarios whose span (from the one
-        before it, or the boot) came within a poll of a moment another run was seen."""
+        before it, or the boot) came within a poll of a moment another run was seen, or in which
+        other programs loaded the host."""
         start = self.started
         for scenario_id, repetition, completed_at in store.completed(run_id, scenario_ids):
             end = datetime.fromisoformat(completed_at).timestamp()
             others = [name for t, names in self.seen if start - self.POLL_S <= t <= end + self.POLL_S
                       for name in names]
-            if others:
-                store.add_flag(scenario_id, repetition, shared_machine_flag(others))
+            flags = ([shared_machine_flag(others)] if others else []) + self.load.flags(start, end)
+            for flag in flags:
+                store.add_flag(scenario_id, repetition, flag)
             start = end
 
 
@@ -218,7 +223,7 @@ class Runner:
         timeout = VM_GUEST_SETUP_S + sum(s.estimate_s(in_vm=True, most=True) * VM_TIME_LIMIT_FACTOR
                                          + VM_SCENARIO_MARGIN_S for s in scenarios)
         error = None
-        watch = OtherRunsWatch(state.run_id)
+        watch = HostWatch(state.run_id)
         drivers = tuple(sorted({layer.driver for s in scenarios for layer in s.vpn.layers}))
         guest = vm.Guest(state, work, console, drivers)
         try:
