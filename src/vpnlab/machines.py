@@ -1,6 +1,7 @@
 """Which machines a run's results came from: this one (namespaces, a VM) or real hosts, each with
-its CPU, kernel and NIC as the run recorded them (runs.hosts), and which hosts each scenario's
-results came from (scenarios.hosts), and the code each sitting ran. The report and `vpnlab show` say it in these words."""
+its CPU, kernel and NIC as the run recorded them (runs.hosts), which hosts each scenario's results
+came from (scenarios.hosts), and the code each sitting ran. The report and `vpnlab show` say it in
+these words."""
 
 from __future__ import annotations
 
