@@ -134,9 +134,14 @@ def test_interrupt_cleans_up_and_resume_finishes(tmp_path, sig, no_leftovers):
     done = sample_count(out)
     assert 1 <= done < 4
 
+    before = (out / "results.sqlite").read_bytes()
+    dry = vpnlab("run", "--resume", out, "--dry-run").stdout  # what is left, read without writing
+    assert f"--resume would measure what is left: {done} repetitions were measured before; {4 - done} more" in dry
+    assert (out / "results.sqlite").read_bytes() == before and sample_count(out) == done
     resumed = vpnlab("run", "--resume", out, "--no-progress").stderr
     assert f"resumed: {done} repetitions were measured before; {4 - done} more for" in resumed
     assert sample_count(out) == 4
+    assert "--resume would measure nothing" in vpnlab("run", "--resume", out, "--dry-run").stdout
     db = sqlite3.connect(out / "results.sqlite")
     statuses = [r[0] for r in db.execute("SELECT status FROM runs ORDER BY id")]
     dupes = db.execute("SELECT count(*) FROM (SELECT scenario_id, repetition, metric FROM samples"

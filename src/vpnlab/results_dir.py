@@ -62,7 +62,7 @@ def check_store(path: Path) -> list[dict]:
         raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
     db = None
     try:
-        db = sqlite3.connect(_read_only(path), uri=True)
+        db = sqlite3.connect(read_only_uri(path), uri=True)
         problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
         if problems != ["ok"]:
             raise StoreError(f"{path}: the results store is damaged ({'; '.join(problems)}); left untouched")
@@ -89,7 +89,7 @@ def check_store(path: Path) -> list[dict]:
             db.close()
 
 
-def _read_only(path: Path) -> str:
+def read_only_uri(path: Path) -> str:
     """A URI that opens the store without writing: immutable (not even a lock or a -shm file) when
     no journal or write-ahead log lies beside it, else read-only, so a WAL a crash left is read."""
     beside = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))

@@ -263,18 +263,26 @@ class Runner:
     def _todo(self, store: Store) -> tuple[list[Scenario], float]:
         """The scenarios short of their rule, and how long their missing repetitions take by the
         estimate; said when the run resumes one that measured some already."""
+        todo, total, said = self.what_is_left(store)
+        if said and not IN_GUEST:
+            self.console.print(f"resumed: {said}", highlight=False)
+        return todo, total
+
+    def what_is_left(self, store: Store) -> tuple[list[Scenario], float, str | None]:
+        """The scenarios short of their rule, the estimated time of their missing repetitions and,
+        if some were measured already, a sentence saying what is left (`--resume`, `--dry-run` too)."""
         left = {s.id: self._left(store, s) for s in self.plan.scenarios}
         todo = [s for s in self.plan.scenarios if left[s.id]]
         total = sum(s.estimate_s(s.id in self.in_vm, repetitions=left[s.id]) for s in todo)
         stored = sum(len(store.done_repetitions(s.id)) for s in self.plan.scenarios)
-        if stored and not IN_GUEST:
-            more = " (more if the interval target asks for them)" if self.plan.study.repetitions.adaptive else ""
-            pace = measured_pace(store.completion_times(), self.plan.scenarios, self.in_vm)
-            paced = (f"; at the pace measured so far ({pace[1]:.2f}x the estimate over {pace[0]} repetitions) "
-                     f"about {duration(total * pace[1])}") if pace else ""
-            self.console.print(f"resumed: {stored} repetitions were measured before; {sum(left.values())} more for "
-                               f"{len(todo)} scenarios, about {duration(total)}{more}{paced}", highlight=False)
-        return todo, total
+        if not stored:
+            return todo, total, None
+        more = " (more if the interval target asks for them)" if self.plan.study.repetitions.adaptive else ""
+        pace = measured_pace(store.completion_times(), self.plan.scenarios, self.in_vm)
+        paced = (f"; at the pace measured so far ({pace[1]:.2f}x the estimate over {pace[0]} repetitions) "
+                 f"about {duration(total * pace[1])}") if pace else ""
+        return todo, total, (f"{stored} repetitions were measured before; {sum(left.values())} more for "
+                             f"{len(todo)} scenarios, about {duration(total)}{more}{paced}")
 
     def _needs_more(self, store: Store, scenario: Scenario) -> bool:
         return self._left(store, scenario) > 0

@@ -309,6 +309,26 @@ class Store:
     def open_dir(cls, directory: Path) -> "Store":
         return cls(Path(directory) / DB_NAME)
 
+    @classmethod
+    def read_only(cls, directory: Path) -> "Store":
+        """The store in `directory`, checked and opened for reading only (`--resume --dry-run`)."""
+        from .errors import VpnlabError
+        from .results_dir import check_store, read_only_uri
+
+        path = Path(directory) / DB_NAME
+        check_store(path)
+        store = cls.__new__(cls)
+        store.path = path
+        store.db = sqlite3.connect(read_only_uri(path), uri=True, factory=_Connection)
+        store.db.path = path
+        store.db.row_factory = sqlite3.Row
+        version = int(store.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+        if version != SCHEMA_VERSION:
+            store.close()
+            raise VpnlabError(f"{path}: written by an older vpnlab (results schema {version}); `--resume` upgrades "
+                              "it, a dry run cannot read it without writing")
+        return store
+
     def another(self) -> "Store":
         """One more connection to this store, for another thread (it was checked when opened)."""
         return Store(self.path, check=False)
@@ -560,11 +580,6 @@ class Store:
     def failure(self, scenario_id: str) -> str | None:
         row = self.db.execute("SELECT failure FROM scenarios WHERE id=?", (scenario_id,)).fetchone()
         return row[0] if row else None
-
-    def has_sample(self, scenario_id: str, repetition: int, metric: str) -> bool:
-        row = self.db.execute("SELECT 1 FROM samples WHERE scenario_id=? AND repetition=? AND metric=?",
-                              (scenario_id, repetition, metric)).fetchone()
-        return row is not None
 
     def runs(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM runs ORDER BY id").fetchall()

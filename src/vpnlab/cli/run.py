@@ -84,6 +84,8 @@ def run(
     caps, in_vm = _placed(plan, backend, hosts, is_default)
     if dry_run:  # exactly what the run would do: the same placement, twins and estimate
         _print_plan(plan, in_vm)
+        if resume is not None:
+            _print_left(Runner(plan, resume, caps, in_vm=in_vm), resume)
         return
     out_dir = out_dir or default_out_dir()
     held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # noqa: F841 (locked until exit)
@@ -254,6 +256,22 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
     vm = f", {len(placed)} of them in a VM (its boot included)" if placed else ""
     unknown = "; run as root to see which scenarios go to the VM" if in_vm is None else ""
     out.print(f"{len(plan.scenarios)} scenarios{vm}, {_estimate(plan, placed)}{unknown}. Nothing was created.")
+
+
+def _print_left(runner, directory: Path) -> None:
+    """What `--resume` would measure in `directory`, read without writing to it."""
+    from ..plan import duration
+    from ..store import Store
+
+    store = Store.read_only(directory)
+    try:
+        todo, total, said = runner.what_is_left(store)
+    finally:
+        store.close()
+    if not todo:
+        out.print("--resume would measure nothing: every scenario has its repetitions (or failed)", highlight=False)
+    else:
+        out.print(f"--resume would measure what is left: {said or f'about {duration(total)}'}", highlight=False)
 
 
 def _estimate(plan, in_vm: set[str]) -> str:
