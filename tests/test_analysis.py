@@ -69,6 +69,8 @@ def generated_store(tmp_path, sample, rounds=5, study=STUDY):
         for position, scenario in enumerate(plan.scenarios):
             store.record_repetition(run, scenario.id, round_no, sample(scenario, round_no), {}, [], round_no,
                                     position)
+    for scenario in plan.scenarios:  # measured to its rule, as a finished run leaves it
+        store.set_status(scenario.id, "done")
     return store, {(s.kind.kind, "wireguard" in s.label): s.id for s in plan.scenarios}
 
 
@@ -227,6 +229,18 @@ def test_the_report_lists_outliers_and_still_counts_them(tmp_path):
     (note, where), = [(note, where) for note, where in built.notes if "far from the rest" in note]
     assert "counted in every statistic" in note
     assert len(where) == 2 and all(w.endswith(": 1 rtt_avg_ms") for w in where)  # each side's spike, per scenario
+
+
+def test_the_report_names_the_scenarios_short_of_their_rule_with_how_many_they_have(tmp_path):
+    from vpnlab import report
+
+    store, ids = generated_store(tmp_path, typical(np.random.default_rng(5)), rounds=3)
+    assert not [n for n, _ in report.build(tmp_path).notes if n.startswith("not finished")]
+    store.set_status(ids[("tcp", True)], "running")  # an interrupted sitting left it short of its rule
+    label = next(s.label for s in store.scenarios() if s.id == ids[("tcp", True)])
+    store.close()
+    (note, where), = [(n, w) for n, w in report.build(tmp_path).notes if n.startswith("not finished")]
+    assert where == [f"{label}: 3 valid so far"] and f"vpnlab run --resume {tmp_path}" in note
 
 
 def test_an_adaptive_run_reports_steins_final_interval(tmp_path):

@@ -388,6 +388,7 @@ def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_it_elsewhere(tmp_
     assert not (out / RESERVE_NAME).exists()
     shown = invoke("show", out)  # readable where it is, on the full disk
     assert shown.exit_code == 0 and "throughput_mbps" in shown.stdout and "interrupted" in shown.stdout, shown.output
+    assert "not finished:" in shown.stdout, shown.output  # short of its rule: said before its figures
 
     bigger = tmp_path / "copy"
     shutil.copytree(out, bigger)

@@ -215,6 +215,7 @@ class Judgement:
     outliers: int = 0
     measured_in: str = ""
     emulated: bool = False           # a side measured under software emulation
+    short_of_rule: list[str] = field(default_factory=list)  # sides not yet measured to their repetition rule
     _test: object = field(default=None, repr=False)
     _tost: object = field(default=None, repr=False)
 
@@ -299,6 +300,9 @@ def decide(out: list[Judgement]) -> None:
         if j.flagged or j.outliers:
             j.reason += (f"; kept in the test: {j.flagged} flagged sample(s), {j.outliers} far from the rest "
                          "(the seeds re-ran such runs; vpnlab keeps and flags them)")
+        if j.short_of_rule:
+            j.reason += (f"; provisional: {' and '.join(j.short_of_rule)} not yet measured to the study's rule "
+                         "(`vpnlab run --resume` measures the rest)")
 
 
 def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Judgement:
@@ -323,6 +327,7 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Jud
             f"{r.shown} | {r.workload_label} could not be measured here: {(r.failure or 'failed')[:200]}"
             for r in failed)
         return j
+    j.short_of_rule = [side for side, r in (("A", sa), ("B", sb)) if r.unfinished]
     _mark_unlike_the_seed(j, finding, sa, sb)
     if not metric:
         j.verdict, j.reason = "not comparable here", f"the workload kind {sa.workload!r} is unknown here"

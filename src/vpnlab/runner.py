@@ -342,6 +342,8 @@ class Runner:
 
     def _rounds(self, store: Store, state: RunState, run_id: int, scenarios: list[Scenario],
                 progress: Progressor) -> None:
+        # A new round even after an interrupted one: a round is a block in time, and one completed by a
+        # later sitting would pair values measured hours apart.
         round_no = store.last_round()
         while pending := [s for s in scenarios if self._needs_more(store, s)]:
             round_no += 1

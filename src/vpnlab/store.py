@@ -147,6 +147,11 @@ class ScenarioRow:
     as_run: str = ""         # JSON {"link": {rate_mbit, delay_ms, jitter_ms, loss_pct}, "workload": {...}}; '' unrecorded
 
     @property
+    def unfinished(self) -> bool:
+        """Not measured to its repetition rule yet: a sitting was interrupted, or the VM guest stopped."""
+        return self.status in ("pending", "running")
+
+    @property
     def emulated(self) -> bool:
         """Measured in a VM under software emulation (TCG), or in a VM whose acceleration is not recorded:
         its CPU is the emulator's."""

@@ -39,8 +39,13 @@ def _show(directory: Path) -> None:
     labels = for_scenarios(scenarios)  # as the report names them
     if labels.note:
         out.print(labels.note, highlight=False)
+    if short := sum(sc.unfinished for sc in scenarios):
+        out.print(f"[yellow]not finished:[/] {short} of {len(scenarios)} scenarios have fewer repetitions than the "
+                  f"study's rule asks, so their figures are provisional; measure the rest with: "
+                  f"vpnlab run --resume {directory}", highlight=False)
     for sc in scenarios:
         title = f"[bold]{labels.of(sc)}[/] | {sc.link_label} | {sc.workload_label}"
+        title += " [yellow](not finished)[/]" if sc.unfinished else ""
         if sc.status == "failed":
             out.print(f"\n{title}: [red]failed[/] - {sc.failure}", highlight=False)
         else:
