@@ -264,3 +264,21 @@ def test_clean_removes_what_a_crashed_controller_left(lab):
         assert wait_until(lambda: host_is_clean(host, run_id)), (host.name, host.processes())
     again = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
     assert "gw-a: nothing to clean" in again.stdout and "gw-b: nothing to clean" in again.stdout
+
+
+def test_other_load_on_a_host_is_every_process_but_the_runs_own():
+    """The SSH session that takes the snapshot and whatever is below it is the run's, as is a
+    daemon it started that left its shell; a kernel thread is the kernel's; the rest is other load."""
+    from vpnlab.cpu import PF_KTHREAD, parse_stat
+    from vpnlab.hosts.cpu import _others
+
+    def stat(pid, comm, parent, ticks, flags=0):
+        return parse_stat(pid, f"{pid} ({comm}) S {parent} 1 1 0 -1 {flags} 0 0 0 0 {ticks} 0 0 0 20 0 1 0")
+
+    procs = {1: stat(1, "sshd", 0, 5), 50: stat(50, "sshd", 1, 1), 51: stat(51, "sshd", 50, 9),
+             60: stat(60, "bash", 51, 1), 61: stat(61, "sh", 60, 0), 62: stat(62, "iperf3", 51, 300),
+             70: stat(70, "openvpn", 1, 400), 80: stat(80, "yes (1)", 1, 500),
+             90: stat(90, "kworker", 2, 7, PF_KTHREAD)}
+    assert _others({"procs": procs, "shell": 61}, spawned=[70]) == {
+        1: ("sshd", 5), 50: ("sshd", 1), 80: ("yes (1)", 500)}
+

@@ -234,9 +234,42 @@ def test_a_remote_access_study_runs_on_two_hosts_over_ssh(lab, tmp_path):
     assert "every result came from client gw-a, gateway gw-b" in (out / "report.html").read_text()
     shown = lab.vpnlab("show", out).stdout
     assert f"measured on: gw-a (client) at {LAB_SUBNET}.2: " in shown and "NIC eth0 (veth, " in shown
+    assert not any("busy machine" in f for f in repetition_flags(out))  # vpnlab's own processes are not other load
     for host in (a, b):
         assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
         assert sessions(host) == before[host.name] + 1  # one SSH connection per host for the whole run
+
+
+def repetition_flags(out) -> list[str]:
+    db = sqlite3.connect(out / "results.sqlite")
+    try:
+        return [r[0] for r in db.execute("SELECT flags FROM repetitions ORDER BY scenario_id, repetition")]
+    finally:
+        db.close()
+
+
+@pytest.mark.integration
+def test_a_program_outside_the_run_on_a_host_flags_the_repetitions_it_disturbed(lab, tmp_path):
+    """The real fault: another SSH session busy on the gateway host while the study measures."""
+    b = lab.hosts["gw-b"]
+    study, out = tmp_path / "study.yaml", lab.dir / "busy-host"
+    study.write_text(RA_STUDY.replace("repetitions: 1", "repetitions: 2").replace(
+        ", {driver: wireguard}, {driver: openvpn}", ""))
+    burner = subprocess.Popen(lab.controller_argv("ssh", "-i", lab.client_key, "-o", "BatchMode=yes",
+                                                  f"root@{b.address}", "exec yes > /dev/null"),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: "yes" in b.processes().values()), b.processes()
+        result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    finally:
+        for pid in [pid for pid, command in b.processes().items() if command == "yes"]:
+            os.kill(pid, signal.SIGKILL)  # we started it (over SSH)
+        burner.wait(30)
+    assert result.returncode == 0, result.stdout + result.stderr
+    flags = repetition_flags(out)
+    assert len(flags) == 2 and all("busy machine: programs outside this run took" in f and " on host gw-b (yes "
+                                   in f for f in flags), flags
+    assert not any("of a core on host gw-a" in f for f in flags), flags  # gw-a has its own processes
 
 
 def pair_repetitions(out, host: str) -> list[str]:

@@ -134,22 +134,31 @@ PF_KTHREAD = 0x00200000  # /proc/PID/stat flags: a kernel thread (kernel WireGua
 def _other_ticks(ours: set[int]) -> dict[int, tuple[str, int]]:
     """PID -> (name, ticks) of every user-space process outside the run: not in its namespaces (`ours`),
     not vpnlab itself or a process it started (at any depth: a VM's qemu), not a kernel thread."""
-    procs = {}  # pid -> (parent, name, ticks, kernel thread)
+    procs = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        # utime + stime, and the children's it reaped: a build's compilers come and go inside a window
-        # and are seen only there. Not init's: it reaps orphans of any age, whose whole lives would count.
-        pid = int(entry.name)
-        procs[pid] = (int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")],
-                      sum(int(fields[i]) for i in ((11, 12) if pid == 1 else (11, 12, 13, 14))),
-                      int(fields[6]) & PF_KTHREAD)
-    mine = _descendants(os.getpid(), {pid: parent for pid, (parent, *_rest) in procs.items()})
+        if entry.name.isdigit():
+            try:
+                procs[int(entry.name)] = parse_stat(int(entry.name), Path(entry.path, "stat").read_text())
+            except OSError:
+                continue
+    return outside(procs, [os.getpid()], ours)
+
+
+def parse_stat(pid: int, stat: str) -> tuple[int, str, int, int]:
+    """(parent, name, ticks, kernel thread) of a process from its /proc/PID/stat line. The ticks are
+    utime + stime and the children's it reaped: a build's compilers come and go inside a window and
+    are seen only there. Not init's: it reaps orphans of any age, whose whole lives would count."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")],
+            sum(int(fields[i]) for i in ((11, 12) if pid == 1 else (11, 12, 13, 14))), int(fields[6]) & PF_KTHREAD)
+
+
+def outside(procs: dict[int, tuple[int, str, int, int]], roots: list[int], ours: set[int] = frozenset()
+            ) -> dict[int, tuple[str, int]]:
+    """PID -> (name, ticks) of the processes (parse_stat's, by PID) that are neither in `ours` nor
+    below one of `roots` (the run itself), nor kernel threads."""
+    parents = {pid: parent for pid, (parent, *_rest) in procs.items()}
+    mine = set().union(*(_descendants(root, parents) for root in roots))
     return {pid: (name, ticks) for pid, (_, name, ticks, kthread) in procs.items()
             if pid not in ours and pid not in mine and not kthread}
 
@@ -167,23 +176,24 @@ def _descendants(root: int, parents: dict[int, int]) -> set[int]:
     return found
 
 
-def busy_machine_flags(used: dict[str, float], wall: float) -> list[str]:
+def busy_machine_flags(used: dict[str, float], wall: float, where: str = "") -> list[str]:
     """A flag when programs outside the run (name -> CPU seconds) took more than OTHER_LOAD_PCT of a
-    core over `wall` seconds, naming the three busiest."""
+    core over `wall` seconds, naming the three busiest (and `where`: on which host)."""
     share = 100 * sum(used.values()) / wall if wall > 0 else 0.0
     if share <= OTHER_LOAD_PCT:
         return []
     top = ", ".join(f"{name} {100 * t / wall:.0f}%" for name, t in sorted(used.items(), key=lambda u: -u[1])[:3])
-    return [f"{DISTURBED}busy machine: programs outside this run took {share:.0f}% of a core ({top}): their load is in "
-            "these CPU and throughput figures"]
+    return [f"{DISTURBED}busy machine: programs outside this run took {share:.0f}% of a core{where} ({top}): their "
+            "load is in these CPU and throughput figures"]
 
 
-def _used_since(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, float]:
+def used_since(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]],
+               tick: int = TICK) -> dict[str, float]:
     """CPU seconds per program name between two readings (a process that appeared started from zero)."""
     used: dict[str, float] = {}
     for pid, (name, ticks) in after.items():
         if spent := ticks - before.get(pid, (name, 0))[1]:
-            used[name] = used.get(name, 0.0) + spent / TICK
+            used[name] = used.get(name, 0.0) + spent / tick
     return used
 
 
@@ -199,7 +209,7 @@ class OtherLoad:
         return {pid for ns in self.namespaces for pid in netns.pids(ns)}
 
     def flags(self, wall: float) -> list[str]:
-        return busy_machine_flags(_used_since(self._before, _other_ticks(self._ours())), wall)
+        return busy_machine_flags(used_since(self._before, _other_ticks(self._ours())), wall)
 
 
 class OtherLoadSeries:
@@ -212,7 +222,7 @@ class OtherLoadSeries:
 
     def sample(self) -> None:
         now = _other_ticks(set())
-        self.samples.append((time.time(), _used_since(self._last, now)))
+        self.samples.append((time.time(), used_since(self._last, now)))
         self._last = now
 
     def flags(self, start: float, end: float) -> list[str]:

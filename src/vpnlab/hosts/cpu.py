@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import time
 
-from ..cpu import SATURATED_PCT, bottleneck_flags, traffic_tools
+from ..cpu import SATURATED_PCT, bottleneck_flags, busy_machine_flags, outside, parse_stat, traffic_tools, used_since
 
-# Clock ticks per second, /proc/stat's machine and core lines, then for each PID given: "P pid
-# utime stime cutime cstime" and, per thread, "T pid tid utime stime comm".
+# Clock ticks per second, /proc/stat's machine and core lines, "S" and this shell's PID, every
+# process's stat line after "O ", then for each PID given: "P pid utime stime cutime cstime" and,
+# per thread, "T pid tid utime stime comm".
 SNAPSHOT = r"""
-getconf CLK_TCK; grep '^cpu' /proc/stat
+getconf CLK_TCK; grep '^cpu' /proc/stat; echo "S $$"
+cat /proc/[0-9]*/stat 2>/dev/null | sed 's/^/O /'
 for p in "$@"; do
   s=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue; set -- $s; echo "P $p ${12} ${13} ${14} ${15}"
   for t in /proc/$p/task/*; do
@@ -30,10 +32,15 @@ true
 
 def _snapshot(ssh, pids: list[int]) -> dict:
     lines = ssh.run(["sh", "-c", SNAPSHOT, "sh", *map(str, pids)], timeout=30).stdout.splitlines()
-    tick, out = int(lines[0]), {"machine": None, "cores": [], "daemons": {}, "threads": {}}
+    tick, out = int(lines[0]), {"machine": None, "cores": [], "daemons": {}, "threads": {}, "procs": {}}
     for line in lines[1:]:
         words = line.split()
-        if words[0] == "cpu":
+        if words[0] == "O" and ")" in line:
+            pid = int(words[1])
+            out["procs"][pid] = parse_stat(pid, line[2:])
+        elif words[0] == "S":
+            out["shell"] = int(words[1])
+        elif words[0] == "cpu":
             fields = [int(v) for v in words[1:]] + [0] * 8
             user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
             out["machine"] = (system + irq + softirq, sum(fields[:8]) - idle - iowait, sum(fields[:8]))
@@ -47,14 +54,27 @@ def _snapshot(ssh, pids: list[int]) -> dict:
     return out | {"tick": tick}
 
 
+def _others(snapshot: dict, spawned: list[int]) -> dict[int, tuple[str, int]]:
+    """The host's processes outside the run: not below the SSH session that took the snapshot (the
+    first sshd above its shell: every command vpnlab runs there), nor below a process vpnlab started
+    (a daemon that left its shell)."""
+    procs, session = snapshot["procs"], snapshot["shell"]
+    while session in procs and not procs[session][1].startswith("sshd") and procs[session][0] > 1:
+        session = procs[session][0]
+    return outside(procs, [session, *spawned])
+
+
 class RemoteCpuMeter:
     """Start before a measurement, `finish` after it (as cpu.CpuMeter)."""
 
-    def __init__(self, left: list, right: list, pair) -> None:
+    def __init__(self, left: list, right: list, pair, nodes: list = ()) -> None:
         self.pair = pair
         self.sides = {"client": left, "gateway": right}
         self.record: dict = {"method": "clock ticks from each host's /proc, over its SSH connection"}
         self._pids = {id(site.ssh): self._daemons(site.ssh) for site in pair.sites}
+        # every process the run started on a host, wherever it now hangs in the process tree: not other load
+        self._spawned = {id(site.ssh): [proc.pid for node in nodes if node.host is site.ssh for proc in node.spawned]
+                         for site in pair.sites}
         self._start = time.monotonic()
         self._before = self._read()
 
@@ -76,6 +96,8 @@ class RemoteCpuMeter:
             for pid, (side, _) in self._pids[key].items():
                 if pid in a["daemons"]:
                     used[side] += (a["daemons"][pid] - b["daemons"].get(pid, 0)) / tick
+            others = used_since(_others(b, self._spawned[key]), _others(a, self._spawned[key]), tick)
+            flags += busy_machine_flags(others, wall, f" on host {site.name}")
             kernel_s += (a["machine"][0] - b["machine"][0]) / tick
             total = a["machine"][2] - b["machine"][2]
             share = 100 * (a["machine"][1] - b["machine"][1]) / total if total else 0.0

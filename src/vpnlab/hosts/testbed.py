@@ -323,7 +323,8 @@ class RemoteTestbed(Testbed):
         from .cpu import RemoteCpuMeter
 
         ends = [self.layout.tunnels[layer] for layer in range(layers)]
-        return RemoteCpuMeter([self.nodes[a] for a, _ in ends], [self.nodes[b] for _, b in ends], self.pair)
+        return RemoteCpuMeter([self.nodes[a] for a, _ in ends], [self.nodes[b] for _, b in ends], self.pair,
+                              self.nodes)
 
     def destroy(self) -> None:
         """Remove what the hosts' records gained since the testbed began; on a lost host it stays
