@@ -14,13 +14,11 @@ import time
 from ..cpu import SATURATED_PCT, bottleneck_flags, busy_machine_flags, outside, parse_stat, traffic_tools, used_since
 
 # Clock ticks per second, /proc/stat's machine and core lines, "S" and this shell's PID, every
-# process's stat line after "O ", then for each PID given: "P pid utime stime cutime cstime" and,
-# per thread, "T pid tid utime stime comm".
+# process's stat line after "O ", then for each PID given, per thread: "T pid tid utime stime comm".
 SNAPSHOT = r"""
 getconf CLK_TCK; grep '^cpu' /proc/stat; echo "S $$"
 cat /proc/[0-9]*/stat 2>/dev/null | sed 's/^/O /'
 for p in "$@"; do
-  s=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue; set -- $s; echo "P $p ${12} ${13} ${14} ${15}"
   for t in /proc/$p/task/*; do
     s=$(sed 's/.*) //' "$t/stat" 2>/dev/null) || continue
     set -- $s; echo "T $p ${t##*/} ${12} ${13} $(cat "$t/comm" 2>/dev/null)"
@@ -32,7 +30,7 @@ true
 
 def _snapshot(ssh, pids: list[int]) -> dict:
     lines = ssh.run(["sh", "-c", SNAPSHOT, "sh", *map(str, pids)], timeout=30).stdout.splitlines()
-    tick, out = int(lines[0]), {"machine": None, "cores": [], "daemons": {}, "threads": {}, "procs": {}}
+    tick, out = int(lines[0]), {"machine": None, "cores": [], "threads": {}, "procs": {}}
     for line in lines[1:]:
         words = line.split()
         if words[0] == "O" and ")" in line:
@@ -47,10 +45,9 @@ def _snapshot(ssh, pids: list[int]) -> dict:
         elif words[0].startswith("cpu"):
             fields = [int(v) for v in words[1:]] + [0] * 8
             out["cores"].append((sum(fields[:8]) - fields[3] - fields[4], fields[6], sum(fields[:8])))
-        elif words[0] == "P":
-            out["daemons"][int(words[1])] = sum(int(v) for v in words[2:6])
         elif words[0] == "T":
             out["threads"][(int(words[1]), int(words[2]))] = (" ".join(words[5:]), int(words[3]) + int(words[4]))
+    out["daemons"] = {pid: out["procs"][pid][2] for pid in pids if pid in out["procs"]}  # with reaped children's
     return out | {"tick": tick}
 
 
@@ -67,7 +64,7 @@ def _others(snapshot: dict, spawned: list[int]) -> dict[int, tuple[str, int]]:
 class RemoteCpuMeter:
     """Start before a measurement, `finish` after it (as cpu.CpuMeter)."""
 
-    def __init__(self, left: list, right: list, pair, nodes: list = ()) -> None:
+    def __init__(self, left: list, right: list, pair, nodes: list) -> None:
         self.pair = pair
         self.sides = {"client": left, "gateway": right}
         self.record: dict = {"method": "clock ticks from each host's /proc, over its SSH connection"}
