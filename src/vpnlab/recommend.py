@@ -84,12 +84,12 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict,
         where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
         head = f"On {link}, for {workload}{where if mixed else ''}"
         for scope, pool in (("any", members), ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
-            done = [m for m in pool if m.status == "done"]
+            done = [m for m in pool if not m.unfinished]
             ranked = [(stat[(m.id, metric)], m) for m in done if (m.id, metric) in stat]
             if not ranked:
                 continue
             ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
-            left_out = [m.vpn_label for m in pool if m.status != "done"]
+            left_out = [m.vpn_label for m in pool if m.unfinished]
             ahead, why, rests_on = (singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)
                                     if len(ranked) > 1 else (False, "", []))
             out.append((_recommendation(head, scope, ranked, (ahead, why), left_out), ranked[0][0], rests_on))

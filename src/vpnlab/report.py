@@ -221,7 +221,7 @@ def build(directory: Path) -> Report:
         scenarios = store.scenarios()
         summaries = summarise(store)
         family = comparison_family(store)
-        flag_groups = (_short_of_their_rule(store, directory) + _grouped_flags(store) + _unflagged_fragments(store)
+        flag_groups = (_short_of_their_rule(store, scenarios, directory) + _grouped_flags(store) + _unflagged_fragments(store)
                        + _unscaled_loads(store.scenarios()) + _windows_as_run(store))
         series = _interval_series(store, scenarios)
         algorithms = algorithm_table(store, scenarios, short_labels(scenarios))
@@ -298,11 +298,11 @@ def _grouped_flags(store: Store) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def _short_of_their_rule(store: Store, directory: Path) -> list[tuple[str, list[str]]]:
+def _short_of_their_rule(store: Store, scenarios: list, directory: Path) -> list[tuple[str, list[str]]]:
     """Scenarios not yet measured to their repetition rule: their figures rest on fewer samples than
     the study asked for, and so do the comparisons made with them (recommend.py leaves them out)."""
     short = [f"{s.label}: {store.attempts(s.id).count(None)} valid so far"
-             for s in store.scenarios() if s.unfinished]
+             for s in scenarios if s.unfinished]
     if not short:
         return []
     return [(f"not finished: fewer repetitions than the study's rule asks (see Summary), so these figures and "
