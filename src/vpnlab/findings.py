@@ -34,6 +34,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
 
+from .drivers import pptp
 from .schema import Strict
 
 ALPHA = 0.05
@@ -58,15 +59,38 @@ VERDICTS = ("reproduced", "contradicted", "inconclusive", "not comparable here")
 # --- the schema -----------------------------------------------------------------------------------
 
 class Side(Strict):
-    """One scenario of the study's plan, by the labels `vpnlab run --dry-run` prints. `link` may be
-    left out when the study has one link."""
+    """One scenario of the study's plan, by the labels `vpnlab run --dry-run` prints, or the mean of
+    several (a list of workloads: the seed averaged over protocols or file kinds, and so does the
+    check, round by round). `link` may be left out when the study has one link."""
 
-    vpn: str = Field(min_length=1, max_length=300)
+    vpn: str | list[Annotated[str, Field(min_length=1, max_length=300)]] = Field(min_length=1, max_length=300)
     link: str | None = Field(None, min_length=1, max_length=200)
-    workload: str = Field(min_length=1, max_length=200)
+    workload: str | list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(min_length=1, max_length=200)
+
+    @field_validator("vpn", "workload")
+    @classmethod
+    def distinct(cls, value):
+        if isinstance(value, list) and len(set(value)) != len(value):
+            raise ValueError("names one twice")
+        return value
+
+    @property
+    def vpns(self) -> list[str]:
+        return [self.vpn] if isinstance(self.vpn, str) else list(self.vpn)
+
+    @property
+    def workloads(self) -> list[str]:
+        return [self.workload] if isinstance(self.workload, str) else list(self.workload)
+
+    @property
+    def cells(self) -> list[tuple[str, str]]:
+        """(VPN, workload) of each scenario the side averages."""
+        return [(vpn, workload) for vpn in self.vpns for workload in self.workloads]
 
     def describe(self) -> str:
-        return " | ".join(p for p in (self.vpn, self.link, self.workload) if p)
+        parts = [self.vpn if isinstance(self.vpn, str) else f"mean of {', '.join(self.vpn)}", self.link,
+                 self.workload if isinstance(self.workload, str) else f"mean of {', '.join(self.workload)}"]
+        return " | ".join(p for p in parts if p)
 
 
 class Finding(Strict):
@@ -82,7 +106,10 @@ class Finding(Strict):
     metric: str | None = Field(None, description="default: the workload kind's primary metric")
     margin_pct: float = Field(2.0, gt=0, le=100, description="smallest difference that counts, in %; "
                                                              "a null finding's equivalence margin")
-    seed_ratio: float | None = Field(None, gt=0, description="the seed's B/A on this metric, when it gave one")
+    seed_ratio: float | None = Field(None, gt=0, description="the seed's B/A on this metric, when it gave one "
+                                     "(its tables' numbers, traced in a comment beside it)")
+    read_from_figure: bool = Field(False, description="seed_ratio was read off a figure, not stated in the text "
+                                                      "or a table: it is as precise as the plot")
     per_link_rate: bool = Field(False, description="compare metric / link rate (utilisation of each link)")
     graded: Literal["throughput", "latency"] | None = Field(None, description="also show Jaha's grade "
                                                                               "(Table VI) of B/A")
@@ -90,6 +117,9 @@ class Finding(Strict):
                                                            "(as the seed's): a userspace stand-in is not comparable")
     not_comparable: str | None = Field(None, min_length=1, max_length=400,
                                        description="why this lab cannot give the seed's condition")
+    calibration: str | None = Field(None, min_length=1, max_length=400, description=(
+        "why this finding set a condition of the study (a link delay derived from it): its comparison is "
+        "shown, but it is a calibration, not a check"))
     note: str = Field("", max_length=400)
 
     @field_validator("metric")
@@ -165,20 +195,22 @@ def plan_problems(study) -> list[str]:
             if side is None:
                 continue
             where = f"findings[{i}] ({finding.id}).{side_name}"
-            if side.vpn not in vpns:
-                problems.append(f"{where}.vpn: no VPN labelled {side.vpn!r}; the plan has: {', '.join(vpns)}")
+            for vpn in side.vpns:
+                if vpn not in vpns:
+                    problems.append(f"{where}.vpn: no VPN labelled {vpn!r}; the plan has: {', '.join(vpns)}")
             if side.link is None and len(links) > 1:
                 problems.append(f"{where}.link: the study has {len(links)} links; name one of: {', '.join(links)}")
             elif side.link is not None and side.link not in links:
                 problems.append(f"{where}.link: no link labelled {side.link!r}; the plan has: {', '.join(links)}")
-            if side.workload not in workloads:
-                problems.append(f"{where}.workload: no workload labelled {side.workload!r}; the plan has: "
-                                f"{', '.join(workloads)}")
-        if finding.metric and finding.a and finding.a.workload in workloads:
+            for workload in side.workloads:
+                if workload not in workloads:
+                    problems.append(f"{where}.workload: no workload labelled {workload!r}; the plan has: "
+                                    f"{', '.join(workloads)}")
+        if finding.metric and finding.a:
             from . import metrics
 
-            kind = next(s.workload.kind for s in scenarios if s.workload.label == finding.a.workload)
-            if kind not in metrics.get(finding.metric).producers.split(", "):
+            kinds = {s.workload.kind for s in scenarios if s.workload.label in finding.a.workloads}
+            for kind in sorted(kinds - set(metrics.get(finding.metric).producers.split(", "))):
                 problems.append(f"findings[{i}] ({finding.id}).metric: {finding.metric} is not recorded by a "
                                 f"{kind} workload")
     return problems
@@ -234,11 +266,11 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _side_rows(side: Side, rows) -> list:
-    """The stored scenarios a side names: the VPN as labelled (or its VM twin), link and workload."""
-    names = {side.vpn, f"{side.vpn} (in the VM)"}
-    return [r for r in rows if r.vpn_label in names and r.workload_label == side.workload
-            and (side.link is None or r.link_label == side.link)]
+def _side_rows(side: Side, rows) -> list[list]:
+    """The stored scenarios a side names, one list per workload: the VPN as labelled (or its VM twin),
+    link and workload."""
+    return [[r for r in rows if r.vpn_label in (vpn, f"{vpn} (in the VM)") and r.workload_label == workload
+             and (side.link is None or r.link_label == side.link)] for vpn, workload in side.cells]
 
 
 USERSPACE_STAND_INS = ("libipsec", "wireguard-go")  # implementations standing in for a missing kernel piece
@@ -248,14 +280,28 @@ def _userspace(row) -> bool:
     return any(part in USERSPACE_STAND_INS for part in row.implementation.split("+"))
 
 
-def _pick(a_rows: list, b_rows: list):
-    """The pair of scenarios to compare: measured in the same place, this host before the VM."""
+def _pick(a_rows: list[list], b_rows: list[list]) -> tuple[list, list]:
+    """The scenarios to compare, per workload of each side: all measured in the same place, this host
+    before the VM (else the first of each, wherever measured; None where a workload has no scenario)."""
     for place in ("host", "vm"):
-        a = [r for r in a_rows if r.measured_in == place]
-        b = [r for r in b_rows if r.measured_in == place]
-        if a and b:
-            return a[0], b[0]
-    return (a_rows[0] if a_rows else None), (b_rows[0] if b_rows else None)
+        a = [next((r for r in rows if r.measured_in == place), None) for rows in a_rows]
+        b = [next((r for r in rows if r.measured_in == place), None) for rows in b_rows]
+        if None not in a + b:
+            return a, b
+    return [rows[0] if rows else None for rows in a_rows], [rows[0] if rows else None for rows in b_rows]
+
+
+def _mean_by_round(sides: list[list]) -> list:
+    """One side's (round, value) pairs: one scenario's as they are, several scenarios' arithmetic mean
+    per round (the rounds all of them completed; in recorded order where rounds are unknown), as the
+    seeds averaged their tables' cells."""
+    if len(sides) == 1:
+        return sides[0]
+    if any(r is None for pairs in sides for r, _ in pairs):
+        return [(None, sum(v for _, v in cells) / len(cells)) for cells in zip(*sides)]
+    by_round = [dict(pairs) for pairs in sides]
+    shared = sorted(set.intersection(*(set(d) for d in by_round)))
+    return [(r, sum(d[r] for d in by_round) / len(by_round)) for r in shared]
 
 
 def judge(store, study_text: str | None = None) -> list[Judgement]:
@@ -305,61 +351,94 @@ def decide(out: list[Judgement]) -> None:
                          "(`vpnlab run --resume` measures the rest)")
 
 
+def _label(rows: list, side: Side) -> str:
+    first = rows[0]
+    if len(rows) == 1:
+        return f"{first.shown} | {first.link_label} | {first.workload_label}"
+    vpns = first.shown if len(side.vpns) == 1 else f"mean of ({', '.join(side.vpns)})"
+    work = first.workload_label if len(side.workloads) == 1 else f"mean of ({', '.join(side.workloads)})"
+    return f"{vpns} | {first.link_label} | {work}"
+
+
 def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Judgement:
-    """One finding's pair of scenarios, whether they compare like the seed's, and its primary test."""
+    """One finding's scenarios, whether they compare like the seed's, and its primary test."""
     from . import metrics
     from .workloads import KINDS
 
     if finding.not_comparable:
         return Judgement(finding, "not comparable here", finding.not_comparable)
     sa, sb = _pick(_side_rows(finding.a, rows), _side_rows(finding.b, rows))
-    missing = [s.describe() for s, r in ((finding.a, sa), (finding.b, sb)) if r is None]
+    missing = [f"{vpn} | {side.link or '-'} | {w}" for side, picked in ((finding.a, sa), (finding.b, sb))
+               for (vpn, w), r in zip(side.cells, picked) if r is None]
     if missing:
         return Judgement(finding, "not comparable here", f"not in this run's results: {'; '.join(missing)}")
-    metric = finding.metric or KINDS[sa.workload].primary if sa.workload in KINDS else finding.metric
-    j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=f"{sa.shown} | {sa.link_label} | "
-                  f"{sa.workload_label}", b_label=f"{sb.shown} | {sb.link_label} | {sb.workload_label}",
-                  unit=metrics.get(metric).unit if metric else "",
-                  measured_in=sa.measured_in if sa.measured_in == sb.measured_in else "host and VM")
-    failed = [r for r in (sa, sb) if r.status == "failed"]
+    kind = sa[0].workload
+    metric = finding.metric or (KINDS[kind].primary if kind in KINDS else None)
+    places = {r.measured_in for r in sa + sb}
+    j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=_label(sa, finding.a),
+                  b_label=_label(sb, finding.b), unit=metrics.get(metric).unit if metric else "",
+                  measured_in=places.pop() if len(places) == 1 else "host and VM")
+    failed = [r for r in sa + sb if r.status == "failed"]
     if failed:
         j.verdict, j.reason = "not comparable here", "; ".join(
             f"{r.shown} | {r.workload_label} could not be measured here: {(r.failure or 'failed')[:200]}"
             for r in failed)
         return j
-    j.short_of_rule = [side for side, r in (("A", sa), ("B", sb)) if r.unfinished]
+    j.short_of_rule = [side for side, picked in (("A", sa), ("B", sb)) if any(r.unfinished for r in picked)]
     _mark_unlike_the_seed(j, finding, sa, sb)
     if not metric:
-        j.verdict, j.reason = "not comparable here", f"the workload kind {sa.workload!r} is unknown here"
+        j.verdict, j.reason = "not comparable here", f"the workload kind {kind!r} is unknown here"
         return j
-    a_vals, b_vals = values.get((sa.id, metric), []), values.get((sb.id, metric), [])
+    if j.verdict != "not comparable here" and (held := _held_by_pptpd(sa + sb, values)):
+        j.verdict, j.reason = "not comparable here", held
+    a_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sa])
+    b_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sb])
     if finding.per_link_rate:
-        if not (sa.link_rate_mbit and sb.link_rate_mbit):
+        if not all(r.link_rate_mbit for r in sa + sb):
             j.verdict, j.reason = "not comparable here", "per_link_rate needs both links shaped to a rate"
             return j
-        a_vals = [(r, v / sa.link_rate_mbit) for r, v in a_vals]
-        b_vals = [(r, v / sb.link_rate_mbit) for r, v in b_vals]
         j.unit = f"{j.unit} per Mbit/s of link"
-    j.flagged = flagged.get((sa.id, metric), 0) + flagged.get((sb.id, metric), 0)
+    j.flagged = sum(flagged.get((r.id, metric), 0) for r in sa + sb)
     _test(j, a_vals, b_vals)
+    if finding.calibration and j.verdict != "not comparable here":
+        j.verdict, j.reason = CALIBRATION, finding.calibration
     return j
 
 
-def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa, sb) -> None:
-    """'not comparable here' when the pair was measured unlike the seed's machines (its values are
-    still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
-    j.emulated = sa.emulated or sb.emulated
+def _per_rate(pairs: list, row, finding: Finding) -> list:
+    if not (finding.per_link_rate and row.link_rate_mbit):
+        return pairs
+    return [(r, v / row.link_rate_mbit) for r, v in pairs]
+
+
+def _held_by_pptpd(rows: list, values: dict) -> str:
+    """Why a side's PPTP samples measured pptpd's GRE reorder hold rather than PPTP ('' when none
+    did): data towards the gateway over a link that dropped (pptp.held_by_pptpd)."""
+    held = []
+    for r in rows:
+        if "pptpd" not in r.implementation.split("+"):
+            continue
+        seen = {m: max((v for _, v in values.get((r.id, m), [])), default=0.0) for m in pptp.LOSS_EVIDENCE}
+        if pptp.held_by_pptpd(r.workload, r.params, r.link_loss_pct, seen):
+            held.append(f"{r.shown} | {r.workload_label}")
+    return (f"{'; '.join(held)}: {pptp.HOLD_FLAG}" if held else "")
+
+
+def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa: list, sb: list) -> None:
+    """'not comparable here' when the scenarios were measured unlike the seed's machines (their values
+    are still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
+    j.emulated = any(r.emulated for r in sa + sb)
+    places = {r.measured_in for r in sa + sb}
     if j.emulated:
         j.verdict = "not comparable here"
         j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
                     "a machine like the seed's, so rates and delays that depend on it are the emulator's"
-                    + ("" if sa.measured_in == sb.measured_in else "; and A and B were measured in different "
-                       "places"))
-    elif finding.needs_kernel_datapath and (stand_ins := [r for r in (sa, sb) if _userspace(r)]):
+                    + ("" if len(places) == 1 else "; and A and B were measured in different places"))
+    elif finding.needs_kernel_datapath and (stand_ins := [r for r in sa + sb if _userspace(r)]):
         j.verdict = "not comparable here"
         j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
             f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
-    elif sa.measured_in != sb.measured_in:
+    elif len(places) > 1:
         j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
 
 

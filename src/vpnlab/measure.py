@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from .cpu import CpuMeter
+from .drivers.pptp import HOLD_FLAG, held_by_pptpd
 from .metrics import declare
 from .observers import observers_for
 from .testbed.topology import Testbed
@@ -53,6 +54,9 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
     if record:
         sample.raw["cpu"] = json.dumps(record)  # the method, the placement, both methods' figures
     add_utilisation(sample.values, scenario.link_as_run.rate_mbit)
+    if "pptpd" in scenario.implementations and held_by_pptpd(
+            scenario.workload.kind, scenario.workload_as_run.model_dump(), scenario.link_as_run.loss_pct, sample.values):
+        sample.flags.append(HOLD_FLAG)
     if background:
         sample.raw["background"] = account
         share_with_background(sample.values, measurement.carried_bytes, record.get("wall_s"))
