@@ -29,11 +29,11 @@ findings:
   - id: wg-slower
     quote: "WireGuard is slower"
     where: "Table 1"
-    seed: "90 against 100 Mbit/s"
+    seed: "80 against 100 Mbit/s"
     a: {vpn: none, workload: tcp}
     b: {vpn: wireguard, workload: tcp}
     direction: lower
-    seed_ratio: 0.9
+    seed_ratio: 0.8
     graded: throughput
   - id: openvpn-faster
     quote: "OpenVPN is faster than no VPN"
@@ -316,7 +316,9 @@ def test_differences_userspace_stand_ins_and_utilisation(tmp_path):
     cpu = result["ipsec-cpu"]
     assert cpu.verdict == "not comparable here" and "libipsec" in cpu.reason
     util = result["slow-link-utilisation"]
-    assert util.verdict == "reproduced" and util.estimate == pytest.approx(0.90 / 0.95, rel=0.01), util.reason
+    assert util.estimate == pytest.approx(0.90 / 0.95, rel=0.01), util.reason
+    # the seed's 0.8 is far outside the interval around 0.947: the same way, but a smaller effect, both said
+    assert util.verdict == "same direction, smaller effect" and "0.944" in util.reason and "0.8" in util.reason
 
 
 def test_a_significant_difference_within_the_margin_of_as_mean_is_not_reproduced(tmp_path):
@@ -371,3 +373,57 @@ def test_the_verdict_rule_rarely_finds_equivalence_at_the_margin():
         false.append(v["openvpn-same-as-wg"].verdict == "reproduced" or any(
             v[f].verdict == "contradicted" and "equivalent" in v[f].reason for f in DIRECTIONAL))
     assert np.mean(false) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 3000)
+
+
+def test_a_side_averages_its_scenarios_round_by_round(tmp_path):
+    """A side naming several VPNs (or workloads) is their arithmetic mean per round, as a seed averaged
+    its table's cells: (80 + 90) / 2 against 100."""
+    study = STUDY.replace("findings:\n", """findings:
+  - id: both-slower
+    quote: q
+    where: w
+    seed: s
+    a: {vpn: none, workload: tcp}
+    b: {vpn: [wireguard, openvpn aes-256-gcm udp], workload: tcp}
+    direction: lower
+    seed_ratio: 0.85
+""", 1)
+    j = judged(generated_store(tmp_path, study=study))["both-slower"]
+    assert j.estimate == pytest.approx(0.85, rel=0.02) and j.n_b == 6, j.reason
+    assert j.verdict == "reproduced" and "mean of (wireguard, openvpn aes-256-gcm udp)" in j.b_label
+
+
+def size_verdicts(rng, seed_ratio: float, true_ratio: float, rounds: int, margin_pct: float, trials: int) -> list[str]:
+    """RULE's verdicts on `trials` simulated studies of one finding whose true B/A is true_ratio."""
+    finding = findings.Finding(id="f", quote="q", where="w", seed="s", direction="lower", seed_ratio=seed_ratio,
+                               margin_pct=margin_pct, a={"vpn": "x", "workload": "tcp"},
+                               b={"vpn": "y", "workload": "tcp"})
+    return [simulated_verdicts(rng, [finding], {"f": true_ratio}, rounds)["f"].verdict for _ in range(trials)]
+
+
+def test_reproduced_means_the_seeds_size_at_about_the_intervals_coverage():
+    """Known truth: B/A is exactly the seed's 0.8, every difference significant. 'reproduced' (the
+    seed's ratio inside the 95% interval widened by a 0.5% margin) comes at about the interval's
+    coverage, a little above it for the margin; the rest split between smaller and larger effects."""
+    verdicts = size_verdicts(np.random.default_rng(31), 0.8, 0.8, rounds=6, margin_pct=0.5, trials=2000)
+    share = verdicts.count("reproduced") / len(verdicts)
+    assert 0.94 <= share <= 0.99, share
+    assert set(verdicts) <= {"reproduced", "same direction, smaller effect", "same direction, larger effect"}
+
+
+def test_half_the_seeds_effect_is_called_a_smaller_effect():
+    """Known truth: B/A = 0.9, half the seed's 20% drop. With 20 rounds the interval excludes the seed's
+    0.8 nearly always: 'same direction, smaller effect' dominates, never 'larger'."""
+    verdicts = size_verdicts(np.random.default_rng(32), 0.8, 0.9, rounds=20, margin_pct=2, trials=500)
+    assert verdicts.count("same direction, smaller effect") / len(verdicts) >= 0.95
+    assert "same direction, larger effect" not in verdicts
+    twice = size_verdicts(np.random.default_rng(33), 0.9, 0.8, rounds=20, margin_pct=2, trials=500)
+    assert twice.count("same direction, larger effect") / len(twice) >= 0.95
+
+
+def test_a_calibration_is_shown_but_not_a_check(tmp_path):
+    study = STUDY.replace("    graded: throughput\n", "    graded: throughput\n    calibration: the link was set from it\n", 1)
+    result = judged(generated_store(tmp_path, study=study))
+    j = result["wg-slower"]
+    assert j.verdict == findings.CALIBRATION and "the link was set from it" in j.reason and "reproduced" in j.reason
+    assert j.estimate == pytest.approx(0.8, rel=0.03)

@@ -40,20 +40,31 @@ from .schema import Strict
 ALPHA = 0.05
 
 RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.05) after Holm's correction "
-        "over this study's findings, and is estimated beyond the finding's margin (of A's mean for a difference "
-        "B - A) (for a null finding: equivalent within the margin by TOST, Holm-corrected over the findings "
-        "apart; its uncorrected 90% interval of B/A is shown); contradicted = the same the other way, or "
-        "equivalent within the margin where the seed found a difference (for a null finding: a significant "
-        "difference whose 95% interval lies beyond the margin); inconclusive = neither, with the repetitions "
-        "per side that would detect a difference of the margin at the family's Bonferroni level (of 10% of A's "
-        "mean at least, for a difference B - A) or show equivalence within it; not comparable here = a "
-        "condition this machine cannot give (a side measured in a VM under software emulation, whose CPU is "
-        "the emulator's; a scenario this machine could not run; a piece vpnlab lacks; the seed's own hardware "
-        "limit), with the reason. Primary test: paired t on log(B/A) per round (Welch on logs when the rounds "
-        "differ), on B - A for metrics that can be zero. Flagged samples are kept, never re-run as the seeds "
-        "did, and counted unless the study fixes otherwise before the run (analysis: flagged_samples).")
+        "over this study's findings, is estimated beyond the finding's margin (of A's mean for a difference "
+        "B - A), and is as big as the seed's: the seed's B/A lies inside vpnlab's 95% interval of B/A, widened by "
+        "the margin (a difference B - A is read as the ratio 1 + (B - A) / mean A); same direction, smaller "
+        "effect / same direction, larger effect = all that but the seed's B/A beyond the interval, further from 1 "
+        "(smaller here) or nearer to 1 (larger here), with both numbers; where the seed gave no ratio, the "
+        "direction alone reproduces it (for a null finding: equivalent within the margin by TOST, Holm-corrected "
+        "over the findings apart; its uncorrected 90% interval of B/A is shown); contradicted = a significant "
+        "difference beyond the margin the other way, or equivalence within the margin where the seed found a "
+        "difference (for a null finding: a significant difference whose 95% interval lies beyond the margin); "
+        "inconclusive = none of these, with the repetitions per side that would detect a difference of the "
+        "margin at the family's Bonferroni level (of 10% of A's mean at least, for a difference B - A) or show "
+        "equivalence within it; not comparable here = a condition this machine cannot give (a side measured in "
+        "a VM under software emulation, whose CPU is the emulator's; a scenario this machine could not run; a "
+        "piece vpnlab lacks; PPTP data towards pptpd over a link that dropped, which measures pptpd's 0.3 s GRE "
+        "hold; the seed's own hardware limit), with the reason; calibration, not a check = a finding that set "
+        "a condition of the study (its result is shown, outside Holm's family). A side may be the mean of "
+        "several scenarios, per round, where the seed averaged its cells. Primary test: paired t on log(B/A) "
+        "per round (Welch on logs when the rounds differ), on B - A for metrics that can be zero. Flagged "
+        "samples are kept, never re-run as the seeds did, and counted unless the study fixes otherwise before "
+        "the run (analysis: flagged_samples).")
 
-VERDICTS = ("reproduced", "contradicted", "inconclusive", "not comparable here")
+NOT_COMPARABLE = "not comparable here"
+CALIBRATION = "calibration, not a check"
+VERDICTS = ("reproduced", "same direction, smaller effect", "same direction, larger effect", "contradicted",
+            "inconclusive", NOT_COMPARABLE, CALIBRATION)
 
 
 # --- the schema -----------------------------------------------------------------------------------
@@ -333,14 +344,19 @@ def decide(out: list[Judgement]) -> None:
     (a comparison without a test still counts), the TOSTs apart, then RULE."""
     from .stats import holm
 
-    family = [j for j in out if j._test is not None and j.verdict != "not comparable here"]
+    family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION)]
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
     for j, p in zip(family, holm([j.p for j in family])):
         j.holm_p = p
     for j, p in zip(family, holm([j._tost.p if j._tost is not None else None for j in family])):
         j.tost_holm_p = p
     for j in out:
-        if j.verdict == "not comparable here" or j._test is None:
+        if j.verdict == NOT_COMPARABLE or j._test is None:
+            continue
+        if j.verdict == CALIBRATION:  # shown as measured, uncorrected: it is not one of the checks
+            j.holm_p, j.tost_holm_p = j.p, (j._tost.p if j._tost is not None else None)
+            _decide(j, 1)
+            j.verdict, j.reason = CALIBRATION, f"{j.finding.calibration}; as a check it would read: {j.verdict}, {j.reason}"
             continue
         _decide(j, len(family))
         if j.flagged or j.outliers:
@@ -515,7 +531,7 @@ def _decide_ratio(j: Judgement, alpha: float) -> None:
         return
     wanted = "ahead" if f.direction == "higher" else "behind"
     if word == wanted:
-        j.verdict, j.reason = "reproduced", shown
+        j.verdict, j.reason = effect_size(f, test.estimate, test.low, test.high, shown)
     elif word in ("ahead", "behind"):
         j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
     elif word == "equivalent":
@@ -543,7 +559,7 @@ def _decide_difference(j: Judgement, alpha: float) -> None:
     if f.direction == "same":
         j.verdict, j.reason = "inconclusive", f"{shown}; equivalence is only tested on ratios"
     elif significant and beyond and goes_up == (f.direction == "higher"):
-        j.verdict, j.reason = "reproduced", shown
+        j.verdict, j.reason = _difference_size(j, shown)
     elif significant and beyond:
         j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
     else:
@@ -557,6 +573,32 @@ def _decide_difference(j: Judgement, alpha: float) -> None:
                else "not significant")
         j.reason = (f"{shown}: {why}; {_about(needed)} repetitions per side would detect a difference "
                     f"of {100 * margin:g}% of A's mean")
+
+
+def effect_size(f: Finding, estimate: float, low: float | None, high: float | None, shown: str) -> tuple[str, str]:
+    """The verdict of a difference that went the seed's way, by its size (RULE): reproduced when the
+    seed's B/A lies in the 95% interval of B/A widened by the margin, else a smaller or larger effect."""
+    if f.seed_ratio is None or low is None or high is None:
+        return "reproduced", f"{shown}; the seed gave no ratio: the direction alone"
+    widen = 1 + f.margin_pct / 100
+    interval = f"95% interval [{low:.3g}, {high:.3g}]"
+    if low / widen <= f.seed_ratio <= high * widen:
+        return "reproduced", f"{shown}; the seed's B/A = {f.seed_ratio:g} lies in the {interval} (±{f.margin_pct:g}%)"
+    smaller = abs(math.log(f.seed_ratio)) > abs(math.log(estimate))
+    size = "smaller" if smaller else "larger"
+    return (f"same direction, {size} effect",
+            f"{shown}; B/A = {estimate:.3g} here ({interval}) against the seed's {f.seed_ratio:g}: a {size} effect")
+
+
+def _difference_size(j: Judgement, shown: str) -> tuple[str, str]:
+    """effect_size of a difference B - A, read as the ratio 1 + (B - A) / mean A."""
+    test, mean_a = j._test, j.mean_a
+    if not mean_a or mean_a <= 0 or test.low is None:
+        return effect_size(j.finding, 1.0, None, None, shown)
+    ratio = [1 + x / mean_a for x in (test.estimate, test.low, test.high)]
+    if min(ratio) <= 0:
+        return effect_size(j.finding, 1.0, None, None, shown)
+    return effect_size(j.finding, *ratio, f"{shown}, as a ratio 1 + (B - A) / mean A = {ratio[0]:.3g}")
 
 
 def _needed(test, margin: float, alpha: float, goal: str) -> int | None:
@@ -605,5 +647,5 @@ def against_the_original(directory: Path) -> Section | None:
     return Section(RULE, judged, counts)
 
 
-__all__ = ["ALPHA", "Finding", "Findings", "Judgement", "RULE", "Section", "Side", "VERDICTS",
-           "against_the_original", "judge", "parse", "plan_problems"]
+__all__ = ["ALPHA", "CALIBRATION", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE", "Section", "Side", "VERDICTS",
+           "against_the_original", "effect_size", "judge", "parse", "plan_problems"]
