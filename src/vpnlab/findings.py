@@ -167,6 +167,27 @@ class Finding(Strict):
         return self
 
 
+class Choice(Strict):
+    """A condition vpnlab chose where the seed states none or another (a study's `choices:`), shown in
+    the report apart from what the seed states."""
+
+    what: str = Field(min_length=1, max_length=200, description="the condition")
+    seed: str = Field(min_length=1, max_length=400, description="what the seed states of it (or 'not stated')")
+    here: str = Field(min_length=1, max_length=400, description="what vpnlab chose")
+    why: str = Field("", max_length=400)
+    findings: list[str] = Field(default_factory=list, description="ids of the findings it bears on most")
+
+
+Choices = list[Choice]
+_choices = TypeAdapter(Choices)
+
+
+def parse_choices(study_text: str) -> list[Choice]:
+    """The conditions a study's text marks as vpnlab's choices."""
+    raw = yaml.safe_load(study_text) if study_text else None
+    return _choices.validate_python(raw.get("choices") or []) if isinstance(raw, dict) else []
+
+
 def _unique(findings: list[Finding]) -> list[Finding]:
     ids = [f.id for f in findings]
     twice = sorted({i for i in ids if ids.count(i) > 1})
@@ -200,6 +221,9 @@ def plan_problems(study) -> list[str]:
     links = sorted({s.link.label for s in scenarios})
     workloads = sorted({s.workload.label for s in scenarios})
     problems = []
+    ids = {f.id for f in findings}
+    for i, choice in enumerate(parse_choices(study.source_text)):
+        problems += [f"choices[{i}].findings: no finding {fid!r}" for fid in choice.findings if fid not in ids]
     for i, finding in enumerate(findings):
         for side_name in ("a", "b"):
             side = getattr(finding, side_name)
@@ -620,6 +644,7 @@ class Section:
     rule: str
     rows: list
     counts: dict
+    choices: list = field(default_factory=list)   # the conditions vpnlab chose (Choice)
 
     @property
     def summary(self) -> str:
@@ -636,7 +661,9 @@ def against_the_original(directory: Path) -> Section | None:
 
     store = Store.open_dir(Path(directory))
     try:
-        judged = judge(store)
+        runs = store.runs()
+        text = runs[-1]["study_text"] if runs else ""
+        judged, choices = judge(store, text), parse_choices(text)
     except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
         return None
     finally:
@@ -644,8 +671,8 @@ def against_the_original(directory: Path) -> Section | None:
     if not judged:
         return None
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
-    return Section(RULE, judged, counts)
+    return Section(RULE, judged, counts, choices)
 
 
-__all__ = ["ALPHA", "CALIBRATION", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE", "Section", "Side", "VERDICTS",
-           "against_the_original", "effect_size", "judge", "parse", "plan_problems"]
+__all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE", "Section", "Side", "VERDICTS",
+           "against_the_original", "effect_size", "judge", "parse", "parse_choices", "plan_problems"]

@@ -184,11 +184,13 @@ class RepetitionRule(Strict):
 
 # --- the study ---------------------------------------------------------------
 
-from .findings import Findings  # noqa: E402  (a seed's published findings, checked by vpnlab/findings.py)
+from .findings import Choices, Findings  # noqa: E402  (a seed's published findings, checked by vpnlab/findings.py)
 
 
 class _StudyFile(Strict):
     findings: Findings = Field(default_factory=list, description="the seed's published findings (findings.py)")
+    choices: Choices = Field(default_factory=list, description="conditions vpnlab chose where the seed states "
+                             "none or another: shown in the report apart from the seed's (findings.py)")
     name: str = Field(min_length=1)
     description: str = ""
     topology: Literal["remote-access", "site-to-site"] = "remote-access"
