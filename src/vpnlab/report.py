@@ -246,7 +246,7 @@ def build(directory: Path) -> Report:
     report.notes += missed
     report.labels, report.algorithms = short_labels(scenarios), algorithms
 
-    graded = [f.b.workload for f in findings.parse(last.get("study_text") or "") if f.graded]
+    graded = [w for f in findings.parse(last.get("study_text") or "") if f.graded for w in f.b.workloads]
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell, graded)
     if settings.seed_grading == "jaha-2014":
         report.seed_table_vi = _table_vi(scenarios, stat, report.links,
