@@ -427,3 +427,21 @@ def test_a_calibration_is_shown_but_not_a_check(tmp_path):
     j = result["wg-slower"]
     assert j.verdict == findings.CALIBRATION and "the link was set from it" in j.reason and "reproduced" in j.reason
     assert j.estimate == pytest.approx(0.8, rel=0.03)
+
+
+def test_the_verdict_table_row_through_the_cli(tmp_path):
+    """`vpnlab verdicts DIR` prints the README's Markdown row from the store: what ran, each verdict
+    with its ratio named for what it is; a directory without a store exits 2 naming it."""
+    generated_store(tmp_path / "run").close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, ["src", os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "vpnlab", "verdicts", str(tmp_path / "run")], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    header, rule, row = done.stdout.strip().splitlines()
+    assert header == "| seed study | what ran | verdicts |" and row.startswith("| `f` | ")
+    assert "6 scenarios (6 on the host)" in row and "36 repetitions, 0 failed" in row
+    assert "`wg-slower`: reproduced, throughput_mbps B/A = 0.8" in row and "(seed 0.8)" in row
+    assert "`not-here`: not comparable here (seed: no ratio)" in row
+    bad = subprocess.run([sys.executable, "-m", "vpnlab", "verdicts", str(tmp_path)], capture_output=True, text=True,
+                         env=env)
+    assert bad.returncode == 2 and "not a vpnlab results directory" in bad.stderr

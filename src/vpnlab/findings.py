@@ -645,6 +645,7 @@ class Section:
     rows: list
     counts: dict
     choices: list = field(default_factory=list)   # the conditions vpnlab chose (Choice)
+    reencoded: bool = False   # judged by the findings this vpnlab ships, not the run's study file's
 
     @property
     def summary(self) -> str:
@@ -653,8 +654,9 @@ class Section:
         return f"{'; '.join(parts)} ({len(self.rows)} finding{'s' if len(self.rows) != 1 else ''})"
 
 
-def against_the_original(directory: Path) -> Section | None:
-    """The report's "Against the original study": None when the run's study lists no findings."""
+def against_the_original(directory: Path, study_text: str | None = None, reencoded: bool = False) -> Section | None:
+    """The report's "Against the original study": None when the study lists no findings. The findings
+    are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's."""
     from .store import Store
 
     from pydantic import ValidationError
@@ -662,7 +664,7 @@ def against_the_original(directory: Path) -> Section | None:
     store = Store.open_dir(Path(directory))
     try:
         runs = store.runs()
-        text = runs[-1]["study_text"] if runs else ""
+        text = study_text if study_text is not None else (runs[-1]["study_text"] if runs else "")
         judged, choices = judge(store, text), parse_choices(text)
     except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
         return None
@@ -671,7 +673,7 @@ def against_the_original(directory: Path) -> Section | None:
     if not judged:
         return None
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
-    return Section(RULE, judged, counts, choices)
+    return Section(RULE, judged, counts, choices, reencoded)
 
 
 __all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE", "Section", "Side", "VERDICTS",

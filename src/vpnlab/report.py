@@ -33,6 +33,7 @@ from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .machines import current_wording, machine_lines, measured_where, sitting_versions  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
+from .study import findings_text  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
@@ -258,7 +259,8 @@ def build(directory: Path) -> Report:
     used = _recommend(report, scenarios, stat, family)
     _comparisons(report, scenarios, family, used)
     report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))
-    report.against = findings.against_the_original(directory)  # "Against the original study": findings.html.j2
+    report.against = findings.against_the_original(  # "Against the original study": findings.html.j2
+        directory, *findings_text(last.get("study_text") or ""))
     return report
 
 

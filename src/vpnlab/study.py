@@ -572,6 +572,18 @@ def builtin_studies() -> dict[str, str]:
     return {p.name.removesuffix(".yaml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".yaml")}
 
 
+def findings_text(stored_text: str) -> tuple[str, bool]:
+    """The study text whose findings (and choices) judge a stored run: for a run of a built-in seed
+    study, the built-in's text as this vpnlab ships it (the seed's findings, encoded again since the run;
+    what the run measured is unchanged), else the run's own; True when it is the built-in's and differs."""
+    try:
+        name = (yaml.safe_load(stored_text) or {}).get("name")
+    except (yaml.YAMLError, AttributeError):
+        return stored_text, False
+    current = builtin_studies().get(name) if isinstance(name, str) else None
+    return (current, True) if current and current != stored_text else (stored_text, False)
+
+
 def load_builtin(name: str, here: bool = False) -> Study:
     studies = builtin_studies()
     if name not in studies:

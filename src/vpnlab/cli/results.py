@@ -161,6 +161,20 @@ def report(
     out.print(f"report: {write_report(directory, output)}")
 
 
+@app.command()
+@user_errors
+def verdicts(directories: list[Path] = typer.Argument(..., help="results directories of seed studies")):
+    """The seed verdicts of each results directory as Markdown table rows (the README's table): what
+    ran, and each finding's verdict with its ratio named for what it is (B/A of a metric)."""
+    from ..store import DB_NAME
+    from ..verdict_table import table
+
+    for d in directories:
+        if not (d / DB_NAME).is_file():
+            raise VpnlabError(f"{d}: not a vpnlab results directory (no {DB_NAME})")
+    print(table(directories))
+
+
 @app.command("compare")
 @user_errors
 def compare_command(
