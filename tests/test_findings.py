@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from vpnlab import findings
+from vpnlab.drivers.pptp import held_by_pptpd
 from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
 from vpnlab.store import Store
@@ -445,3 +446,64 @@ def test_the_verdict_table_row_through_the_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "vpnlab", "verdicts", str(tmp_path)], capture_output=True, text=True,
                          env=env)
     assert bad.returncode == 2 and "not a vpnlab results directory" in bad.stderr
+
+
+PPTP_STUDY = """
+name: p
+repetitions: 4
+vpns: [{driver: none}, {driver: pptp}]
+links: [{name: lossy, rate_mbit: 20, delay_ms: 1, loss_pct: 0.1}, {name: clean, rate_mbit: 20}]
+workloads: [{kind: tcp}, {kind: transfer, protocol: http, data: random, size: 1M}]
+findings:
+  - {id: tcp-lossy, quote: q, where: w, seed: s, direction: lower,
+     a: {vpn: none, link: lossy, workload: tcp}, b: {vpn: pptp mppe-128, link: lossy, workload: tcp}}
+  - {id: download-lossy, quote: q, where: w, seed: s, direction: lower, metric: throughput_mbps,
+     a: {vpn: none, link: lossy, workload: http-random-1M}, b: {vpn: pptp mppe-128, link: lossy, workload: http-random-1M}}
+  - {id: tcp-clean, quote: q, where: w, seed: s, direction: lower,
+     a: {vpn: none, link: clean, workload: tcp}, b: {vpn: pptp mppe-128, link: clean, workload: tcp}}
+"""
+
+
+def pptp_store(tmp_path, retransmits: float):
+    """PPTP (pptpd) against no VPN: iperf3 TCP goes towards the gateway, a transfer downloads; the
+    clean link's TCP samples record `retransmits` each."""
+    rng = np.random.default_rng(4)
+    plan = make_plan(parse_study(PPTP_STUDY))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                          study_name="p", study_text=PPTP_STUDY)
+    for scenario in plan.scenarios:
+        scenario.implementations = ["pptpd"] if scenario.vpn.layers else []
+        store.add_scenario(scenario)
+    for round_no in range(1, 5):
+        for position, s in enumerate(plan.scenarios):
+            values = {"throughput_mbps": (15 if s.vpn.layers else 19) * rng.lognormal(0, 0.01)}
+            if s.workload.kind == "tcp":
+                values["retransmits"] = retransmits
+            store.record_repetition(run, s.id, round_no, values, {}, [], round_no, position)
+    for scenario in plan.scenarios:
+        store.set_status(scenario.id, "done")
+    return store
+
+
+@pytest.mark.parametrize("retransmits", [0.0, 3.0])
+def test_pptp_towards_the_gateway_over_a_link_that_drops_is_not_comparable(tmp_path, retransmits):
+    """pptpd's 0.3 s GRE hold: TCP towards the gateway over a link set to lose packets, or whose
+    sample lost some (retransmits), measures the hold, not PPTP; a download (towards the client,
+    whose hold vpnlab turns off) and TCP over a clean link that lost nothing stay comparable."""
+    result = judged(pptp_store(tmp_path, retransmits))
+    lossy = result["tcp-lossy"]
+    assert lossy.verdict == "not comparable here" and "0.3 s GRE reorder hold" in lossy.reason, lossy.reason
+    assert lossy.estimate is not None                   # its figures are still shown
+    assert result["download-lossy"].verdict == "reproduced", result["download-lossy"].reason
+    clean = result["tcp-clean"]
+    assert (clean.verdict == "not comparable here") == (retransmits > 0), clean.reason
+
+
+def test_the_pptpd_hold_rule():
+    assert held_by_pptpd("tcp", {}, 0.1, {})                           # towards the gateway, lossy link
+    assert not held_by_pptpd("tcp", {"reverse": True}, 0.1, {})        # towards the client
+    assert not held_by_pptpd("transfer", {}, 0.1, {})                  # downloads
+    assert held_by_pptpd("ping", {}, 0.0, {"ping_loss_pct": 2.0})      # echo requests, some lost
+    assert held_by_pptpd("udp", {}, 0.0, {"udp_loss_pct": 0.5})
+    assert not held_by_pptpd("udp", {}, 0.0, {"udp_loss_pct": 0.0})    # nothing dropped
