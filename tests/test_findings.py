@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from vpnlab import findings
-from vpnlab.drivers.pptp import held_by_pptpd
+from vpnlab.drivers.pptp import HOLD_FLAG, held_by_pptpd
+from vpnlab.measure import hold_flags
 from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
 from vpnlab.store import Store
@@ -507,3 +508,14 @@ def test_the_pptpd_hold_rule():
     assert held_by_pptpd("ping", {}, 0.0, {"ping_loss_pct": 2.0})      # echo requests, some lost
     assert held_by_pptpd("udp", {}, 0.0, {"udp_loss_pct": 0.5})
     assert not held_by_pptpd("udp", {}, 0.0, {"udp_loss_pct": 0.0})    # nothing dropped
+
+
+def test_each_held_sample_is_flagged_when_measured():
+    """The runner's flag on each sample pptpd's hold shaped: PPTP's TCP on the lossy link, and on the
+    clean one only when it lost packets; never a download or a tunnel without pptpd."""
+    scenarios = make_plan(parse_study(PPTP_STUDY)).scenarios
+    for s in scenarios:
+        s.implementations = ["pptpd"] if s.vpn.layers else []
+    flagged = {(s.vpn.driver if s.vpn.layers else "none", s.link.name, s.workload.kind, lost)
+               for s in scenarios for lost in (0.0, 2.0) if hold_flags(s, {"retransmits": lost}) == [HOLD_FLAG]}
+    assert flagged == {("pptp", "lossy", "tcp", 0.0), ("pptp", "lossy", "tcp", 2.0), ("pptp", "clean", "tcp", 2.0)}
