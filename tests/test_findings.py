@@ -230,6 +230,9 @@ def test_a_malformed_finding_exits_2_naming_the_field(tmp_path):
     ("    direction: lower\n    seed_ratio: 1.2\n", "findings[0]: seed_ratio 1.2 does not go"),
     ("    direction: lower\n    metric: no_such_metric\n", "findings[0].metric"),
     ("    direction: lower\n    seed_ratio: 0.99\n", "findings[0]: margin_pct (2) is not below"),
+    ("    direction: lower\n    b: {vpn: [wireguard, wireguard], workload: tcp}\n", "findings[0].b.vpn"),
+    ("    direction: lower\n    b: {vpn: wireguard, workload: []}\n", "findings[0].b.workload"),
+    ("    direction: lower\n    read_from_figure: maybe\n", "findings[0].read_from_figure"),
 ])
 def test_malformed_findings_name_the_field(change, field):
     with pytest.raises(StudyError) as error:
@@ -519,3 +522,22 @@ def test_each_held_sample_is_flagged_when_measured():
     flagged = {(s.vpn.driver if s.vpn.layers else "none", s.link.name, s.workload.kind, lost)
                for s in scenarios for lost in (0.0, 2.0) if hold_flags(s, {"retransmits": lost}) == [HOLD_FLAG]}
     assert flagged == {("pptp", "lossy", "tcp", 0.0), ("pptp", "lossy", "tcp", 2.0), ("pptp", "clean", "tcp", 2.0)}
+
+
+def test_choices_are_checked_and_shown(tmp_path):
+    """A study's choices: each needs the condition, the seed's word on it and vpnlab's; the findings
+    they name must exist; the report's section shows them apart from the findings."""
+    good = BAD.replace("direction: faster", "direction: lower")
+    with pytest.raises(StudyError) as error:
+        parse_study(good + "choices: [{what: window}]\n")
+    assert "choices[0].seed" in str(error.value) and "choices[0].here" in str(error.value)
+    study = parse_study(good + "choices: [{what: window, seed: 8 KB, here: 11K asked, findings: [x, nope]}]\n")
+    assert findings.plan_problems(study) == ["choices[0].findings: no finding 'nope'"]
+    from vpnlab.report import _environment
+
+    text = STUDY + "choices: [{what: file size, seed: 715 MB, here: 32 MB, why: minutes, findings: [wg-slower]}]\n"
+    generated_store(tmp_path, study=text).close()
+    section = findings.against_the_original(tmp_path)
+    assert [c.what for c in section.choices] == ["file size"]
+    html = _environment().get_template("findings.html.j2").render(r=type("R", (), {"against": section}))
+    assert "Conditions vpnlab chose" in html and "715 MB" in html and "32 MB" in html
