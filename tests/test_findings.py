@@ -541,3 +541,14 @@ def test_choices_are_checked_and_shown(tmp_path):
     assert [c.what for c in section.choices] == ["file size"]
     html = _environment().get_template("findings.html.j2").render(r=type("R", (), {"against": section}))
     assert "Conditions vpnlab chose" in html and "715 MB" in html and "32 MB" in html
+
+
+def test_the_readmes_small_business_row_is_what_vpnlab_verdicts_prints():
+    """The README's verdict row for small-business-2011 is generated from its committed store, not
+    written by hand: regenerate it with `vpnlab verdicts runs/small-business-2011` when either changes."""
+    from pathlib import Path
+
+    from vpnlab.verdict_table import row
+
+    root = Path(__file__).resolve().parents[1]
+    assert row(root / "runs" / "small-business-2011") in (root / "README.md").read_text().splitlines()
