@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from vpnlab.errors import StudyError
 from vpnlab.plan import make_plan
 from vpnlab.store import Store
 from vpnlab.study import builtin_studies, load_builtin, parse_study
+from vpnlab.verdict_table import row
 
 SEEDS = ("narayan-2008", "jaha-2014", "fave-2018", "taneja-2019", "small-business-2011")
 
@@ -546,9 +548,5 @@ def test_choices_are_checked_and_shown(tmp_path):
 def test_the_readmes_small_business_row_is_what_vpnlab_verdicts_prints():
     """The README's verdict row for small-business-2011 is generated from its committed store, not
     written by hand: regenerate it with `vpnlab verdicts runs/small-business-2011` when either changes."""
-    from pathlib import Path
-
-    from vpnlab.verdict_table import row
-
     root = Path(__file__).resolve().parents[1]
     assert row(root / "runs" / "small-business-2011") in (root / "README.md").read_text().splitlines()
