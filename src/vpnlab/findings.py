@@ -380,7 +380,8 @@ def decide(out: list[Judgement]) -> None:
         if j.verdict == CALIBRATION:  # shown as measured, uncorrected: it is not one of the checks
             j.holm_p, j.tost_holm_p = j.p, (j._tost.p if j._tost is not None else None)
             _decide(j, 1)
-            j.verdict, j.reason = CALIBRATION, f"{j.finding.calibration}; as a check it would read: {j.verdict}, {j.reason}"
+            as_check = f"as a check it would read: {j.verdict}, {j.reason}"
+            j.verdict, j.reason = CALIBRATION, f"{j.finding.calibration}; {as_check}"
             continue
         _decide(j, len(family))
         if j.flagged or j.outliers:
@@ -676,5 +677,6 @@ def against_the_original(directory: Path, study_text: str | None = None, reencod
     return Section(RULE, judged, counts, choices, reencoded)
 
 
-__all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE", "Section", "Side", "VERDICTS",
-           "against_the_original", "effect_size", "judge", "parse", "parse_choices", "plan_problems"]
+__all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE",
+           "Section", "Side", "VERDICTS", "against_the_original", "effect_size", "judge", "parse", "parse_choices",
+           "plan_problems"]
