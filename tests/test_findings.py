@@ -543,6 +543,8 @@ def test_choices_are_checked_and_shown(tmp_path):
     assert [c.what for c in section.choices] == ["file size"]
     html = _environment().get_template("findings.html.j2").render(r=type("R", (), {"against": section}))
     assert "Conditions vpnlab chose" in html and "715 MB" in html and "32 MB" in html
+    row = html[html.index('id="finding-wg-slower"'):]
+    assert "vpnlab's choice, file size: 32 MB" in row[:row.index("</tr>")]   # beside the finding it bears on
 
 
 def test_the_readmes_small_business_row_is_what_vpnlab_verdicts_prints():
