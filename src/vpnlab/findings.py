@@ -657,7 +657,8 @@ class Section:
 
 def against_the_original(directory: Path, study_text: str | None = None, reencoded: bool = False) -> Section | None:
     """The report's "Against the original study": None when the study lists no findings. The findings
-    are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's."""
+    are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
+    conditions vpnlab chose are always the run's study file's."""
     from .store import Store
 
     from pydantic import ValidationError
@@ -665,8 +666,9 @@ def against_the_original(directory: Path, study_text: str | None = None, reencod
     store = Store.open_dir(Path(directory))
     try:
         runs = store.runs()
-        text = study_text if study_text is not None else (runs[-1]["study_text"] if runs else "")
-        judged, choices = judge(store, text), parse_choices(text)
+        ran = runs[-1]["study_text"] if runs else ""
+        # the findings as given (the seed's, as encoded now); the choices are the run's own conditions
+        judged, choices = judge(store, ran if study_text is None else study_text), parse_choices(ran)
     except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
         return None
     finally:

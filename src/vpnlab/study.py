@@ -573,7 +573,7 @@ def builtin_studies() -> dict[str, str]:
 
 
 def findings_text(stored_text: str) -> tuple[str, bool]:
-    """The study text whose findings (and choices) judge a stored run: for a run of a built-in seed
+    """The study text whose findings judge a stored run: for a run of a built-in seed
     study, the built-in's text as this vpnlab ships it (the seed's findings, encoded again since the run;
     what the run measured is unchanged), else the run's own; True when it is the built-in's and differs."""
     try:
