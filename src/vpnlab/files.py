@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import stat
 from pathlib import Path
 
 
@@ -42,3 +43,10 @@ def filesystem_type(path: Path) -> str:
             if inside and len(point) >= len(best):
                 best, kind = point, fields[fields.index("-") + 1]
     return kind
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message: 'a FIFO', 'a character device' ..."""
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
+    return next((name for test, name in kinds if test(mode)), "a regular file")

@@ -5,13 +5,46 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class Strict(BaseModel):
-    """Unknown keys are errors; a validated value never changes."""
+class TrueOrFalse:
+    """Stands in for true/false given where a number belongs, so that validation fails at that
+    field (pydantic would read `rate_mbit: true` as 1); the error names it (study._errors)."""
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return str(self.value).lower()
+
+
+class NumbersAreNumbers(BaseModel):
+    """A model whose number fields refuse true/false."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_true_or_false(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {key: TrueOrFalse(value) if isinstance(value, bool) and key in fields
+                and _numeric(fields[key].annotation) else value for key, value in data.items()}
+
+
+def _numeric(annotation: Any) -> bool:
+    """A number type (int, float, or an optional one), and not one that takes a bool too."""
+    if get_origin(annotation) is Annotated:
+        return _numeric(get_args(annotation)[0])
+    if args := get_args(annotation):
+        return bool not in args and any(_numeric(arg) for arg in args)
+    return annotation in (int, float)
+
+
+class Strict(NumbersAreNumbers):
+    """Unknown keys are errors; a validated value never changes; a number is never true/false."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
