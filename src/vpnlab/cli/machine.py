@@ -20,7 +20,7 @@ def doctor(
     backend: str = typer.Option("auto", "--backend", help="as for `vpnlab run`: auto, netns or vm"),
     inventory: Optional[str] = typer.Option(None, "--inventory", "-i", help="instead, each host of this Ansible "
                                             "inventory, over SSH (as `vpnlab hosts doctor`); an executable file is "
-                                            "a dynamic inventory, which Ansible runs as you (root)"),
+                                            "a dynamic inventory: Ansible runs it as a program, as you (root)"),
 ):
     """What this kernel and machine offer, which VPN implementations can run here, whether a VM
     can run the rest, and (given a study) where each of its scenarios would run."""

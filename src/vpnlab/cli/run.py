@@ -59,7 +59,7 @@ def run(
                                              "such as workloads[0].size=715M (repeatable)"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="Ansible inventory of the hosts the "
                                              "study's `hosts:` names: run it on them, over SSH. An executable file "
-                                             "is a dynamic inventory: Ansible runs it, as you (root)"),
+                                             "is a dynamic inventory: Ansible runs it as a program, as you (root)"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
     from ..plan import make_plan
