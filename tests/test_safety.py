@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from test_results_dir import invoke, make_store, tree
+from vpnlab.errors import StudyError
+from vpnlab.hosts.inventory import load_inventory, select
 from vpnlab.plan import make_plan
 from vpnlab.store import SCHEMA_VERSION, Store
 from vpnlab.study import parse_study
@@ -347,6 +349,8 @@ def test_inventory_hosts_ssh_would_misread_are_refused_before_connecting(tmp_pat
     for host, says in (("b;touch x", "host name 'b;touch x'"), ("proxy", "'-oProxyCommand=touch"),
                        ("coloured", "address (ansible_host) '198.18.0.4\\x1b[31m'")):
         refused(invoke("hosts", "doctor", "-i", inventory, "--limit", host), says, "vpnlab does not connect to it")
+        with pytest.raises(StudyError, match="vpnlab does not connect to it"):  # as `run --inventory` picks them
+            select(load_inventory(inventory), ["good", host], inventory)
     listed = vpnlab("hosts", "list", "-i", inventory)  # listing connects to nothing: shown, escaped
     assert listed.returncode == 0 and "\x1b" not in listed.stdout, listed.stderr
     assert "refused: SSH would misread it" in listed.stdout and "198.18.0.4\\x1b[31m" in listed.stdout

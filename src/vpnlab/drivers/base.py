@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import ConfigDict, model_serializer
 
 from ..backend import SLOWDOWN
 from ..capabilities import FEATURES, Capabilities
