@@ -165,7 +165,8 @@ CASES = [
          cli=False),
     Case("escape-in-a-description", PING + 'description: "\\e]0;title\\a"\n', ("description: control character",),
          cli=False),
-    Case("tens-of-thousands-of-errors", "name: t\nvpns: [" + ", ".join(["1"] * 50_000) + "]\nworkloads: [{kind: ping}]\n",
+    Case("tens-of-thousands-of-errors", "name: t\nvpns: [" + ", ".join(["1"] * 50_000) + "]\n"
+         "workloads: [{kind: ping}]\n",
          ("vpns[0]: Input should be a valid dictionary", "vpns[19]:", "... and 49,980 more")),
 ]
 

@@ -44,7 +44,7 @@ def _show(directory: Path) -> None:
     if short := sum(sc.unfinished for sc in scenarios):
         out.print(f"[yellow]not finished:[/] {short} of {len(scenarios)} scenarios have fewer repetitions than the "
                   f"study's rule asks, so their figures are provisional; measure the rest with: "
-                  f"vpnlab run --resume {directory}", highlight=False)
+                  f"vpnlab run --resume {safe(directory)}", highlight=False)
     for sc in scenarios:
         title = f"[bold]{safe(labels.of(sc))}[/] | {safe(sc.link_label)} | {safe(sc.workload_label)}"
         title += " [yellow](not finished)[/]" if sc.unfinished else ""
@@ -101,8 +101,8 @@ def _print_methods(study_text: str, scenarios, directory: Path) -> None:
     from .. import methods
 
     rules = sorted({sc.repetition_rule for sc in scenarios})
-    out.print("\n[bold]Methods.[/] " + safe(methods.paragraph(study_text or "", rules, cpu=methods.cpu_text(directory))),
-              highlight=False)
+    paragraph = methods.paragraph(study_text or "", rules, cpu=methods.cpu_text(directory))
+    out.print("\n[bold]Methods.[/] " + safe(paragraph), highlight=False)
 
 
 @app.command()

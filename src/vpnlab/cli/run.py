@@ -84,7 +84,7 @@ def run(
     if dry_run and (os.geteuid() != 0 or hosts):
         _print_plan(plan, None if not hosts else set())
         if hosts:
-            out.print(f"on real hosts: {hosts.text} (not contacted)", highlight=False)
+            out.print(f"on real hosts: {safe(hosts.text)} (not contacted)", highlight=False)
         return
     need_root("vpnlab run")
     caps, in_vm = _placed(plan, backend, hosts, is_default)
@@ -95,24 +95,24 @@ def run(
         return
     out_dir = out_dir or default_out_dir()
     held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # noqa: F841 (locked until exit)
-    err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, {_estimate(plan, in_vm)}; "
-              f"results in {out_dir}", highlight=False)
+    err.print(f"study [bold]{safe(loaded.name)}[/]: {len(plan.scenarios)} scenarios, {_estimate(plan, in_vm)}; "
+              f"results in {safe(out_dir)}", highlight=False)
     if in_vm:
         err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
     if hosts:
-        err.print(f"on real hosts: {hosts.text}", highlight=False)
+        err.print(f"on real hosts: {safe(hosts.text)}", highlight=False)
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm,
                     hosts=hosts)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"[yellow]interrupted[/]: everything it created is removed; "
-                  f"finish later with: vpnlab run --resume {out_dir}")
+                  f"finish later with: vpnlab run --resume {safe(out_dir)}")
         raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     _finish(out_dir)
     if runner.unfinished:
         err.print(f"[yellow]{len(runner.unfinished)} scenario(s) short of their repetitions[/]: their report shows "
-                  f"what they have; measure the rest with: vpnlab run --resume {out_dir}")
+                  f"what they have; measure the rest with: vpnlab run --resume {safe(out_dir)}")
     if runner.failures or runner.unfinished:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
 
@@ -204,7 +204,8 @@ def _finish(out_dir: Path) -> None:
 
     try:
         _compact(out_dir)
-        out.print(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {write_report(out_dir)}")
+        report = write_report(out_dir)
+        out.print(safe(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {report}", lines=True))
     except Interrupted as exc:
         store = Store.open_dir(out_dir)
         try:
@@ -212,7 +213,7 @@ def _finish(out_dir: Path) -> None:
         finally:
             store.close()
         err.print(f"[yellow]interrupted[/] while writing the report: every sample is stored; "
-                  f"write the report with: vpnlab report {out_dir}")
+                  f"write the report with: vpnlab report {safe(out_dir)}")
         raise typer.Exit(exc.exit_code)
 
 

@@ -39,7 +39,8 @@ def list_hosts(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
         table.add_column(col)
     for host in _hosts(inventory, limit, to_connect=False):
         refused = not (SSH_SAFE.match(host.name) and SSH_SAFE.match(host.address))
-        table.add_row(safe(host.name), safe(host.address) + (" [red](refused: SSH would misread it)[/]" if refused else ""),
+        marked = " [red](refused: SSH would misread it)[/]" if refused else ""
+        table.add_row(safe(host.name), safe(host.address) + marked,
                       str(host.port), safe(host.user or "(yours)"), safe(host.key_file or "(ssh default)"),
                       safe(", ".join(host.groups) or "-"))
     out.print(table)

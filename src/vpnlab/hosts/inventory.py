@@ -29,8 +29,8 @@ from ..files import file_kind
 
 # Hidden groups that every inventory has.
 IMPLICIT_GROUPS = {"all", "ungrouped"}
-# A host name or address SSH reads as one: a DNS name, IPv4, IPv6 (bracketed or not, with a zone).
-SSH_SAFE = re.compile(r"^\[?[A-Za-z0-9_][A-Za-z0-9_.:%-]*\]?$")
+# A host name or address SSH reads as one: a DNS name, IPv4, IPv6 (with a zone: fe80::1%eth0).
+SSH_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]*$")
 
 
 @dataclass(frozen=True)
