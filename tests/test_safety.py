@@ -5,6 +5,7 @@ message, that no traceback was printed, and that the user's files kept their byt
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import stat
@@ -21,6 +22,7 @@ from test_results_dir import invoke, make_store, tree
 from vpnlab.errors import StudyError
 from vpnlab.hosts.inventory import load_inventory, select
 from vpnlab.plan import make_plan
+from vpnlab.results_dir import LOCK_NAME
 from vpnlab.store import SCHEMA_VERSION, Store
 from vpnlab.study import parse_study
 
@@ -159,6 +161,34 @@ def test_an_older_store_is_refused_untouched_until_upgraded_with_a_copy_kept(tmp
     again = invoke("upgrade", directory)
     assert again.exit_code == 0 and "nothing changed" in again.stdout
     assert not (directory / "results.sqlite.v5.bak").exists()
+
+
+def test_upgrade_waits_for_no_run(tmp_path):
+    directory = tmp_path / "results"
+    make_store(directory)
+    _older(directory)
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT)  # held as a live run holds it
+    before = tree(directory)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused(invoke("upgrade", directory), "another vpnlab run", "is writing into this directory")
+    finally:
+        os.close(fd)
+    assert tree(directory) == before
+
+
+@pytest.mark.integration
+def test_resuming_an_older_store_keeps_a_copy_first(tmp_path, no_leftovers):
+    directory = tmp_path / "results"
+    make_store(directory)  # its two repetitions are all the study asks: the resumed run measures nothing
+    _older(directory)
+    result = invoke("run", "--resume", directory, "--no-progress", "--backend", "netns")
+    assert result.exit_code == 0, result.output
+    assert "the store as it was is kept in" in " ".join(result.stderr.split())
+    with sqlite3.connect(f"file:{directory / 'results.sqlite.v3.bak'}?mode=ro", uri=True) as db:
+        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("3",)
+        assert db.execute("SELECT count(*) FROM samples").fetchone() == (2,)
+    assert invoke("show", directory).exit_code == 0
 
 
 def test_a_store_in_a_read_only_directory_is_readable(results, tmp_path, mounts):

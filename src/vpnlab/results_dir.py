@@ -48,6 +48,7 @@ class Claim:
 
     directory: Path
     fd: int
+    upgraded: tuple[int, Path] | None = None  # a resumed older store: the schema it had, and its copy
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -81,19 +82,27 @@ def read_store(directory: Path) -> Store:
 def upgrade(directory: Path) -> tuple[int, Path | None]:
     """Bring an older store to this vpnlab's schema in place, after copying it beside itself
     (`results.sqlite.v3.bak`; `.bak.1` and so on when that name is taken: no copy is overwritten),
-    with the directory locked against a run. The version it had, and the copy (None: it was current)."""
+    with the directory locked against a run (`run --resume` does the same under its claim). The
+    version it had, and the copy (None: it was current)."""
     path = Path(directory) / DB_NAME
     if not path.is_file():
         raise StoreError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
-    version, _ = _inspect(path)
-    if version == SCHEMA_VERSION:
-        return version, None
     fd = _lock(Path(directory))
     try:
-        backup = _backup(path, version)
-        Store(path).close()  # its opening migrates
+        upgraded = _migrate(path)
     finally:
         os.close(fd)
+    return upgraded or (SCHEMA_VERSION, None)
+
+
+def _migrate(path: Path) -> tuple[int, Path] | None:
+    """Under the directory's lock: an older store copied, then brought to this schema in place;
+    the schema it had and the copy (None: it was current)."""
+    version, _ = _inspect(path)
+    if version == SCHEMA_VERSION:
+        return None
+    backup = _backup(path, version)
+    Store(path).close()  # its opening migrates
     return version, backup
 
 
@@ -180,10 +189,11 @@ def claim(out_dir: Path, study_text: str, resume: bool) -> Claim:
         admissible(out_dir, study_text, resume)  # again, under the lock: a run may have come and gone
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        upgraded = _migrate(out_dir / DB_NAME) if resume else None
     except BaseException:
         os.close(fd)
         raise
-    return Claim(out_dir, fd)
+    return Claim(out_dir, fd, upgraded)
 
 
 def _lock(directory: Path) -> int:

@@ -94,7 +94,10 @@ def run(
             _print_left(Runner(plan, resume, caps, in_vm=in_vm), resume)
         return
     out_dir = out_dir or default_out_dir()
-    held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # noqa: F841 (locked until exit)
+    held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # locked until exit
+    if held.upgraded:
+        err.print(safe(f"{out_dir}: its store was written by an older vpnlab (results schema {held.upgraded[0]}) and "
+                       f"is upgraded to this one's; the store as it was is kept in {held.upgraded[1]}"), highlight=False)
     err.print(f"study [bold]{safe(loaded.name)}[/]: {len(plan.scenarios)} scenarios, {_estimate(plan, in_vm)}; "
               f"results in {safe(out_dir)}", highlight=False)
     if in_vm:
