@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..console import out, safe, user_errors
 from ..errors import VpnlabError
+from .inventory import SSH_SAFE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Real hosts from an Ansible inventory: list, prepare, doctor, clean.")
@@ -32,8 +33,6 @@ def _hosts(inventory: str, pattern: Optional[str], to_connect: bool = True):
 def list_hosts(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
     """The hosts as vpnlab will connect to them (read by ansible-inventory). An executable
     inventory file is a dynamic inventory: Ansible runs it, as a program, as you (root)."""
-    from .inventory import SSH_SAFE
-
     table = Table(title=f"hosts in {safe(inventory)}", title_justify="left")
     for col in ("host", "address", "port", "user", "key", "groups"):
         table.add_column(col)
