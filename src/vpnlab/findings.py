@@ -34,6 +34,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
 
+from .results_dir import read_store
 from .schema import Strict
 
 ALPHA = 0.05
@@ -509,11 +510,9 @@ class Section:
 
 def against_the_original(directory: Path) -> Section | None:
     """The report's "Against the original study": None when the run's study lists no findings."""
-    from .store import Store
-
     from pydantic import ValidationError
 
-    store = Store.open_dir(Path(directory))
+    store = read_store(Path(directory))
     try:
         judged = judge(store)
     except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
