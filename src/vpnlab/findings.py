@@ -35,6 +35,7 @@ import yaml
 from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
 
 from .drivers import pptp
+from .results_dir import read_store
 from .schema import Strict
 
 ALPHA = 0.05
@@ -659,11 +660,9 @@ def against_the_original(directory: Path, study_text: str | None = None, reencod
     """The report's "Against the original study": None when the study lists no findings. The findings
     are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
     conditions vpnlab chose are always the run's study file's."""
-    from .store import Store
-
     from pydantic import ValidationError
 
-    store = Store.open_dir(Path(directory))
+    store = read_store(Path(directory))
     try:
         runs = store.runs()
         ran = runs[-1]["study_text"] if runs else ""

@@ -32,6 +32,8 @@ from .stopping import lasting_notes, stored_rule, target_met  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .machines import current_wording, machine_lines, measured_where, sitting_versions  # noqa: E402
+from .outputs import Output  # noqa: E402
+from .results_dir import read_store  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .study import findings_text  # noqa: E402
 from .workloads import KINDS  # noqa: E402
@@ -216,7 +218,7 @@ def _grouped_bar_figure(title: str, param: str, metric: str, unit: str,
 
 
 def build(directory: Path) -> Report:
-    store = Store.open_dir(directory)
+    store = read_store(directory)
     try:
         runs = store.runs()
         scenarios = store.scenarios()
@@ -635,9 +637,9 @@ def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:
     return _environment().get_template("table.html.j2").render(title=title, headings=headings, rows=rows)
 
 
-def write(directory: Path, out: Path | None = None) -> Path:
-    out = out or Path(directory) / "report.html"
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_text(render(Path(directory)))
-    partial.replace(out)  # whole or not at all: a reader never sees half a report
+def write(directory: Path, out: Output | None = None) -> Output:
+    """The report, into `out` (checked by the caller before anything is computed), or replacing
+    the directory's own report.html: whole or not at all, a reader never sees half a report."""
+    out = out or Output(Path(directory) / "report.html", "report", force=True)
+    out.write_text(render(Path(directory)))
     return out

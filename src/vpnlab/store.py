@@ -316,23 +316,14 @@ class Store:
         return cls(Path(directory) / DB_NAME)
 
     @classmethod
-    def read_only(cls, directory: Path) -> "Store":
-        """The store in `directory`, checked and opened for reading only (`--resume --dry-run`)."""
-        from .errors import VpnlabError
-        from .results_dir import check_store, read_only_uri
-
-        path = Path(directory) / DB_NAME
-        check_store(path)
+    def reading(cls, path: Path, uri: str) -> "Store":
+        """A connection that only reads the store at `path` through a read-only SQLite `uri`: no
+        schema created, none migrated (results_dir.read_store checks the file first)."""
         store = cls.__new__(cls)
         store.path = path
-        store.db = sqlite3.connect(read_only_uri(path), uri=True, factory=_Connection)
-        store.db.path = path
+        store.db = sqlite3.connect(uri, uri=True, factory=_Connection)
+        store.db.path = Path(path)
         store.db.row_factory = sqlite3.Row
-        version = int(store.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-        if version != SCHEMA_VERSION:
-            store.close()
-            raise VpnlabError(f"{path}: written by an older vpnlab (results schema {version}); `--resume` upgrades "
-                              "it, a dry run cannot read it without writing")
         return store
 
     def another(self) -> "Store":

@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 from .findings import VERDICTS, Judgement, judge
+from .results_dir import read_store
+from .schema import CONTROL
 from .store import Store
 from .study import findings_text
 
@@ -15,19 +17,18 @@ HEADER = "| seed study | what ran | verdicts |\n|---|---|---|"
 
 
 def row(directory: Path) -> str:
-    """The Markdown row of one results directory (read only)."""
-    store = Store.read_only(Path(directory))
+    """The Markdown row of one results directory (read only), its control characters as visible escapes."""
+    store = read_store(Path(directory))
     try:
-        runs = store.runs()
-        if not runs:
-            return f"| `{directory}` | nothing ran | - |"
+        runs = store.runs()  # (read_store refuses a store with none)
         text, reencoded = findings_text(runs[-1]["study_text"])
         judged = judge(store, text)
         ran = what_ran(store, runs)
     finally:
         store.close()
     encoding = " (findings as this vpnlab encodes them, judged on the stored samples)" if reencoded else ""
-    return f"| `{runs[-1]['study_name']}` | {ran} | {verdicts_text(judged)}{encoding} |"
+    text = f"| `{runs[-1]['study_name']}` | {ran} | {verdicts_text(judged)}{encoding} |"
+    return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def what_ran(store: Store, runs) -> str:
