@@ -232,13 +232,22 @@ def test_a_malformed_finding_exits_2_naming_the_field(tmp_path):
     ("    direction: lower\n    seed_ratio: 1.2\n", "findings[0]: seed_ratio 1.2 does not go"),
     ("    direction: lower\n    metric: no_such_metric\n", "findings[0].metric"),
     ("    direction: lower\n    seed_ratio: 0.99\n", "findings[0]: margin_pct (2) is not below"),
-    ("    direction: lower\n    b: {vpn: [wireguard, wireguard], workload: tcp}\n", "findings[0].b.vpn"),
-    ("    direction: lower\n    b: {vpn: wireguard, workload: []}\n", "findings[0].b.workload"),
     ("    direction: lower\n    read_from_figure: maybe\n", "findings[0].read_from_figure"),
 ])
 def test_malformed_findings_name_the_field(change, field):
     with pytest.raises(StudyError) as error:
         parse_study(BAD.replace("    direction: faster\n", change))
+    assert field in str(error.value)
+
+
+@pytest.mark.parametrize("side,field", [
+    ("{vpn: [wireguard, wireguard], workload: tcp}", "findings[0].b.vpn"),
+    ("{vpn: wireguard, workload: []}", "findings[0].b.workload"),
+])
+def test_a_malformed_side_of_several_scenarios_names_the_field(side, field):
+    with pytest.raises(StudyError) as error:
+        parse_study(BAD.replace("direction: faster", "direction: lower").replace(
+            "    b: {vpn: wireguard, workload: tcp}", f"    b: {side}"))
     assert field in str(error.value)
 
 
