@@ -35,6 +35,7 @@ from .machines import current_wording, machine_lines, measured_where, sitting_ve
 from .outputs import Output  # noqa: E402
 from .results_dir import read_store  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
+from .study import findings_text  # noqa: E402
 from .workloads import KINDS  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
@@ -248,7 +249,7 @@ def build(directory: Path) -> Report:
     report.notes += missed
     report.labels, report.algorithms = short_labels(scenarios), algorithms
 
-    graded = [f.b.workload for f in findings.parse(last.get("study_text") or "") if f.graded]
+    graded = [w for f in findings.parse(last.get("study_text") or "") if f.graded for w in f.b.workloads]
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell, graded)
     if settings.seed_grading == "jaha-2014":
         report.seed_table_vi = _table_vi(scenarios, stat, report.links,
@@ -260,7 +261,8 @@ def build(directory: Path) -> Report:
     used = _recommend(report, scenarios, stat, family)
     _comparisons(report, scenarios, family, used)
     report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))
-    report.against = findings.against_the_original(directory)  # "Against the original study": findings.html.j2
+    report.against = findings.against_the_original(  # "Against the original study": findings.html.j2
+        directory, *findings_text(last.get("study_text") or ""))
     return report
 
 

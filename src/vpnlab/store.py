@@ -202,6 +202,7 @@ class SampleRow:
     flags: str
     round: int | None = None
     failure: str = ""
+    position: int | None = None   # its place in the round's order
 
 
 def now() -> str:
@@ -588,7 +589,8 @@ class Store:
         not of a failed repetition nor of a failed scenario, as every statistic needs."""
         where = f"WHERE {VALID}" if valid_only else ""
         return [SampleRow(**dict(r)) for r in self.db.execute(
-            "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure"
+            "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure,"
+            " r.position AS position"
             " FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id LEFT JOIN repetitions r"
             f" ON r.scenario_id = s.scenario_id AND r.repetition = s.repetition {where}"
             " ORDER BY s.scenario_id, s.repetition, s.metric")]

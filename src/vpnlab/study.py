@@ -211,11 +211,13 @@ class RepetitionRule(Strict):
 
 # --- the study ---------------------------------------------------------------
 
-from .findings import Findings  # noqa: E402  (a seed's published findings, checked by vpnlab/findings.py)
+from .findings import Choices, Findings  # noqa: E402  (a seed's published findings, checked by vpnlab/findings.py)
 
 
 class _StudyFile(Strict):
     findings: Findings = Field(default_factory=list, description="the seed's published findings (findings.py)")
+    choices: Choices = Field(default_factory=list, description="conditions vpnlab chose where the seed states "
+                             "none or another: shown in the report apart from the seed's (findings.py)")
     name: str = Field(min_length=1)
     description: str = ""
     topology: Literal["remote-access", "site-to-site"] = "remote-access"
@@ -642,6 +644,18 @@ def builtin_studies() -> dict[str, str]:
     """Name -> YAML text of the studies shipped with vpnlab."""
     folder = resources.files("vpnlab") / "studies"
     return {p.name.removesuffix(".yaml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".yaml")}
+
+
+def findings_text(stored_text: str) -> tuple[str, bool]:
+    """The study text whose findings judge a stored run: for a run of a built-in seed
+    study, the built-in's text as this vpnlab ships it (the seed's findings, encoded again since the run;
+    what the run measured is unchanged), else the run's own; True when it is the built-in's and differs."""
+    try:
+        name = (yaml.safe_load(stored_text) or {}).get("name")
+    except (yaml.YAMLError, AttributeError):
+        return stored_text, False
+    current = builtin_studies().get(name) if isinstance(name, str) else None
+    return (current, True) if current and current != stored_text else (stored_text, False)
 
 
 def load_builtin(name: str, here: bool = False) -> Study:

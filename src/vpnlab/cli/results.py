@@ -159,6 +159,18 @@ def report(
     out.print(f"report: {safe(write_report(directory, target))}", highlight=False)
 
 
+@app.command()
+@user_errors
+def verdicts(directories: list[Path] = typer.Argument(..., help="results directories of seed studies")):
+    """The seed verdicts of each results directory as Markdown table rows (the README's table): what
+    ran, and each finding's verdict with its ratio named for what it is (B/A of a metric)."""
+    from ..verdict_table import table
+
+    for d in directories:
+        read_store(d).close()  # each refused before anything is computed if it is not a store to read
+    print(table(directories))  # Markdown, not rich markup: printed as it is (verdict_table makes it safe)
+
+
 @app.command("compare")
 @user_errors
 def compare_command(
