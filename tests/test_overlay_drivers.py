@@ -66,3 +66,68 @@ def test_tinc_options_change_the_wire_as_modelled(state, tmp_path, name, options
     negotiated = driver.negotiated(tunnel, opts, "default")
     assert negotiated and not mismatches(driver.algorithms(opts, "default"), negotiated), negotiated
     tunnel.down()
+
+
+# --- without traffic: options, models, declarations, parsers of real output ---------------------------
+
+def test_options_are_checked_and_unknown_values_name_their_field():
+    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    assert nebula.Options().cipher == "aes" and tinc.Options().cipher == "aes-256-cbc"
+    for driver, bad, field in ((nebula, {"cipher": "aes128"}, "cipher"), (tinc, {"cipher": "bf-cbc"}, "cipher"),
+                               (tinc, {"digest": "sha3"}, "digest"), (tinc, {"compression": 12}, "compression"),
+                               (nebula, {"port": 0}, "port")):
+        with pytest.raises(ValueError, match=field):
+            driver.Options(**bad)
+    assert tinc.check(tinc.Options(mac_length=33), "default") == \
+        "options.mac_length: 33 bytes exceed the 32-byte sha256 digest"
+    assert tinc.check(tinc.Options(digest="none", mac_length=4), "default").startswith("options.mac_length")
+
+
+def test_neither_has_a_fips_profile_and_each_says_why():
+    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    why = nebula.check(nebula.Options(), "fips")
+    assert why.startswith("profile:") and "AES-256-GCM" in why and "not a FIPS 140-validated module" in why
+    assert "X25519" in why
+    assert tinc.check(tinc.Options(), "fips").startswith("profile: tinc 1.0 has no FIPS 140 mode")
+    assert nebula.check(nebula.Options(), "default") is None and tinc.check(tinc.Options(), "default") is None
+
+
+def test_overhead_models():
+    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    # Nebula: IPv4 + UDP + 16-byte header + 16-byte tag, whatever the size and cipher
+    assert {nebula.overhead(nebula.Options(cipher=c), "default", "nebula", n) for c in ("aes", "chachapoly")
+            for n in (60, 1028, 1300)} == {60}
+    # tinc: IPv4 + UDP + (sequence number + Ethernet header + packet) padded to the block + 4-byte MAC
+    default = tinc.Options()
+    assert [tinc.overhead(default, "default", "tinc", n) for n in (1028, 1029, 1037, 1038)] == [60, 59, 51, 66]
+    assert tinc.overhead(tinc.Options(cipher="none", digest="none"), "default", "tinc", 1028) == 28 + 4 + 14
+    # compression of incompressible bytes: zlib's stored block adds 11; LZO a literal run's length and its end
+    assert compressed_size(1042, 9) == 1053 and compressed_size(1042, 10) == compressed_size(1042, 11) == 1042 + 9
+    assert compressed_size(98, 10) == 98 + 4  # a short run's length fits its first byte
+    assert compressed_size(1042, 0) == 1042
+
+
+def test_declared_algorithms():
+    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    aes, chacha = (nebula.algorithms(nebula.Options(cipher=c), "default") for c in ("aes", "chachapoly"))
+    assert (aes.control, aes.key_exchange, aes.data_cipher, aes.data_integrity) == \
+        ("Noise_IXpsk0", "X25519", "AES-256-GCM", AEAD)
+    assert chacha.data_cipher == "ChaCha20-Poly1305"
+    default = tinc.algorithms(tinc.Options(), "default")
+    assert (default.data_cipher, default.data_integrity, default.control_cipher) == \
+        ("AES-256-CBC", "HMAC-SHA256-32", "AES-256-CFB")
+    small = tinc.algorithms(tinc.Options(cipher="camellia-128-cbc", digest="none", compression=3), "default")
+    assert (small.data_cipher, small.data_integrity, small.control_cipher, small.data) == \
+        ("Camellia-128-CBC", "none", "AES-128-CFB", "tinc over UDP + zlib level 3")
+
+
+def test_parsers_of_real_output():
+    nebula = parse_nebula_log((DATA / "algorithms" / "nebula-aes-client.log").read_text())
+    assert nebula.control == "Noise_IXpsk0" and "neither negotiates nor logs the cipher" in nebula.source
+    assert parse_nebula_log('level=info msg="Nebula interface is active"\n') is None
+    mac16 = parse_node_dump((DATA / "algorithms" / "tincd-aes-128-cbc-sha512-mac16.log").read_text())
+    assert (mac16.data_cipher, mac16.data_integrity, mac16.data) == ("AES-128-CBC", "HMAC-SHA512-128", "tinc over UDP")
+    lzo = parse_node_dump((DATA / "algorithms" / "tincd-lzo-fast.log").read_text())
+    assert (lzo.data_cipher, lzo.data_integrity, lzo.data) == ("AES-256-CBC", "HMAC-SHA256-32",
+                                                              "tinc over UDP + LZO level 10")
+    assert parse_node_dump("tincd 1.0.36 starting, debug level 1\nReady\n") is None

@@ -15,7 +15,7 @@ from typing import Literal
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from ..algorithms import Algorithms, integrity_name, read_logs
 from ..tools import Tool
@@ -34,6 +34,7 @@ DIGESTS = {"sha256": (32, 672), "sha512": (64, 674), "sha1": (20, 64), "md5": (1
 DEFAULT_MAC_LENGTH = 4  # tinc 1.0's MACLength default: a 32-bit truncated HMAC
 ZLIB_STORED = 2 + 5 + 4  # zlib header, one stored block's header, Adler-32: what deflate adds to random bytes
 LZO_END = 3  # LZO1X's end-of-stream marker
+LZO_SHORT_RUN = 238  # the longest first literal run whose length LZO1X writes in one byte
 PMTU_TIMEOUT_S = 40  # tinc fixes the path MTU after 30 probes at the latest, one burst a second
 
 CipherName = Literal["aes-256-cbc", "aes-192-cbc", "aes-128-cbc", "camellia-256-cbc", "camellia-128-cbc", "none"]
@@ -51,13 +52,6 @@ class TincOptions(Options):
                             "path-MTU discovery and MSS clamping fit to the path), or for a tunnel inside another what "
                             "fits in it")
 
-    @model_validator(mode="after")
-    def _mac_fits_digest(self):
-        size = DIGESTS[self.digest][0]
-        if self.mac_length is not None and self.mac_length > size:
-            raise ValueError(f"mac_length {self.mac_length} exceeds the {size}-byte {self.digest} digest")
-        return self
-
     @property
     def mac_bytes(self) -> int:
         if self.digest == "none":
@@ -71,7 +65,10 @@ def compressed_size(length: int, level: int) -> int:
         return length
     if level <= 9:
         return length + ZLIB_STORED
-    # LZO1X: one literal run from the start: a zero byte, then 255-byte steps as zero bytes, then the rest
+    # LZO1X: one literal run from the start, its length in one byte up to 238, else a zero byte, a zero
+    # byte per further 255, and the rest
+    if length <= LZO_SHORT_RUN:
+        return length + 1 + LZO_END
     return length + 1 + (length - 18 - 1) // 255 + 1 + LZO_END
 
 
@@ -86,8 +83,11 @@ class Tinc(Driver):
             return ("profile: tinc 1.0 has no FIPS 140 mode: it calls OpenSSL without its FIPS provider, and its "
                     "meta connection exchanges keys with raw RSA encryption without padding, which FIPS 140 "
                     "does not approve")
+        size = DIGESTS[options.digest][0]
         if options.digest == "none" and options.mac_length:
             return "options.mac_length: digest none sends no HMAC"
+        if (options.mac_length or 0) > size:
+            return f"options.mac_length: {options.mac_length} bytes exceed the {size}-byte {options.digest} digest"
         return None
 
     def describe(self, options, profile):
