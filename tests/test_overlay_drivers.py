@@ -2,12 +2,17 @@
 checked on the WAN (encrypted, the modelled overhead), their secrets private and gone with them;
 their options, models and parsers without traffic."""
 
+import shutil
+import sqlite3
 import stat
 import subprocess
+import time
 
+import matplotlib
 import pytest
 
 from conftest import DATA
+from hosts_harness import lab  # noqa: F401  (the fixture: two SSH "hosts" in namespaces)
 from test_tunnels import build, iperf_through
 from vpnlab.algorithms import AEAD, mismatches
 from vpnlab.capabilities import detect
@@ -66,6 +71,45 @@ def test_tinc_options_change_the_wire_as_modelled(state, tmp_path, name, options
     negotiated = driver.negotiated(tunnel, opts, "default")
     assert negotiated and not mismatches(driver.algorithms(opts, "default"), negotiated), negotiated
     tunnel.down()
+
+
+HOSTS_STUDY = """\
+name: overlay-on-hosts
+topology: remote-access
+hosts: {client: gw-a, gateway: gw-b}
+repetitions: 1
+order: listed
+vpns: [{driver: none}, {driver: nebula}, {driver: tinc}]
+workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]
+"""
+
+
+@pytest.mark.integration
+def test_both_run_between_real_hosts_over_ssh(lab, tmp_path):  # noqa: F811
+    """Their keys, certificates and configurations copied to the hosts, their daemons started there,
+    nebula-cert run here; traffic through each, encrypted, with the modelled overhead."""
+    study, out = tmp_path / "study.yaml", lab.dir / "overlay"
+    study.write_text(HOSTS_STUDY)
+    # the controller's private home gets matplotlib's font list (the report's), or it would build one
+    shutil.copytree(matplotlib.get_cachedir(), lab.home / ".cache" / "matplotlib", dirs_exist_ok=True)
+    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    db = sqlite3.connect(out / "results.sqlite")
+    try:
+        status = {vpn: (state, failure) for vpn, state, failure in db.execute("SELECT vpn, status, failure FROM scenarios")}
+        values = {(vpn, metric): value for vpn, metric, value in db.execute(
+            "SELECT sc.vpn, s.metric, s.value FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id")}
+    finally:
+        db.close()
+    assert status == {vpn: ("done", None) for vpn in ("none", "nebula", "tinc")}, status
+    for vpn in ("nebula", "tinc"):
+        assert values[(vpn, "overhead_bytes")] == values[(vpn, "overhead_model_bytes")] == 60, vpn
+        assert values[(vpn, "throughput_mbps")] > 1, vpn
+    for host in lab.hosts.values():  # no daemon of theirs left on a host, nor a file in its run folder
+        deadline = time.monotonic() + 5
+        while (host.processes() or host.listdir("/run/vpnlab")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host.processes() == {} and host.listdir("/run/vpnlab") == [], (host.name, host.processes())
 
 
 # --- without traffic: options, models, declarations, parsers of real output ---------------------------
