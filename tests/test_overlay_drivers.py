@@ -26,7 +26,7 @@ CONFIGS = [
     ("nebula", {}), ("nebula", {"cipher": "chachapoly"}),
     ("tinc", {}), ("tinc", {"cipher": "aes-128-cbc", "digest": "sha512", "mac_length": 16}),
     ("tinc", {"cipher": "camellia-256-cbc", "compression": 9}), ("tinc", {"compression": 10}),
-    ("tinc", {"compression": 11}),
+    ("tinc", {"compression": 11}), ("tinc", {"cipher": "none", "digest": "none"}),
 ]
 
 
@@ -61,12 +61,14 @@ def test_tcp_crosses_the_wan_encrypted_with_the_modelled_overhead(state, tmp_pat
 
 @pytest.mark.integration
 @pytest.mark.parametrize("name,options", CONFIGS[3:], ids=["tinc-aes128-sha512", "tinc-camellia-zlib9",
-                                                           "tinc-lzo-fast", "tinc-lzo-best"])
+                                                           "tinc-lzo-fast", "tinc-lzo-best", "tinc-plain"])
 def test_tinc_options_change_the_wire_as_modelled(state, tmp_path, name, options):
     bed = build(state, "site-to-site", 1)
     driver, opts, tunnel = tunnel_up(state, bed, name, options, tmp_path)
-    proof = prove(bed, tunnel.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
+    proof = prove(bed, tunnel.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap", tunnel.encrypted)
     assert proof.ok, proof.problems
+    # never outside the tunnel; with cipher none the proof also found it readable inside (else not ok)
+    assert not proof.marker_in_clear and tunnel.encrypted == (opts.cipher != "none")
     assert proof.overhead_bytes == driver.overhead(opts, "default", tunnel.env.implementation, PROBE_INNER_LEN)
     negotiated = driver.negotiated(tunnel, opts, "default")
     assert negotiated and not mismatches(driver.algorithms(opts, "default"), negotiated), negotiated
@@ -175,3 +177,6 @@ def test_parsers_of_real_output():
     assert (lzo.data_cipher, lzo.data_integrity, lzo.data) == ("AES-256-CBC", "HMAC-SHA256-32",
                                                               "tinc over UDP + LZO level 10")
     assert parse_node_dump("tincd 1.0.36 starting, debug level 1\nReady\n") is None
+    plain = (DATA / "algorithms" / "tincd-lzo-fast.log").read_text().replace("cipher 427 digest 672 maclength 4",
+                                                                              "cipher 0 digest 0 maclength 0")
+    assert (parse_node_dump(plain).data_cipher, parse_node_dump(plain).data_integrity) == ("none", "none")

@@ -54,7 +54,7 @@ class TincOptions(Options):
 
     @property
     def mac_bytes(self) -> int:
-        if self.digest == "none":
+        if not DIGESTS[self.digest][0]:  # digest none
             return 0
         return DEFAULT_MAC_LENGTH if self.mac_length is None else self.mac_length
 
@@ -85,7 +85,7 @@ class Tinc(Driver):
                     "meta connection exchanges keys with raw RSA encryption without padding, which FIPS 140 "
                     "does not approve")
         size = DIGESTS[options.digest][0]
-        if options.digest == "none" and options.mac_length:
+        if not size and options.mac_length:
             return "options.mac_length: digest none sends no HMAC"
         if (options.mac_length or 0) > size:
             return f"options.mac_length: {options.mac_length} bytes exceed the {size}-byte {options.digest} digest"
@@ -107,13 +107,13 @@ class Tinc(Driver):
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         block = CIPHERS[options.cipher][0]
         plain = SEQNO + compressed_size(ETHERNET + inner_len, options.compression)
-        encrypted = plain if options.cipher == "none" else (plain // block + 1) * block  # PKCS#7 padding
+        encrypted = (plain // block + 1) * block if encrypts(options.cipher) else plain  # PKCS#7 padding
         return 20 + 8 + encrypted + options.mac_bytes - inner_len  # IPv4, UDP
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, None)
         tunnel = Tunnel(env, ("udp", options.port), mtu or 1500, control=[("tcp", options.port)],
-                        encrypted=options.cipher != "none")
+                        encrypted=encrypts(options.cipher))
         ends = {"b": right, "a": left}
         keys = {end: rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS) for end in ends}
         started = {}
@@ -145,11 +145,9 @@ class Tinc(Driver):
         meta = 128 if key_bytes <= 16 else 192 if key_bytes <= 24 else 256
         mac = options.mac_bytes
         integrity = f"{integrity_name(options.digest)}-{mac * 8}" if mac else "none"
-        data = "tinc over UDP" + (f" + {'zlib' if options.compression <= 9 else 'LZO'} level {options.compression}"
-                                  if options.compression else "")
         return Algorithms(control="tinc 1.0 meta protocol (TCP)", key_exchange=f"RSA-{RSA_BITS} (no padding)",
                           authentication=f"RSA-{RSA_BITS} challenge SHA-256", control_cipher=f"AES-{meta}-CFB",
-                          data=data, data_cipher=_cipher_label(options.cipher), data_integrity=integrity,
+                          data=_data_channel(options.compression), data_cipher=_cipher_label(options.cipher), data_integrity=integrity,
                           source="tinc driver")
 
     def negotiated(self, tunnel, options, profile):
@@ -159,8 +157,17 @@ class Tinc(Driver):
         return read_logs(tunnel, "tincd", parse_node_dump)
 
 
+def _data_channel(compression: int) -> str:
+    return "tinc over UDP" + (f" + {'zlib' if compression <= 9 else 'LZO'} level {compression}" if compression else "")
+
+
+def encrypts(cipher: str) -> bool:
+    """Not tinc's cipher `none`."""
+    return CIPHERS[cipher][1] > 0
+
+
 def _cipher_label(cipher: str) -> str:
-    return "none" if cipher == "none" else cipher.upper().replace("CAMELLIA", "Camellia")
+    return cipher.upper().replace("CAMELLIA", "Camellia") if encrypts(cipher) else cipher
 
 
 _NODE = re.compile(r"^ (\S+) at (?!MYSELF)\S+ port \d+ cipher (\d+) digest (\d+) maclength (\d+) compression (\d+) "
@@ -183,13 +190,11 @@ def parse_node_dump(text: str) -> Algorithms | None:
     if not found:
         return None
     _, cipher, digest, mac, compression, *_ = found[-1]
-    cipher_name = _CIPHER_NIDS.get(int(cipher), f"OpenSSL NID {cipher}") if int(cipher) else "none"
+    cipher_name = _CIPHER_NIDS.get(int(cipher))  # NID 0: none
     digest_name = _DIGEST_NIDS.get(int(digest), f"OpenSSL NID {digest}")
     integrity = f"{integrity_name(digest_name)}-{int(mac) * 8}" if int(digest) and int(mac) else "none"
-    level = int(compression)
-    data = "tinc over UDP" + (f" + {'zlib' if level <= 9 else 'LZO'} level {level}" if level else "")
-    return Algorithms(data=data, data_cipher=_cipher_label(cipher_name), data_integrity=integrity,
-                      source="tincd node dump (the meta connection's algorithms are not logged)")
+    return Algorithms(data=_data_channel(int(compression)), data_cipher=_cipher_label(cipher_name) if cipher_name else f"OpenSSL NID {cipher}",
+                      data_integrity=integrity, source="tincd node dump (the meta connection's algorithms are not logged)")
 
 
 def _path_mtu_settled(site, there, log: Path, peer: str) -> bool:
