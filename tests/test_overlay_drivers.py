@@ -98,7 +98,8 @@ def test_both_run_between_real_hosts_over_ssh(lab, tmp_path):  # noqa: F811
     assert result.returncode == 0, result.stdout + result.stderr
     db = sqlite3.connect(out / "results.sqlite")
     try:
-        status = {vpn: (state, failure) for vpn, state, failure in db.execute("SELECT vpn, status, failure FROM scenarios")}
+        rows = db.execute("SELECT vpn, status, failure FROM scenarios")
+        status = {vpn: (state, failure) for vpn, state, failure in rows}
         values = {(vpn, metric): value for vpn, metric, value in db.execute(
             "SELECT sc.vpn, s.metric, s.value FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id")}
     finally:

@@ -35,6 +35,7 @@ DEFAULT_MAC_LENGTH = 4  # tinc 1.0's MACLength default: a 32-bit truncated HMAC
 ZLIB_STORED = 2 + 5 + 4  # zlib header, one stored block's header, Adler-32: what deflate adds to random bytes
 LZO_END = 3  # LZO1X's end-of-stream marker
 LZO_SHORT_RUN = 238  # the longest first literal run whose length LZO1X writes in one byte
+PEER = {"a": "b", "b": "a"}  # the client's end and the gateway's, as tinc names them
 PMTU_TIMEOUT_S = 40  # tinc fixes the path MTU after 30 probes at the latest, one burst a second
 
 CipherName = Literal["aes-256-cbc", "aes-192-cbc", "aes-128-cbc", "camellia-256-cbc", "camellia-128-cbc", "none"]
@@ -122,16 +123,16 @@ class Tinc(Driver):
             dev = f"vt{env.unique}{end}"
             log = env.log(f"tincd-{site.node.role}")
             there = env.on(site.node, folder)
-            proc = site.node.spawn(["tincd", "-c", there, "-D", "-d1", f"--pidfile={there}/tinc.pid"], log, what="tincd")
+            argv = ["tincd", "-c", there, "-D", "-d1", f"--pidfile={there}/tinc.pid"]
+            proc = site.node.spawn(argv, log, what="tincd")
             tunnel.processes.append((site.node, proc, log))
             wait_for(lambda: "\nReady\n" in log.read_text(errors="replace"), 15, f"tincd in {site.node.role}", tunnel)
             site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} {f'mtu {mtu} ' if mtu else ''}up")
             started[end] = (site, there, log)
         for end, (site, _, _) in started.items():
-            route_into(site.node, ends["a" if end == "b" else "b"].subnets, f"vt{env.unique}{end}")
+            route_into(site.node, ends[PEER[end]].subnets, f"vt{env.unique}{end}")
         for end, (site, there, log) in started.items():
-            peer = "a" if end == "b" else "b"
-            wait_for(lambda: _path_mtu_settled(site, there, log, peer), PMTU_TIMEOUT_S,
+            wait_for(lambda: _path_mtu_settled(site, there, log, PEER[end]), PMTU_TIMEOUT_S,
                      f"tinc's path-MTU discovery in {site.node.role}", tunnel, interval=0.25)
         return tunnel
 
@@ -147,8 +148,8 @@ class Tinc(Driver):
         integrity = f"{integrity_name(options.digest)}-{mac * 8}" if mac else "none"
         return Algorithms(control="tinc 1.0 meta protocol (TCP)", key_exchange=f"RSA-{RSA_BITS} (no padding)",
                           authentication=f"RSA-{RSA_BITS} challenge SHA-256", control_cipher=f"AES-{meta}-CFB",
-                          data=_data_channel(options.compression), data_cipher=_cipher_label(options.cipher), data_integrity=integrity,
-                          source="tinc driver")
+                          data=_data_channel(options.compression), data_cipher=_cipher_label(options.cipher),
+                          data_integrity=integrity, source="tinc driver")
 
     def negotiated(self, tunnel, options, profile):
         """The client's last node dump (SIGUSR2, sent while `up` waited): the cipher, digest, MAC
@@ -158,6 +159,7 @@ class Tinc(Driver):
 
 
 def _data_channel(compression: int) -> str:
+    """The data channel's name, with its compression (the node dump's level, or the option)."""
     return "tinc over UDP" + (f" + {'zlib' if compression <= 9 else 'LZO'} level {compression}" if compression else "")
 
 
@@ -193,8 +195,9 @@ def parse_node_dump(text: str) -> Algorithms | None:
     cipher_name = _CIPHER_NIDS.get(int(cipher))  # NID 0: none
     digest_name = _DIGEST_NIDS.get(int(digest), f"OpenSSL NID {digest}")
     integrity = f"{integrity_name(digest_name)}-{int(mac) * 8}" if int(digest) and int(mac) else "none"
-    return Algorithms(data=_data_channel(int(compression)), data_cipher=_cipher_label(cipher_name) if cipher_name else f"OpenSSL NID {cipher}",
-                      data_integrity=integrity, source="tincd node dump (the meta connection's algorithms are not logged)")
+    data_cipher = _cipher_label(cipher_name) if cipher_name else f"OpenSSL NID {cipher}"
+    return Algorithms(data=_data_channel(int(compression)), data_cipher=data_cipher, data_integrity=integrity,
+                      source="tincd node dump (the meta connection's algorithms are not logged)")
 
 
 def _path_mtu_settled(site, there, log: Path, peer: str) -> bool:
