@@ -38,6 +38,7 @@ METHOD = ("paired one-sided t tests on the log ratio to the leader by round, aga
           "race stops when one candidate is left, when the survivors are equivalent to the leader within the "
           "margin (TOST at the same levels), or when the budget is spent")
 ONE_LEFT, EQUIVALENT, BUDGET = "one candidate left", "the survivors are equivalent within the margin", "budget spent"
+NONE_LEFT = "no candidate left (every one failed)"
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ def race(z: np.ndarray, rules: RaceRules, names: list[str] | None = None,
     names = names or [str(i) for i in range(len(z))]
     standing = Standing(names, list(names))
     alive = np.ones(len(z), dtype=bool)
+    if not len(z):
+        standing.stop = NONE_LEFT
+        return standing
     with np.errstate(invalid="ignore", divide="ignore"):
         for look in range(1, z.shape[1] + 1):
             _look(z[:, :look], look, rules, names, alive, ceilings, standing)
