@@ -158,3 +158,11 @@ def test_the_dry_run_prints_candidates_removals_and_times(tmp_path):
     assert "constraints.ciphers: openvpn's data cipher ChaCha20-Poly1305 is not among them" in said
     assert "worst case (nobody dropped)" in said and "expected with a clear winner" in said
     assert "Nothing was created" in said
+
+
+def test_vpnlab_run_does_not_resume_a_race(tmp_path):
+    (tmp_path / "race.json").write_text("{}")
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    done = subprocess.run([sys.executable, "-m", "vpnlab", "run", "--resume", str(tmp_path)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "vpnlab tune --resume" in done.stderr

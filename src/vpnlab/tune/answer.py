@@ -18,7 +18,7 @@ from ..plan import Scenario  # noqa: E402
 from ..stats import Comparison, log_interval, paired_log_ratio  # noqa: E402
 from ..store import Store  # noqa: E402
 from .design import RaceDesign  # noqa: E402
-from .race import EQUIVALENT, METHOD, Standing  # noqa: E402
+from .race import EQUIVALENT, METHOD, ONE_LEFT, Standing  # noqa: E402
 
 RANKED_BY = "CPU per GB, then set-up time"
 
@@ -90,10 +90,10 @@ def _ratio_text(comparison: Comparison | None) -> str:
 
 def text(result: Answer, labels: dict[str, str]) -> str:
     """The answer for people: how the race ended, the settings to use, the rest."""
-    lines = [f"The race ended after {result.rounds} round(s): {result.stop}.",
+    lines = [f"The race ended after {result.rounds} round(s): {result.stop}. {_verdict(result)}",
              f"Method: {METHOD}."]
     for rank, finalist in enumerate(result.finalists, 1):
-        head = "Use" if rank == 1 and not finalist.over else f"{rank}."
+        head = f"{rank}."
         extra = [f"{finalist.estimate:.4g} {result.metric}" if finalist.estimate else "",
                  f"CPU {finalist.cpu_s_per_gb:.3g} s/GB" if finalist.cpu_s_per_gb else "",
                  f"set-up {finalist.setup_s:.2g} s" if finalist.setup_s else ""]
@@ -107,6 +107,20 @@ def text(result: Answer, labels: dict[str, str]) -> str:
         lines += ["", "Dropped:"] + [f"  after round {look}: {label}: {_named(why, labels)}"
                                      for label, look, why in result.dropped]
     return "\n".join(lines) + "\n"
+
+
+def _verdict(result: Answer) -> str:
+    """What the ranking means, as far as the race showed it."""
+    usable = [f for f in result.finalists if not f.over]
+    if not usable:
+        return "No survivor keeps every ceiling: none is recommended."
+    best = usable[0].scenario.vpn_label
+    if result.stop == ONE_LEFT:
+        return f"Use {best}: every other candidate was shown worse."
+    if result.stop == EQUIVALENT:
+        return f"The survivors are equivalent on {result.metric}; use {best}, the first by {result.ranking}."
+    return (f"{best} leads, but the race did not show it better than the other survivors: they are ranked by "
+            f"their estimates (a larger budget decides between them).")
 
 
 def _named(reason: str, labels: dict[str, str]) -> str:

@@ -153,8 +153,9 @@ def _drop_the_worse(paired, leader, alive, rules, level, names, look, standing) 
     for i in np.flatnonzero(alive & (p < level)):
         if i != leader:
             alive[i] = False
-            standing.dropped[names[i]] = Drop(look, f"worse than {names[leader]} by more than the margin: "
-                                                    f"{math.exp(-mean[i]):.3f} of it (p = {p[i]:.2g} < {level:.2g})")
+            worse = 100 * (1 - math.exp(-mean[i]))
+            standing.dropped[names[i]] = Drop(look, f"{worse:.1f}% worse than {names[leader]}, beyond the "
+                                                    f"{100 * rules.margin:g}% margin (p = {p[i]:.2g} < {level:.2g})")
 
 
 def _drop_over_ceilings(ceilings, look, alive, level, names, standing) -> None:
