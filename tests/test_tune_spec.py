@@ -166,3 +166,20 @@ def test_vpnlab_run_does_not_resume_a_race(tmp_path):
     done = subprocess.run([sys.executable, "-m", "vpnlab", "run", "--resume", str(tmp_path)], capture_output=True,
                           text=True, env=env, timeout=60)
     assert done.returncode == 2 and "vpnlab tune --resume" in done.stderr
+
+
+def test_the_readme_shows_the_shipped_example_and_its_tunables_as_declared():
+    from importlib import resources
+
+    from vpnlab.drivers import REGISTRY as DRIVERS
+    from vpnlab.tune.spec import load_spec
+
+    shipped = (resources.files("vpnlab") / "tune" / "example.yaml").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"```yaml\n{shipped}```" in readme
+    spec = load_spec("example")
+    assert spec.budget_s == 1800 and spec.metric == "throughput_mbps"
+    tune_section = readme.split("## Tune", 1)[1].split("\n## ", 1)[0]
+    for name, driver in DRIVERS.items():
+        for tunable in driver.tunables:
+            assert f"`{tunable.option}`" in tune_section.split(f"| `{name}` |", 1)[1].split("\n", 1)[0], (name, tunable)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -117,8 +118,15 @@ class TuneSpec:
                 if (limit := getattr(self.constraints, key)) is not None}
 
 
+EXAMPLE = "example"  # the spec shipped with vpnlab (tune/example.yaml), the README's
+
+
 def load_spec(path: str | Path, budget: str | None = None) -> TuneSpec:
+    """A spec file, or the shipped example by its name."""
     path = Path(path)
+    if str(path) == EXAMPLE and not path.exists():
+        text = (resources.files("vpnlab") / "tune" / "example.yaml").read_text()
+        return parse_spec(text, f"builtin:{EXAMPLE}", budget)
     try:
         data = path.read_bytes()[:MAX_SPEC_BYTES + 1]
         text = data.decode("utf-8")
