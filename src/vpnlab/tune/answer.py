@@ -69,13 +69,15 @@ def answer(store: Store, design: RaceDesign, standing: Standing, scenarios: list
     budget spent before the race could separate them) by the metric, best first."""
     by_id = {s.id: s for s in scenarios}
     finalists = [_finalist(store, design, by_id[c]) for c in standing.survivors]
-    secondary = lambda f: (f.cpu_s_per_gb or math.inf, f.setup_s or math.inf)  # noqa: E731
     sign = -1 if design.higher_is_better else 1
-    if standing.stop == EQUIVALENT:
-        key, ranking = secondary, RANKED_BY
-    else:
-        key, ranking = (lambda f: (sign * (f.estimate or 0), *secondary(f))), f"{design.metric}, then {RANKED_BY}"
-    finalists.sort(key=lambda f: (bool(f.over), *key(f)))  # what breaks a ceiling comes last
+    by_metric = standing.stop != EQUIVALENT
+
+    def rank(f: Finalist) -> tuple:  # what breaks a ceiling comes last
+        secondary = (f.cpu_s_per_gb or math.inf, f.setup_s or math.inf)
+        return (bool(f.over), sign * (f.estimate or 0) if by_metric else 0, *secondary)
+
+    finalists.sort(key=rank)
+    ranking = f"{design.metric}, then {RANKED_BY}" if by_metric else RANKED_BY
     dropped = sorted(((by_id[c].vpn_label, d.look, d.reason) for c, d in standing.dropped.items()),
                      key=lambda d: d[1])
     return Answer(standing.stop or "not finished", standing.looks, design.metric, finalists, dropped, ranking)

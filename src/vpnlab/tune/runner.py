@@ -31,9 +31,17 @@ class RaceRunner(Runner):
         self._standing: Standing | None = None
 
     def standing(self, store: Store) -> Standing:
-        if self._standing is None:
+        if self._standing is None:  # a resumed race: what its stored rounds decided, noted if not yet
             self._standing = standing_of(store, self.design)
+            self._note(store, self._standing)
         return self._standing
+
+    def _note(self, store: Store, standing: Standing) -> None:
+        """Each drop on its candidate, and the race's end on the baseline (a note is stored once)."""
+        for name, drop in standing.dropped.items():
+            store.add_note(name, f"dropped by the race after round {drop.look}: {self._named(drop.reason)}")
+        if standing.stop:
+            store.add_note(self.design.baseline, f"the race ended after round {standing.looks}: {standing.stop}")
 
     def _left(self, store: Store, scenario) -> int:
         """Rounds still to run: none once the race is over or the candidate is out."""
@@ -45,22 +53,21 @@ class RaceRunner(Runner):
         return max(0, self.design.max_rounds - standing.looks)
 
     def _round_ended(self, store: Store, progress: Progressor) -> None:
-        """The race after this round: note the candidates it dropped, and its end (also when the next
-        round, costing what the rounds so far cost on average, would overrun the budget)."""
+        """The race after this round: its drops and its end (also when the next round, costing what the
+        rounds so far cost on average, would overrun the budget), noted and said."""
         before = self.standing(store).dropped
         self._standing = standing = standing_of(store, self.design)
-        for name, drop in standing.dropped.items():
-            if name not in before:
-                store.add_note(name, f"dropped by the race after round {drop.look}: {self._named(drop.reason)}")
-                progress.log(f"round {drop.look}: dropped {self.labels[name]}: {self._named(drop.reason)}")
         used = time_used_s(store)
         if not standing.stop and used * (1 + 1 / max(1, standing.looks)) > self.design.budget_s:
             store.add_note(self.design.baseline, OUT_OF_TIME)
             standing.stop = BUDGET
+        self._note(store, standing)
+        for name, drop in standing.dropped.items():
+            if name not in before:
+                progress.log(f"round {drop.look}: dropped {self.labels[name]}: {self._named(drop.reason)}")
         if standing.stop:
-            end = f"the race ended after round {standing.looks}: {standing.stop}"
-            store.add_note(self.design.baseline, end)
-            progress.log(f"{end} ({len(standing.survivors)} left, {duration(used)} used)")
+            progress.log(f"the race ended after round {standing.looks}: {standing.stop} "
+                         f"({len(standing.survivors)} left, {duration(used)} used)")
 
     def _named(self, reason: str) -> str:
         for scenario_id, label in self.labels.items():
