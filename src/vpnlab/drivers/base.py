@@ -62,7 +62,6 @@ class Tunable:
     option: str
     values: tuple
     security: dict = field(default_factory=dict, hash=False)
-    cipher: bool = False  # its values name ciphers: a spec's `ciphers:` allow-list applies to them
 
     def security_of(self, value) -> str | None:
         return self.security.get(value)

@@ -96,6 +96,5 @@ def esp_overhead(esp: str, udp_encap: bool, inner_len: int) -> int:
 # What `vpnlab tune` varies in both IPsec drivers. IPComp compresses before ESP encrypts, so packet
 # sizes betray the contents as with any compression under encryption: weak, as OpenVPN's is.
 ESP_TUNABLE = Tunable("esp", ("aes128gcm16", "aes256gcm16", "chacha20poly1305", "aes256-sha256", "3des-sha1"),
-                      {esp: "fips" if esp in FIPS_ESP else "weak" if esp in WEAK_ESP else "strong" for esp in ESP},
-                      cipher=True)
+                      {esp: "fips" if esp in FIPS_ESP else "weak" if esp in WEAK_ESP else "strong" for esp in ESP})
 IPCOMP_TUNABLE = Tunable("compression", ("off", "on"), {"on": "weak"})

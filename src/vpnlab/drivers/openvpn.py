@@ -110,7 +110,7 @@ class OpenVpn(Driver):
     # refuses it unless allowed, so it is weak. MD5 and SHA1 HMACs are left out: SHA256 is as fast.
     tunables = (
         Tunable("cipher", ("AES-256-GCM", "AES-128-GCM", "CHACHA20-POLY1305", "AES-256-CBC", "BF-CBC"),
-                {c: _security(c) for c in CIPHERS}, cipher=True),
+                {c: _security(c) for c in CIPHERS}),
         Tunable("auth", (None, "SHA256"), {"MD5": "weak", "SHA1": "fips", "SHA256": "fips", "SHA512": "fips"}),
         Tunable("transport", ("udp", "tcp")),
         Tunable("compression", ("off", "lz4-v2"), {"lzo": "weak", "lz4-v2": "weak"}),
