@@ -98,3 +98,23 @@ def test_a_candidate_over_a_ceiling_is_dropped():
     cpu = np.log(np.array([[10.0] * 6, [30.0] * 6])) + np.random.default_rng(7).normal(0, 0.05, (2, 6))
     standing = race(z, RaceRules(6, min_rounds=3, field_size=2), ["a", "b"], [(cpu, math.log(20), "CPU per GB")])
     assert "b" in standing.dropped and "CPU per GB" in standing.dropped["b"].reason
+
+
+def test_a_candidate_at_the_margin_is_declared_equivalent_at_most_alpha_of_the_time():
+    # equivalence claims |difference| < margin: exactly at the margin it is false
+    results = simulate([0.0, -math.log1p(MARGIN)], 3000, seed=8, noise=0.01)
+    wrongly = np.mean([s.stop == EQUIVALENT for s in results])
+    assert wrongly <= ALPHA, wrongly
+    print(f"at the margin: declared equivalent in {wrongly:.4f} of races")
+
+
+def test_a_candidate_at_a_ceiling_is_dropped_for_it_at_most_alpha_of_the_time():
+    rng = np.random.default_rng(9)
+    rules = RaceRules(MAX_ROUNDS, ALPHA, MARGIN, MIN_ROUNDS, field_size=2)
+    dropped = 0
+    for _ in range(2000):
+        z = rng.normal(0, 0.1, (2, MAX_ROUNDS))  # equal on the metric and noisy: the race runs to its end
+        cpu = math.log(20) + rng.normal(0, 0.1, (2, MAX_ROUNDS))  # both exactly at the ceiling
+        dropped += "1" in race(z, rules, ceilings=[(cpu, math.log(20), "CPU per GB")]).dropped
+    assert dropped / 2000 <= ALPHA
+    print(f"at the ceiling: dropped in {dropped / 2000:.4f} of races")
