@@ -183,3 +183,13 @@ def test_the_readme_shows_the_shipped_example_and_its_tunables_as_declared():
     for name, driver in DRIVERS.items():
         for tunable in driver.tunables:
             assert f"`{tunable.option}`" in tune_section.split(f"| `{name}` |", 1)[1].split("\n", 1)[0], (name, tunable)
+
+
+def test_a_spec_is_read_as_carefully_as_a_study(tmp_path):
+    with pytest.raises(StudyError, match="duplicate key 'budget'"):
+        parse_spec(TCP + "budget: 10m\nbudget: 20m\n")
+    with pytest.raises(StudyError, match="control character"):
+        parse_spec(TCP + "name: \"a\\x1b[31mb\"\n")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(StudyError, match="not a regular file"):
+        __import__("vpnlab.tune.spec", fromlist=["load_spec"]).load_spec(tmp_path / "fifo")

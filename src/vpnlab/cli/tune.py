@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from .. import results_dir
-from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, user_errors
+from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
 from ..errors import StudyError, VpnlabError
 from ..signals import Interrupted
 from .common import app, need_root, print_table
@@ -35,28 +35,33 @@ def tune(
                                              "spec's `hosts:` names: race on the real path between them"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the candidates, what the constraints removed, and "
                                  "the worst-case and expected time; create nothing"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory (default ./vpnlab-results/<timestamp>)"),
+    out_path: Optional[str] = typer.Option(None, "--out", help="results directory, new or empty (default "
+                                           "./vpnlab-results/<timestamp>)"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted race in this results directory"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
 ):
     from ..capabilities import detect
     from ..tune.design import RaceDesign
 
+    if out_path == "":
+        raise VpnlabError("--out: an empty path; name the results directory (or leave --out out for "
+                          "./vpnlab-results/<timestamp>)")
+    out_dir = resume if resume is not None else Path(out_path) if out_path is not None else None
     if resume is not None:
-        if spec is not None or budget is not None:
-            raise StudyError("--resume: a resumed race takes the spec and budget stored with it")
-        plan, race = _stored_race(resume), RaceDesign.load(resume)
-        out_dir, hosts = resume, None
+        if spec is not None or budget is not None or dry_run:
+            raise StudyError("--resume: a resumed race takes the spec and budget stored with it (and has no --dry-run)")
+        plan, race, hosts = _stored_race(resume), RaceDesign.load(resume), None
+        results_dir.admissible(resume, plan.study.source_text, True)
     else:
         if spec is None:
             raise StudyError("SPEC: give a tune spec (see the README's Tune section), or --resume DIR")
         caps = detect() if os.geteuid() == 0 else None
         plan, race, space, hosts = _designed(spec, budget, inventory, caps)
+        if out_dir is not None:  # as the race would check it, dry or not, before anything is built
+            results_dir.admissible(out_dir, plan.study.source_text, False)
         if dry_run:
             _print_dry_run(plan, race, space, caps)
             return
-    if dry_run:
-        raise StudyError("--dry-run: with --resume, `vpnlab run --resume DIR --dry-run` says what is left")
     need_root("vpnlab tune")
     _race(plan, race, out_dir, hosts, resume is not None, progress)
 
@@ -128,18 +133,21 @@ def _race(plan, race, out_dir: Path | None, hosts, resumed: bool, progress: bool
         if problems:
             raise VpnlabError("this machine cannot run the race:\n  " + "\n  ".join(problems.values()))
     out_dir = out_dir or default_out_dir()
-    held = results_dir.claim(out_dir, plan.study.source_text, resumed)  # noqa: F841 (locked until exit)
+    held = results_dir.claim(out_dir, plan.study.source_text, resumed)  # locked until exit
+    if held.upgraded:
+        err.print(safe(f"{out_dir}: its store was written by an older vpnlab (results schema {held.upgraded[0]}) and "
+                       f"is upgraded to this one's; the store as it was is kept in {held.upgraded[1]}"), highlight=False)
     if not resumed:
         race.save(out_dir)
-    err.print(f"race [bold]{plan.study.name}[/]: {len(race.candidates)} candidates, at most {race.max_rounds} "
-              f"rounds; results in {out_dir}", highlight=False)
+    err.print(f"race [bold]{safe(plan.study.name)}[/]: {len(race.candidates)} candidates, at most {race.max_rounds} "
+              f"rounds; results in {safe(out_dir)}", highlight=False)
     runner = RaceRunner(plan, out_dir, caps, race, console=err, progress=progress and sys.stderr.isatty(),
                         hosts=hosts)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"[yellow]interrupted[/]: everything it created is removed; "
-                  f"finish later with: vpnlab tune --resume {out_dir}")
+                  f"finish later with: vpnlab tune --resume {safe(out_dir)}")
         raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     found = _answer(plan, race, out_dir)
     _finish(out_dir)
@@ -163,5 +171,5 @@ def _answer(plan, race, out_dir: Path) -> bool:
     said = text(result, labels)
     (out_dir / "answer.txt").write_text(said)
     drawn = figure(standing, labels, race, out_dir / "race.png")
-    out.print(said + f"\nthe race: {drawn}\nthe answer: {out_dir / 'answer.txt'}", highlight=False)
+    out.print(safe(said + f"\nthe race: {drawn}\nthe answer: {out_dir / 'answer.txt'}", lines=True), highlight=False)
     return bool(result.finalists)

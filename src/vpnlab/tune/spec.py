@@ -11,6 +11,7 @@ space, validated before anything is created. Every error names the field.
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,7 +24,8 @@ from ..drivers import REGISTRY as DRIVERS
 from ..errors import StudyError
 from ..metrics import all_metrics
 from ..schema import Strict, shorten
-from ..study import Link, _errors, _workload_adapter
+from ..files import file_kind
+from ..study import Link, _control_characters, _DuplicateKey, _errors, _Loader, _TooDeep, _workload_adapter
 from ..workloads import KINDS
 
 MAX_SPEC_BYTES = 64 * 1024
@@ -128,7 +130,11 @@ def load_spec(path: str | Path, budget: str | None = None) -> TuneSpec:
         text = (resources.files("vpnlab") / "tune" / "example.yaml").read_text()
         return parse_spec(text, f"builtin:{EXAMPLE}", budget)
     try:
-        data = path.read_bytes()[:MAX_SPEC_BYTES + 1]
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block the read until killed
+            raise StudyError(f"{path}: not a regular file ({file_kind(mode)}); a tune spec is a YAML file")
+        with path.open("rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
         text = data.decode("utf-8")
     except OSError as exc:
         raise StudyError(f"{path}: cannot read the tune spec: {exc.strerror}") from exc
@@ -141,12 +147,15 @@ def load_spec(path: str | Path, budget: str | None = None) -> TuneSpec:
 
 def parse_spec(text: str, source: str = "<spec>", budget: str | None = None) -> TuneSpec:
     """Validate a spec's text (`budget`: the command line's, which wins); StudyError lists every problem."""
-    try:
-        raw = yaml.safe_load(text)
+    try:  # read as a study file is: nesting limited, a key given twice refused
+        raw = yaml.load(text, Loader=_Loader)
+    except (_TooDeep, _DuplicateKey) as exc:
+        raise StudyError(f"{source}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise StudyError(f"{source}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise StudyError(f"{source}: (top level): expected a mapping with link, traffic, constraints and space")
+    _control_characters(raw, source)
     try:
         top = _SpecFile.model_validate(raw)
     except ValidationError as exc:
