@@ -37,7 +37,8 @@ def tune(
                                  "the worst-case and expected time; create nothing"),
     out_path: Optional[str] = typer.Option(None, "--out", help="results directory, new or empty (default "
                                            "./vpnlab-results/<timestamp>)"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted race in this results directory"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted race in this results "
+                                          "directory"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
 ):
     from ..capabilities import detect

@@ -54,7 +54,8 @@ def _geometric_mean(values) -> float | None:
 
 
 def _finalist(store: Store, design: RaceDesign, scenario: Scenario) -> Finalist:
-    mine, none = store.values_by_round(scenario.id, design.metric), store.values_by_round(design.baseline, design.metric)
+    mine = store.values_by_round(scenario.id, design.metric)
+    none = store.values_by_round(design.baseline, design.metric)
     common = sorted(set(mine) & set(none))
     against = paired_log_ratio([none[r] for r in common], [mine[r] for r in common]) if len(common) >= 2 else None
     over = [f"{metric} {estimate:.3g} above {limit:g}" for metric, limit in design.ceilings.items()

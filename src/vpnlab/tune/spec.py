@@ -211,7 +211,8 @@ def _space(top: _SpecFile, problems: list[str]) -> list[SpaceEntry]:
     allowed = top.constraints.drivers
     for i, name in enumerate(allowed or []):
         if name not in DRIVERS:
-            problems.append(f"constraints.drivers[{i}]: unknown VPN driver {name!r}; known: {', '.join(sorted(DRIVERS))}")
+            problems.append(f"constraints.drivers[{i}]: unknown VPN driver {name!r}; "
+                            f"known: {', '.join(sorted(DRIVERS))}")
     if top.space is None:
         names = [n for n, d in DRIVERS.items() if not d.baseline and (n in allowed if allowed else d.proposed)]
         return [SpaceEntry(f"(every {'allowed' if allowed else 'proposed'} driver)", n, _declared(n)) for n in names]
