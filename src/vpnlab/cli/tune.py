@@ -28,7 +28,8 @@ RACE_HELP = ("Candidates (each driver's tunables, minus what the constraints, th
 @app.command(help=f"Find the best VPN settings for a link and a traffic by a race. {RACE_HELP}")
 @user_errors
 def tune(
-    spec: Optional[Path] = typer.Argument(None, help="tune spec (YAML: link, traffic, constraints, space, budget)"),
+    spec: Optional[Path] = typer.Argument(None, help="tune spec (YAML: link, traffic, constraints, space, budget), "
+                                          "or `example` for the shipped one"),
     budget: Optional[str] = typer.Option(None, "--budget", help="time the race may take, such as 30m or 1h30m "
                                          "(default: the spec's, else 30m)"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="Ansible inventory of the hosts the "
