@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..tools import Tool
-from .base import Options
+from .base import Options, Tunable
 
 CHARON = "/usr/lib/ipsec/charon"
 # strongSwan's daemon and its control tool; the plugin packages carry no program of their own
@@ -46,6 +46,7 @@ ESP = {
 }
 FIPS_ESP = {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes128gcm16", "aes256gcm16"}
 FIPS_DEFAULT_ESP = "aes256gcm16"
+WEAK_ESP = {"3des-md5", "3des-sha1"}  # 64-bit blocks (Sweet32), MD5
 ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",
                     "aes128gcm16", "aes256gcm16", "chacha20poly1305"]
 
@@ -90,3 +91,10 @@ def esp_overhead(esp: str, udp_encap: bool, inner_len: int) -> int:
     iv, block, icv = ESP[esp]
     encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
     return 20 + (8 if udp_encap else 0) + 8 + iv + encrypted + icv - inner_len
+
+
+# What `vpnlab tune` varies in both IPsec drivers. IPComp compresses before ESP encrypts, so packet
+# sizes betray the contents as with any compression under encryption: weak, as OpenVPN's is.
+ESP_TUNABLE = Tunable("esp", ("aes128gcm16", "aes256gcm16", "chacha20poly1305", "aes256-sha256", "3des-sha1"),
+                      {esp: "fips" if esp in FIPS_ESP else "weak" if esp in WEAK_ESP else "strong" for esp in ESP})
+IPCOMP_TUNABLE = Tunable("compression", ("off", "on"), {"on": "weak"})
