@@ -482,7 +482,9 @@ def test_site_to_site_legacy_tunnels_and_two_ipsec_implementations_in_the_vm(sit
     ipsec = strongswan.overhead(strongswan.Options(esp="aes128-sha256"), "default", "kernel", 84)
     for label, overhead in (("pptp mppe-128", 44), ("l2tp/ipsec aes128-sha1", 84),
                             ("libreswan aes128-sha256 cert", ipsec), ("strongswan aes128-sha256 cert kernel", ipsec)):
-        assert values[(label, "unshaped", "ping", "overhead_bytes")] == overhead, label
+        measured = values[(label, "unshaped", "ping", "overhead_bytes")]
+        # PPTP's GRE acknowledgement (4 bytes) rides nearly every packet, not all (pptp.py's model)
+        assert measured == overhead or (label.startswith("pptp") and measured == overhead - 4), (label, measured)
         assert values[(label, "unshaped", "ping", "ping_loss_pct")] == 0, label
 
 
