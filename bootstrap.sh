@@ -57,16 +57,6 @@ install_python() {
   fi
 }
 
-# pytest's exit status as ours, except 5 (no tests collected), which is a failure here
-exit_for() {
-  if [ "$1" -eq 5 ]; then echo "bootstrap.sh: pytest collected no tests: that is a failure" >&2; exit 1; fi
-  exit "$1"
-}
-# pytest's closing line ("== 3 passed, 1 skipped in 2.00s =="), without its rule and colours
-closing_line() {
-  sed -E 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^=+ .* in [0-9.]+s' | tail -1 | sed -E 's/^=+ //; s/ =+$//'
-}
-
 command="${1:-run}"
 shift || true
 install_packages "${BASE_PACKAGES[@]}"
@@ -89,18 +79,10 @@ case "$command" in
   run)   exec .venv/bin/vpnlab run "$@" ;;
   test)
     set +e
-    if [ $# -gt 0 ]; then .venv/bin/python -m pytest -ra "$@"; exit_for $?; fi
-    # The whole suite: the unit tests (fakes and CPU-bound simulations) on every core, then the
-    # integration tests one at a time: they measure CPU and check that nothing else disturbed them.
-    parts=$(mktemp -d); trap 'rm -rf "$parts"' EXIT
-    [ -t 1 ] && color=--color=yes || color=
-    .venv/bin/python -m pytest -ra $color -m "not integration" -n auto --dist loadfile | tee "$parts/unit"
-    unit=${PIPESTATUS[0]}
-    .venv/bin/python -m pytest -ra $color -m integration | tee "$parts/integration"
-    integration=${PIPESTATUS[0]}
-    echo "bootstrap.sh: unit tests: $(closing_line "$parts/unit"); integration tests: $(closing_line "$parts/integration")"
-    [ "$unit" -ne 0 ] && exit_for "$unit"
-    exit_for "$integration" ;;
+    .venv/bin/python -m pytest -ra "$@"
+    rc=$?
+    if [ $rc -eq 5 ]; then echo "bootstrap.sh: pytest collected no tests: that is a failure" >&2; exit 1; fi
+    exit $rc ;;
   bench) exec .venv/bin/python -m bench "$@" ;;
   *) echo "usage: $0 run|test|bench|setup [arguments]" >&2; exit 2 ;;
 esac
