@@ -10,7 +10,9 @@ from .ocserv import Ocserv
 from .openvpn import OpenVpn
 from .pptp import Pptp
 from .strongswan import StrongSwan
+from .softether import SoftEther
 from .wireguard import WireGuard
+from .yggdrasil import Yggdrasil
 
 REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp(),
-                                                Libreswan())}
+                                                Libreswan(), Yggdrasil(), SoftEther())}
