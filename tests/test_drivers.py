@@ -31,6 +31,12 @@ VPNS = """
   - driver: ocserv
   - driver: ocserv
     options: {transport: tls}
+  - driver: yggdrasil
+  - driver: yggdrasil
+    options: {peering: tcp}
+  - driver: softether
+  - driver: softether
+    options: {compression: true, connections: 2}
 """
 
 NESTED = """
@@ -86,7 +92,7 @@ def check(scenarios, values):
 @pytest.mark.parametrize("topology", ["remote-access", "site-to-site"])
 def test_every_driver(tmp_path, topology, no_leftovers):
     scenarios, values = run_study(tmp_path, topology, VPNS)
-    assert len(scenarios) == 11
+    assert len(scenarios) == 15
     check(scenarios, values)
 
 
