@@ -38,16 +38,28 @@ workloads:
 """
 
 
-def _processes() -> list[tuple[int, str, list[str]]]:
+def _processes(ancestor: int) -> list[tuple[int, str, list[str]]]:
+    """The processes below `ancestor` (other sessions on this machine run the same daemons)."""
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+        if entry.name.isdigit() and _descends_from(int(entry.name), ancestor):
             try:
                 argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
                 found.append((int(entry.name), (entry / "comm").read_text().strip(), argv))
             except OSError:
                 continue
     return found
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return False
+    return False
 
 
 class Killer(threading.Thread):
@@ -59,14 +71,17 @@ class Killer(threading.Thread):
 
     def run(self):
         while not self.done.is_set() and self.run_proc.poll() is None:
-            procs = _processes()
+            procs = _processes(self.run_proc.pid)
             measuring = [c for _, name, argv in procs for c, mark in CLIENTS.items() if name == c and mark in argv]
             daemons = [(pid, name) for pid, name, _ in procs if name in KILL_DURING]
             for client in measuring:
                 for pid, name in daemons:
                     if KILL_DURING[name] == client and name not in self.killed:
                         time.sleep(1.0)
-                        os.kill(pid, signal.SIGKILL)   # a daemon of the run this test started
+                        try:
+                            os.kill(pid, signal.SIGKILL)   # a daemon of the run this test started
+                        except ProcessLookupError:
+                            break  # its repetition ended meanwhile: the next one's measurement
                         self.killed.add(name)
                         break
             time.sleep(0.1)

@@ -21,8 +21,9 @@ from vpnlab.drivers.softether import UDP_PADDING, descendants, parse_status, sta
 from vpnlab.drivers.yggdrasil import parse_yggdrasil_log
 from vpnlab.proof import PROBE_INNER_LEN, prove
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.study import Link, parse_study
 from vpnlab.testbed import netns
+from vpnlab.testbed.topology import Layout, Testbed
 
 ALGORITHMS = DATA / "algorithms"
 
@@ -134,6 +135,24 @@ def test_a_softether_worker_restarted_by_its_watchdog_is_a_broken_tunnel(state, 
         time.sleep(0.1)
     assert descendants(watchdog) and descendants(watchdog)[0] != worker
     tunnel.down()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["softether", "yggdrasil"])
+def test_two_at_once_share_nothing(state, name, tmp_path):
+    """Two tunnels of the same VPN up at the same time on this machine (as two runs would be): each
+    daemon's fixed paths are private, so both carry traffic."""
+    beds = [Testbed.build(state, Layout.for_topology("remote-access", 1), Link(rate_mbit=100), tag=tag)
+            for tag in ("t", "u")]
+    tunnels = []
+    for bed, folder in zip(beds, ("a", "b")):
+        (tmp_path / folder).mkdir()
+        tunnels.append(up(state, bed, name, tmp_path / folder)[2])
+    for bed in beds:
+        bed.source.run(["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", bed.sink_ip])
+    assert all(tunnel.health() is None for tunnel in tunnels)
+    for tunnel in tunnels:
+        tunnel.down()
 
 
 @pytest.mark.integration

@@ -33,7 +33,7 @@ from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
 
 SERVER = "/usr/libexec/softether/vpnserver/vpnserver"
 CLIENT = "/usr/libexec/softether/vpnclient/vpnclient"
-CLIENT_ADMIN_PORT = 9931  # where vpncmd finds the client's control port
+CLIENT_ADMIN_PORT = 9931  # the client daemon listens here once it takes commands (vpncmd finds it as "localhost")
 DEFAULT_LISTENERS = (443, 992, 1194, 5555)  # the server's TCP listeners out of the box
 # The fixed places SoftEther writes: private, empty ones for each daemon and vpncmd (/run too, by private_run)
 PRIVATE_DIRS = ('mount -t tmpfs vpnlab-softether /var/lib && mount -t tmpfs vpnlab-softether /var/log && '
@@ -189,6 +189,8 @@ class SoftEther(Driver):
             parts.append(f"{options.connections}-tcp")
         if options.compression:
             parts.append("deflate")
+        if not options.encryption:
+            parts.append("unencrypted")
         return " ".join(parts + ([] if options.port == 443 else [f"port-{options.port}"]))
 
     def implementations(self, options):
@@ -214,8 +216,8 @@ class SoftEther(Driver):
                          *(f"route replace {net} via {peer.tunnel_ip} dev {dev}" for net in peer.subnets))
         wait_for(lambda: left.node.run(["ping", "-n", "-c", "1", "-W", "0.2", right.tunnel_ip], check=False,
                                        timeout=5).returncode == 0, 30, "the SoftEther session", tunnel)
-        if udp:  # measure nothing before the data has moved to UDP
-            wait_for(lambda: tunnel.status().get("UDP Acceleration is Active") == "Yes", 15, "UDP acceleration", tunnel,
+        if udp:  # measure nothing before the data has moved to UDP (after 10 s of stable UDP, by design)
+            wait_for(lambda: tunnel.status().get("UDP Acceleration is Active") == "Yes", 30, "UDP acceleration", tunnel,
                      interval=0.5)
         tunnel.watch_workers()
         return tunnel
