@@ -155,15 +155,15 @@ class Yggdrasil(Driver):
                           data_cipher="XSalsa20-Poly1305", data_integrity=AEAD, source="yggdrasil driver")
 
     def negotiated(self, tunnel, options, profile):
-        """Yggdrasil logs the peering's protocol ('Connected TLS: ...'), nothing of its ciphers: the
-        rest is what the software fixes."""
-        found = None
-        for _, _, log in tunnel.processes:
-            found = found or parse_yggdrasil_log(log.read_text(errors="replace"))
+        """Yggdrasil logs the peering's protocol ('Connected outbound TLS: ...') and nothing of its
+        ciphers: the session's are fixed by the software (as WireGuard's), the TLS suite Go chose is
+        not read (left empty)."""
+        found = next(filter(None, (parse_yggdrasil_log(log.read_text(errors="replace"))
+                                   for _, _, log in tunnel.processes)), None)
         if found is None:
             return None
-        return replace(self.algorithms(options, profile), control=found.control,
-                       source="yggdrasil log (the peering); the rest fixed by the software, not logged")
+        return replace(self.algorithms(options, profile), control=found.control, control_cipher="",
+                       source="yggdrasil log (the peering); the session's algorithms fixed by the software")
 
 
 def parse_yggdrasil_log(text: str) -> Algorithms | None:
