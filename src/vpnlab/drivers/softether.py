@@ -99,8 +99,9 @@ class SoftEtherTunnel(Tunnel):
         return super().health()
 
     def down(self) -> None:
-        for node, proc, _ in self.processes:
+        for node, proc, _ in reversed(self.processes):
             node.stop(proc, grace=0)  # unshare ignores SIGTERM; its SIGKILL ends the whole PID namespace
+        self.processes.clear()
         super().down()
 
 
