@@ -36,8 +36,11 @@ CLIENT = "/usr/libexec/softether/vpnclient/vpnclient"
 CLIENT_ADMIN_PORT = 9931  # the client daemon listens here once it takes commands (vpncmd finds it as "localhost")
 DEFAULT_LISTENERS = (443, 992, 1194, 5555)  # the server's TCP listeners out of the box
 # The fixed places SoftEther writes: private, empty ones for each daemon and vpncmd (/run too, by private_run)
-PRIVATE_DIRS = ('mount -t tmpfs vpnlab-softether /var/lib && mount -t tmpfs vpnlab-softether /var/log && '
-                'mount -t tmpfs vpnlab-softether /tmp && mkdir /var/lib/softether /var/log/softether && exec "$@"')
+# Its logs ($1, a folder of the run's logs, opened before anything hides it) stay with the run's.
+PRIVATE_DIRS = ('exec 4<"$1"; shift; mount -t tmpfs vpnlab-softether /var/lib && '
+                'mount -t tmpfs vpnlab-softether /var/log && mount -t tmpfs vpnlab-softether /tmp && '
+                'mkdir /var/lib/softether /var/log/softether && mount --bind /proc/self/fd/4 /var/log/softether && '
+                'exec 4<&- && exec "$@"')
 # No cipher to choose: ServerCipherSet sets OpenSSL's cipher list, which only TLS 1.2 and older
 # read, and 5.01 built with OpenSSL 3 always negotiates TLS 1.3 (it has no setting to turn it off;
 # Tls_Disable1_3 came later): OpenSSL's first suite, whatever ServerCipherSet says (seen here).
@@ -98,6 +101,12 @@ class SoftEtherTunnel(Tunnel):
                 return f"{what}: a process of the daemon exited (its watchdog restarts it: the tunnel broke)"
         return super().health()
 
+    def logs(self) -> str:
+        """Ours, then the end of each log SoftEther wrote itself (where a refused login shows)."""
+        own = sorted(self.env.log_dir.glob(f"l{self.env.layer}-softether-*/*/*.log"))
+        return "\n".join([super().logs(), *(f"  {log.parent.parent.name}/{log.parent.name}/{log.name}:\n{tail(log)}"
+                                            for log in own)])
+
     def down(self) -> None:
         for node, proc, _ in reversed(self.processes):
             node.stop(proc, grace=0)  # unshare ignores SIGTERM; its SIGKILL ends the whole PID namespace
@@ -105,17 +114,26 @@ class SoftEtherTunnel(Tunnel):
         super().down()
 
 
-def private(*argv, env: TunnelEnv) -> list:
+def private(*argv, env: TunnelEnv, name: str) -> list:
     """A SoftEther program with empty private copies of the places it writes (ip netns exec's mount
-    namespace keeps them from everything else)."""
-    return private_run(["sh", "-c", PRIVATE_DIRS, "sh", *argv], keep=env.state.directory, make=("/run/softether",))
+    namespace keeps them from everything else), its own logs in the folder `logs_of(env, name)`."""
+    logs = logs_of(env, name)
+    logs.mkdir(exist_ok=True)
+    return private_run(["sh", "-c", PRIVATE_DIRS, "sh", logs, *argv], keep=env.state.directory,
+                       make=("/run/softether",))
+
+
+def logs_of(env: TunnelEnv, name: str) -> Path:
+    """The folder of the logs SoftEther writes itself (server_log/, client_log/ ...), beside ours."""
+    return env.log_dir / f"l{env.layer}-softether-{name}"
 
 
 def vpncmd(node: Node, env: TunnelEnv, name: str, target: list[str], commands: list[str], check: bool = True) -> str:
     """Run vpncmd's commands (a batch file: they name passwords) against a daemon; its output, also
     in the log `vpncmd-<name>` with the passwords blanked."""
     batch = env.secret_file(f"vpncmd-{name}", "\n".join(commands) + "\n")
-    proc = node.run(private("vpncmd", *target, f"/IN:{batch}", "/CSV", env=env), check=False, timeout=60)
+    proc = node.run(private("vpncmd", *target, f"/IN:{batch}", "/CSV", env=env, name="vpncmd"), check=False,
+                    timeout=60)
     batch.unlink()
     output = proc.stdout + proc.stderr
     env.log(f"vpncmd-{name}").write_text(SECRETS.sub(r"\1***", output))
@@ -226,8 +244,8 @@ class SoftEther(Driver):
     @staticmethod
     def _start(tunnel: Tunnel, node, program: str, what: str, admin_port: int) -> None:
         log = tunnel.env.log(what)
-        proc = node.spawn(["unshare", "--pid", "--fork", "--kill-child", *private(program, "execsvc", env=tunnel.env)],
-                          log, what=what)
+        proc = node.spawn(["unshare", "--pid", "--fork", "--kill-child",
+                           *private(program, "execsvc", env=tunnel.env, name=what)], log, what=what)
         tunnel.processes.append((node, proc, log))
         wait_for(lambda: node.listening(admin_port), 15, f"{what} to listen", tunnel)
 
