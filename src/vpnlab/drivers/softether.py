@@ -15,8 +15,11 @@ and a restarted worker (a broken tunnel) is reported by `health`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import secrets as random_secrets
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -109,7 +112,13 @@ class SoftEtherTunnel(Tunnel):
 
     def down(self) -> None:
         for node, proc, _ in reversed(self.processes):
-            node.stop(proc, grace=0)  # unshare ignores SIGTERM; its SIGKILL ends the whole PID namespace
+            # unshare ignores SIGTERM. SIGKILL to its child, the first process of the PID namespace,
+            # ends every process in it before it is reaped (devices closed, nothing left to adopt);
+            # unshare then exits by itself, and stop() reaps it.
+            for first in descendants(proc.pid)[:1]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(first, signal.SIGKILL)
+            node.stop(proc)
         self.processes.clear()
         super().down()
 
