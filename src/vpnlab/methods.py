@@ -7,6 +7,7 @@ import yaml
 
 from .compare import ALPHA
 from .judging import settings_of
+from .results_dir import read_store
 from .stats.grades import MIN_N
 from .stats.outliers import K as OUTLIER_K
 from .stats.outliers import MIN_N as OUTLIER_MIN_N
@@ -79,9 +80,8 @@ def cpu_text(directory) -> str:
     from pathlib import Path
 
     from .placement import METHODS
-    from .store import Store
 
-    store = Store.open_dir(Path(directory))
+    store = read_store(Path(directory))
     try:
         rows = store.db.execute("SELECT r.output, sc.measured_in FROM raw_outputs r JOIN scenarios sc ON"
                                 " sc.id = r.scenario_id WHERE r.tool = 'cpu' AND r.repetition > 0").fetchall()

@@ -202,6 +202,7 @@ class SampleRow:
     flags: str
     round: int | None = None
     failure: str = ""
+    position: int | None = None   # its place in the round's order
 
 
 def now() -> str:
@@ -315,23 +316,14 @@ class Store:
         return cls(Path(directory) / DB_NAME)
 
     @classmethod
-    def read_only(cls, directory: Path) -> "Store":
-        """The store in `directory`, checked and opened for reading only (`--resume --dry-run`)."""
-        from .errors import VpnlabError
-        from .results_dir import check_store, read_only_uri
-
-        path = Path(directory) / DB_NAME
-        check_store(path)
+    def reading(cls, path: Path, uri: str) -> "Store":
+        """A connection that only reads the store at `path` through a read-only SQLite `uri`: no
+        schema created, none migrated (results_dir.read_store checks the file first)."""
         store = cls.__new__(cls)
         store.path = path
-        store.db = sqlite3.connect(read_only_uri(path), uri=True, factory=_Connection)
-        store.db.path = path
+        store.db = sqlite3.connect(uri, uri=True, factory=_Connection)
+        store.db.path = Path(path)
         store.db.row_factory = sqlite3.Row
-        version = int(store.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-        if version != SCHEMA_VERSION:
-            store.close()
-            raise VpnlabError(f"{path}: written by an older vpnlab (results schema {version}); `--resume` upgrades "
-                              "it, a dry run cannot read it without writing")
         return store
 
     def another(self) -> "Store":
@@ -597,7 +589,8 @@ class Store:
         not of a failed repetition nor of a failed scenario, as every statistic needs."""
         where = f"WHERE {VALID}" if valid_only else ""
         return [SampleRow(**dict(r)) for r in self.db.execute(
-            "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure"
+            "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure,"
+            " r.position AS position"
             " FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id LEFT JOIN repetitions r"
             f" ON r.scenario_id = s.scenario_id AND r.repetition = s.repetition {where}"
             " ORDER BY s.scenario_id, s.repetition, s.metric")]

@@ -5,14 +5,16 @@ from __future__ import annotations
 from .base import Driver
 from .l2tp import L2tp
 from .libreswan import Libreswan
+from .nebula import Nebula
 from .none import NoVpn
 from .ocserv import Ocserv
 from .openvpn import OpenVpn
 from .pptp import Pptp
-from .strongswan import StrongSwan
 from .softether import SoftEther
+from .strongswan import StrongSwan
+from .tinc import Tinc
 from .wireguard import WireGuard
 from .yggdrasil import Yggdrasil
 
 REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp(),
-                                                Libreswan(), Yggdrasil(), SoftEther())}
+                                                Libreswan(), Nebula(), Tinc(), Yggdrasil(), SoftEther())}
