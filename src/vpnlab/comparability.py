@@ -110,14 +110,18 @@ def _share(values: dict) -> float | None:
 
 
 def compresses(row) -> bool:
-    """The VPN compresses what it carries (OpenVPN lzo/lz4, IPComp): a rate can then exceed the link's."""
+    """A layer of the VPN compresses what it carries (OpenVPN lzo/lz4, IPComp): a rate can then exceed
+    the link's."""
     try:
-        options = json.loads(row.vpn_options or "{}")
+        layer = json.loads(row.vpn_options or "{}")
     except ValueError:
         return True   # unreadable: assume the worst
-    layers = options if isinstance(options, list) else [options]
-    return any(str((layer.get("options") or {}).get("compression", "off")) not in ("off", "False", "false")
-               or (layer.get("options") or {}).get("ipcomp") for layer in layers if isinstance(layer, dict))
+    while isinstance(layer, dict):
+        options = layer.get("options") or {}
+        if str(options.get("compression", "off")) not in ("off", "False", "false") or options.get("ipcomp"):
+            return True
+        layer = layer.get("inner")   # the tunnel inside this one (study.Vpn.as_dict)
+    return False
 
 
 def side_bound(metric: str, rows: list, evidence: dict[str, Evidence]) -> Bound:
