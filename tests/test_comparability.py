@@ -37,7 +37,7 @@ def finding(a: str, b: str, direction: str, metric: str = "throughput_mbps", ext
             f"metric: {metric}{extra}}}\n")
 
 
-def store_of(tmp_path, text: str, truth: dict, measured_in="vm", note=TCG, flags=(), rounds=6):
+def store_of(tmp_path, text: str, truth: dict, measured_in="vm", note=TCG, flags=(), rounds=6, as_run=True):
     """A store of study `text`; scenario (vpn label, link, workload) -> {metric: centre} (default: none),
     values lognormal with 1% spread, a throughput with its link_utilisation_pct as the runner adds it."""
     rng = np.random.default_rng(3)
@@ -49,6 +49,8 @@ def store_of(tmp_path, text: str, truth: dict, measured_in="vm", note=TCG, flags
     for scenario in plan.scenarios:
         store.add_scenario(scenario, measured_in=measured_in)
         store.add_note(scenario.id, note)
+        if as_run:   # the link as the VM ran it: the study's rate (not scaled for emulation)
+            store.record_as_run(scenario)
     for round_no in range(1, rounds + 1):
         for position, scenario in enumerate(plan.scenarios):
             centres = truth.get((scenario.vpn.label, scenario.link.label, scenario.workload.label))
@@ -85,6 +87,12 @@ def test_a_rate_bound_by_the_link_decides_where_the_emulator_could_not_have_move
     assert j.verdict == "reproduced", j.reason
     assert j.bounds[1].kind == "link-bound" and j.bounds[1].high == pytest.approx(100 / 97, rel=0.03)
     assert "emulation" in j.reason
+
+
+def test_a_link_the_vm_may_have_run_at_another_rate_bounds_nothing(tmp_path):
+    truth = {("none", "lan", "tcp"): tput(97), ("wireguard", "slow", "tcp"): tput(9.7)}
+    j = verdict(tmp_path, finding("none | lan | tcp", "wireguard | slow | tcp", "lower"), truth, as_run=False)
+    assert j.verdict == "not comparable here" and "scaled for emulation" in j.reason, j.reason
 
 
 def test_the_same_rate_on_a_link_without_a_rate_could_be_the_emulators(tmp_path):
@@ -198,6 +206,21 @@ def test_the_least_round_of_a_sides_mean_sets_its_bound():
     assert comparability.side_bound("transfer_s", rows[:1], seen).low == pytest.approx(0.9)
 
 
+def test_a_scaled_link_is_told_by_the_rate_it_ran_at():
+    def row(ran):
+        r = _Row("a", link_rate_mbit=100.0)
+        r.as_run = ran
+        return r
+    assert not comparability.scaled(row('{"link": {"rate_mbit": 100.0}}'))
+    assert comparability.scaled(row('{"link": {"rate_mbit": 10.0}}'))
+    assert comparability.scaled(row(""))                      # unrecorded: it may have been
+    stream, ping = row('{"link": {"rate_mbit": 10.0}}'), row('{"link": {"rate_mbit": 10.0}}')
+    stream.workload, ping.workload = "tcp", "ping"
+    assert comparability.side_bound("wan_avg_packet_bytes", [stream], {}).kind == "the emulator's"
+    assert comparability.side_bound("wan_avg_packet_bytes", [ping], {}).exact   # fixed-size probes
+    assert comparability.side_bound("overhead_bytes", [stream], {}).exact
+
+
 def test_cpu_bound_flags():
     assert cpu_bound("core 1 saturated (93% busy, 10% in softirq): throughput is a bound set by that core")
     assert cpu_bound("x;thread openvpn/openvpn at 97% of a core: throughput is a bound set by that "
@@ -210,6 +233,7 @@ class _Row:
     def __init__(self, id, link_rate_mbit=None, emulated=True, options='{"driver": "wireguard", "options": {}}'):
         self.id, self.link_rate_mbit, self.emulated, self.vpn_options = id, link_rate_mbit, emulated, options
         self.vpn_label, self.link_label, self.workload_label = "wireguard", "slow", "tcp"
+        self.workload, self.as_run = "tcp", f'{{"link": {{"rate_mbit": {link_rate_mbit}}}}}' if link_rate_mbit else ""
 
 
 def test_the_readme_states_the_rule_as_the_code_does():

@@ -22,6 +22,9 @@ INF = math.inf
 # The emulator adds no byte to a packet: sizes and counts on the wire are the protocol's.
 WIRE = frozenset({"overhead_bytes", "overhead_model_bytes", "tunnel_mtu", "wan_avg_packet_bytes",
                   "wan_bytes_per_byte"})
+# ... but how a stream splits into data and acknowledgements depends on its link: on a link the VM ran at
+# another rate than the study's (scaled for emulation), these are that link's (bench emulation measured it).
+STREAM_WIRE = frozenset({"wan_avg_packet_bytes", "wan_bytes_per_byte"})
 # Rates the emulator can only lower (its CPU and its per-packet delay are slower, never faster).
 RATES = frozenset({"throughput_mbps", "link_utilisation_pct"})
 # Times the emulator can only raise (it adds its own delay to every packet and every step), and the loss
@@ -30,24 +33,26 @@ RAISED = frozenset({"transfer_s", "rtt_avg_ms", "rtt_min_ms", "rtt_max_ms", "rtt
                     "udp_jitter_ms", "udp_loss_pct", "ping_loss_pct", "setup_s"})
 CONTENT = frozenset({"data"})   # workload parameters that change only what the bytes are
 
-RULE = ("Emulation (QEMU TCG) decides what it cannot have set. Each side's true value lies within a bound of "
-        "its measured one: as measured outside emulation, and for sizes and counts on the wire (overhead_bytes, "
-        "wan_avg_packet_bytes, wan_bytes_per_byte, tunnel_mtu), which are the protocol's; a rate (throughput) the "
-        "emulator can only have lowered, so the truth is at least the measured rate and, on a link shaped to a "
-        "rate and a path that compresses nothing, at most the link's rate: at most 100 / u times the measured, u "
-        "being the least link_utilisation_pct of the side's repetitions (a side whose every repetition carried 90% "
-        "of the link is within 11% of the truth whatever its CPU did; the saturated-core flags, shown, need not be "
-        "trusted for that); a time, delay, jitter or loss the emulator can only have raised, so the truth is at "
-        "most the measured; a CPU figure or any other metric is the emulator's (unbounded). B/A then lies within "
-        "[B low / A high, B high / A low] of the measured (a difference B - A within [B low - A high, B high - A "
-        "low] of it), except that two sides which differ only in their content (`data`) through the same VPN, "
-        "link and workload in the same place, on a path that compresses nothing, were slowed alike: their B/A is "
-        "as measured. A verdict stands when it holds over the whole widened interval: B higher (or lower) beyond "
-        "the margin needs the widened 95% interval beyond 1 and the widened estimate beyond the margin; "
-        "equivalence needs the widened 90% interval inside the margin; the size is judged on the widened 95% "
-        "interval. So a one-way bound can reproduce or contradict a finding only one way (a rate the emulator "
-        "lowered on B can show B higher than A, never lower), and never show a null finding equivalent. "
-        "Otherwise: not comparable here, with the side that could have moved and how far.")
+RULE = ("Emulation (QEMU TCG) decides what it cannot have set. Each side's true value lies within a bound of its "
+        "measured one: as measured outside emulation, and for sizes and counts on the wire (overhead_bytes, "
+        "tunnel_mtu; wan_avg_packet_bytes and wan_bytes_per_byte of pings, and of streams on a link the VM ran at"
+        " the study's rate), which are the protocol's; a rate (throughput) the emulator can only have lowered, so"
+        " the truth is at least the measured rate and, on a link shaped to a rate the VM ran unscaled and a path "
+        "that compresses nothing, at most the link's rate: at most 100 / u times the measured, u being the least,"
+        " over the rounds, of the side's mean link_utilisation_pct (a side at 90% of the link in every round is "
+        "within 11% of the truth whatever its CPU did; the guest's saturated-core flags are shown but not "
+        "trusted: a guest starved by its host's load sees no saturated core); a time, delay, jitter or loss the "
+        "emulator can only have raised, so the truth is at most the measured; a CPU figure or any other metric is"
+        " the emulator's (unbounded). B/A then lies within [B low / A high, B high / A low] of the measured (a "
+        "difference B - A within [B low - A high, B high - A low] of it), except that two sides which differ only"
+        " in their content (`data`) through the same VPN, link and workload in the same place, on a path that "
+        "compresses nothing, were slowed alike: their B/A is as measured. A verdict stands when it holds over the"
+        " whole widened interval: B higher (or lower) beyond the margin needs the widened 95% interval beyond 1 "
+        "and the widened estimate beyond the margin; equivalence needs the widened 90% interval inside the "
+        "margin; the size is judged on the widened 95% interval. So a one-way bound can reproduce or contradict a"
+        " finding only one way (a rate the emulator lowered on B can show B higher than A, never lower), and "
+        "never show a null finding equivalent. Otherwise: not comparable here, with the side that could have "
+        "moved and how far.")
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,10 @@ def side_bound(metric: str, rows: list, evidence: dict[str, Evidence]) -> Bound:
     first = rows[0]
     where = f"{first.vpn_label} | {first.link_label} | " + (
         first.workload_label if len(rows) == 1 else f"mean of {len(rows)} workloads")
+    rescaled = any(scaled(row) for row in emulated)
+    if kind == "wire" and rescaled and metric in STREAM_WIRE and first.workload != "ping":
+        return Bound("the emulator's", 0.0, INF, f"{where}: its link ran at another rate in the VM (scaled for "
+                     f"emulation): how a stream splits into packets there is not the study's link's")
     if not emulated or kind == "wire":
         return Bound("as measured", 1.0, 1.0, "")
     seen = [evidence.get(row.id, Evidence()) for row in rows]
@@ -140,19 +149,30 @@ def side_bound(metric: str, rows: list, evidence: dict[str, Evidence]) -> Bound:
         return Bound("the emulator's", 0.0, INF, f"{where}: {metric} under emulation is the emulator's")
     least = _least_share(seen)   # of the link's rate, or of the UDP load offered
     compressing = any(compresses(row) for row in rows)
-    if kind == "rate" and least and not compressing:
+    if kind == "rate" and least and not compressing and not rescaled:
         high = max(1.0, 100 / least)
         return Bound("link-bound", 1.0, high, f"{where}: at least {least:.0f}% of its network bound in every round"
                      f"{saturated}: the truth is 1 to {high:.3g} times the measured")
     if kind == "rate":
-        why = "it compresses" if compressing else "no link rate or load to bound it"
+        why = ("it compresses" if compressing else "its link ran scaled for emulation" if rescaled
+               else "no link rate or load to bound it")
         return Bound("lowered", 1.0, INF, f"{where}: emulated, {why}{saturated}: the truth is at least the "
                      "measured, no more is known")
-    if metric == "transfer_s" and least and not compressing:
+    if metric == "transfer_s" and least and not compressing and not rescaled:
         low = min(1.0, least / 100)
         return Bound("link-bound", low, 1.0, f"{where}: at least {least:.0f}% of the link in every round"
                      f"{saturated}: the truth is {low:.3g} to 1 times the measured")
     return Bound("raised", 0.0, 1.0, f"{where}: emulated: the emulator can only have added to {metric}")
+
+
+def scaled(row) -> bool:
+    """The VM ran the scenario's link at another rate than the study's (plan.py scales a link faster than
+    emulation can carry); an unrecorded as-run link counts as scaled."""
+    try:
+        ran = (json.loads(row.as_run) if row.as_run else {}).get("link") or {}
+    except ValueError:
+        return True
+    return "rate_mbit" not in ran or ran["rate_mbit"] != row.link_rate_mbit
 
 
 def _least_share(seen: list[Evidence]) -> float | None:
