@@ -220,5 +220,5 @@ def _div(x: float, y: float) -> float:
     return x / y if not (math.isinf(x) and math.isinf(y)) else INF
 
 
-__all__ = ["Bound", "Evidence", "RULE", "compresses", "difference_offset", "evidence", "metric_class",
+__all__ = ["Bound", "Evidence", "RULE", "compresses", "difference_offset", "evidence", "metric_class", "scaled",
            "ratio_factor", "side_bound", "slowed_alike"]

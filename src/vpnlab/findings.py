@@ -533,7 +533,7 @@ def _within_emulation(j: Judgement) -> None:
         j.verdict, j.reason = NOT_COMPARABLE, (f"{_moved(j)}: the measured '{word}' ({j.result_text}) does not "
                                                "hold over that whole range")
     elif f.direction != "same" and word != "contradicted":
-        j.verdict, j.reason = _size_within(j, widened)
+        j.verdict, j.reason = _size_within(j)
     else:
         j.reason += f"; it holds however far emulation moved it ({_moved(j)})"
 
@@ -577,7 +577,7 @@ def _moved(j: Judgement) -> str:
     return f"measured under software emulation (QEMU TCG): {why}: {span}"
 
 
-def _size_within(j: Judgement, widened) -> tuple[str, str]:
+def _size_within(j: Judgement) -> tuple[str, str]:
     """The effect-size verdict on the widened 95% interval (the direction having held over it)."""
     low, high = j._span
     moved = f"{_moved(j)}, widening the 95% interval to [{_g(low)}, {_g(high)}]"
