@@ -22,8 +22,8 @@
              in the same guest
   emulation  what the VM under software emulation can still decide (vpnlab.comparability.RULE): no VPN,
              WireGuard, OpenVPN and strongSwan on 8 and 1000 Mbit/s tbf links, TCP and ping, run on this
-             host and in the VM; each VM figure's bound by the rule against the host's figure (about
-             15 min, --quick about 10 under load: two sittings, one of them booting a guest)
+             host and in the VM; each VM figure's bound by the rule against the host's figure (--quick,
+             2 repetitions of 3 s: 17 min at load average 8-10 on 2 shared cores; the full run doubles it)
 
 Results are printed and written to bench/results/<timestamp>.json.
 """
