@@ -322,3 +322,8 @@ def bottleneck_flags(values: dict[str, float], core: tuple | None, thread: tuple
             flags.append(f"thread {which} at {share:.0f}% of a core: throughput is a bound set by that "
                          "single-threaded daemon")
     return flags
+
+
+def cpu_bound(flags: str) -> bool:
+    """A repetition's flags (';'-joined) say a core, the machine or a daemon's thread was saturated."""
+    return any("saturated" in flag or "single-threaded daemon" in flag for flag in flags.split(";"))

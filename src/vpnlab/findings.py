@@ -14,8 +14,8 @@ The verdict rule (RULE below, printed in the report):
 * contradicted: the same the other way, or equivalent within the margin where the seed found a
   difference (for a null finding: a significant difference beyond the margin);
 * inconclusive: neither, with the repetitions that would settle it;
-* not comparable here: a condition this machine cannot give (a side measured in a VM under software
-  emulation, a scenario this machine could not run, a piece vpnlab lacks, or the seed's own hardware
+* not comparable here: a condition this machine cannot give (what software emulation can have set, by
+  comparability.RULE; a scenario this machine could not run, a piece vpnlab lacks, or the seed's own hardware
   limit stated in the study), with the reason.
 
 The primary test is the one vpnlab uses everywhere (stats): the paired t test on log(B/A) per round
@@ -34,6 +34,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
 
+from . import comparability
 from .drivers import pptp
 from .results_dir import read_store
 from .schema import Strict
@@ -52,8 +53,8 @@ RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.
         "difference (for a null finding: a significant difference whose 95% interval lies beyond the margin); "
         "inconclusive = none of these, with the repetitions per side that would detect a difference of the "
         "margin at the family's Bonferroni level (of 10% of A's mean at least, for a difference B - A) or show "
-        "equivalence within it; not comparable here = a condition this machine cannot give (a side measured in "
-        "a VM under software emulation, whose CPU is the emulator's; a scenario this machine could not run; a "
+        "equivalence within it; not comparable here = a condition this machine cannot give (what software "
+        "emulation can have set, by the emulation rule below; a scenario this machine could not run; a "
         "piece vpnlab lacks; PPTP data towards pptpd over a link that dropped, which measures pptpd's 0.3 s GRE "
         "hold; the seed's own hardware limit), with the reason; calibration, not a check = a finding that set "
         "a condition of the study (its result is shown, outside Holm's family). A side may be the mean of "
@@ -283,9 +284,12 @@ class Judgement:
     outliers: int = 0
     measured_in: str = ""
     emulated: bool = False           # a side measured under software emulation
+    bounds: tuple | None = None      # (A's, B's) comparability.Bound: how far emulation can have moved them
+    alike: bool = False              # the two sides were slowed alike (comparability.slowed_alike)
     short_of_rule: list[str] = field(default_factory=list)  # sides not yet measured to their repetition rule
     _test: object = field(default=None, repr=False)
     _tost: object = field(default=None, repr=False)
+    _span: tuple = field(default=(None, None), repr=False)
 
     @property
     def result_text(self) -> str:
@@ -358,7 +362,8 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
     for sample in store.samples():
         if sample.flags:
             flagged[(sample.scenario_id, sample.metric)] += 1
-    out = [_judge_one(finding, rows, values, flagged) for finding in findings]
+    seen = comparability.evidence(store)
+    out = [_judge_one(finding, rows, values, flagged, seen) for finding in findings]
     decide(out)
     explain_profiles(out, store)
     return out
@@ -402,7 +407,7 @@ def _label(rows: list, side: Side) -> str:
     return f"{vpns} | {first.link_label} | {work}"
 
 
-def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Judgement:
+def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: dict) -> Judgement:
     """One finding's scenarios, whether they compare like the seed's, and its primary test."""
     from . import metrics
     from .workloads import KINDS
@@ -433,6 +438,8 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Jud
         return j
     if j.verdict != "not comparable here" and (held := _held_by_pptpd(sa + sb, values)):
         j.verdict, j.reason = "not comparable here", held
+    if j.emulated and j.verdict != NOT_COMPARABLE:
+        _bound_by_emulation(j, metric, sa, sb, seen)
     a_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sa])
     b_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sb])
     if finding.per_link_rate:
@@ -468,20 +475,120 @@ def _held_by_pptpd(rows: list, values: dict) -> str:
 
 def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa: list, sb: list) -> None:
     """'not comparable here' when the scenarios were measured unlike the seed's machines (their values
-    are still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
+    are still shown): on a userspace stand-in for a kernel data path, or in two places. What emulation
+    leaves decidable is comparability.RULE's (_bound_by_emulation)."""
     j.emulated = any(r.emulated for r in sa + sb)
     places = {r.measured_in for r in sa + sb}
-    if j.emulated:
-        j.verdict = "not comparable here"
-        j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
-                    "a machine like the seed's, so rates and delays that depend on it are the emulator's"
-                    + ("" if len(places) == 1 else "; and A and B were measured in different places"))
-    elif finding.needs_kernel_datapath and (stand_ins := [r for r in sa + sb if _userspace(r)]):
+    if finding.needs_kernel_datapath and (stand_ins := [r for r in sa + sb if _userspace(r)]):
         j.verdict = "not comparable here"
         j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
             f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
     elif len(places) > 1:
         j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
+
+
+def _bound_by_emulation(j: Judgement, metric: str, sa: list, sb: list, seen: dict) -> None:
+    """How far emulation can have moved each side (comparability.RULE); 'not comparable here' at once
+    where a side's figure is the emulator's own."""
+    j.bounds = (comparability.side_bound(metric, sa, seen), comparability.side_bound(metric, sb, seen))
+    j.alike = comparability.slowed_alike(sa, sb)
+    own = [b.why for b in j.bounds if b.kind == "the emulator's"]
+    if own and not j.alike:
+        j.verdict, j.reason = NOT_COMPARABLE, "; ".join(own)
+
+
+def _within_emulation(j: Judgement) -> None:
+    """comparability.RULE: the verdict stands only where it holds over every B/A (or B - A) the
+    emulator can have moved the measured one to; else 'not comparable here', saying why."""
+    a, b = j.bounds
+    if j.alike and j.scale == "ratio":
+        j.reason += "; emulated, but A and B differ only in content through the same software: slowed alike"
+        return
+    if a.exact and b.exact:
+        return
+    widened = _widened(j)
+    if widened is None:
+        j.verdict, j.reason = NOT_COMPARABLE, f"{_moved(j)}; no interval to widen"
+        return
+    up, down, equivalent, can = widened
+    f, word = j.finding, j.verdict
+    if f.direction == "same":
+        stands = {"reproduced": equivalent, "contradicted": up or down}.get(word)
+        possible = {"reproduced": can["equivalent"], "contradicted": can["up"] or can["down"]}
+    else:
+        seeds_way, other_way = (up, down) if f.direction == "higher" else (down, up)
+        stands = {"contradicted": other_way or equivalent}.get(word, seeds_way if word != "inconclusive" else None)
+        towards = "up" if f.direction == "higher" else "down"
+        possible = {"reproduced": can[towards], "contradicted": can["down" if towards == "up" else "up"]}
+    if word == "inconclusive":
+        j.rounds_needed = None   # repetitions narrow the interval, not what emulation can have done
+        left = [verdict for verdict, yes in possible.items() if yes]
+        j.verdict, j.reason = ((NOT_COMPARABLE, f"{_moved(j)}: no result here could decide the finding")
+                               if not left else
+                               ("inconclusive", f"{j.result_text}: {_moved(j)}; only a result beyond the margin "
+                                f"over that whole range would decide it (here it could come out {' or '.join(left)}"
+                                "), and this one is not"))
+        return
+    if not stands:
+        j.verdict, j.reason = NOT_COMPARABLE, (f"{_moved(j)}: the measured '{word}' ({j.result_text}) does not "
+                                               "hold over that whole range")
+    elif f.direction != "same" and word != "contradicted":
+        j.verdict, j.reason = _size_within(j)
+    else:
+        j.reason += f"; it holds however far emulation moved it ({_moved(j)})"
+
+
+def _widened(j: Judgement):
+    """(B above A beyond the margin, below it, equivalent within it, and which of these emulation
+    leaves possible), over the measured intervals widened by what emulation can have done; None
+    without an interval."""
+    test, tost, m = j._test, j._tost, j.finding.margin_pct / 100
+    if test.low is None:
+        return None
+    if j.scale == "ratio":
+        lo, hi = comparability.ratio_factor(*j.bounds)
+        j._span = (test.low * lo, test.high * hi)
+        up = test.low * lo > 1 and test.estimate * lo > 1 + m
+        down = test.high * hi < 1 and test.estimate * hi < 1 / (1 + m)
+        equivalent = (tost is not None and tost.low is not None and tost.low * lo >= 1 / (1 + m)
+                      and tost.high * hi <= 1 + m)
+        can = {"up": lo > 0, "down": hi < math.inf, "equivalent": lo > 0 and hi < math.inf}
+    else:
+        lo, hi = comparability.difference_offset(*j.bounds)
+        margin = m * abs(j.mean_a or 0)
+        j._span = (test.low + lo, test.high + hi)
+        up = test.low + lo > 0 and test.estimate + lo > margin
+        down = test.high + hi < 0 and test.estimate + hi < -margin
+        equivalent = False   # (equivalence is tested on ratios only)
+        can = {"up": lo > -math.inf, "down": hi < math.inf, "equivalent": False}
+    return up, down, equivalent, can
+
+
+def _moved(j: Judgement) -> str:
+    """What emulation can have done to this comparison, for the reason."""
+    why = "; ".join(b.why for b in j.bounds if b.why)
+    if j.scale == "ratio":
+        lo, hi = comparability.ratio_factor(*j.bounds)
+        span = f"the true B/A lies {_g(lo)} to {_g(hi)} times the measured".replace("inf", "any number of")
+    else:
+        lo, hi = comparability.difference_offset(*j.bounds)
+        span = (f"the true B - A lies {'below' if hi == 0 else 'above' if lo == 0 else 'anywhere around'} "
+                "the measured" if (lo, hi) != (0, 0) else "the true B - A is the measured")
+    return f"measured under software emulation (QEMU TCG): {why}: {span}"
+
+
+def _size_within(j: Judgement) -> tuple[str, str]:
+    """The effect-size verdict on the widened 95% interval (the direction having held over it)."""
+    low, high = j._span
+    moved = f"{_moved(j)}, widening the 95% interval to [{_g(low)}, {_g(high)}]"
+    if j.scale == "ratio":
+        verdict, reason = effect_size(j.finding, j.estimate, low, high, j.reason.split(";")[0])
+    elif j.mean_a and j.mean_a > 0 and 1 + low / j.mean_a > 0:
+        verdict, reason = effect_size(j.finding, 1 + j.estimate / j.mean_a, 1 + low / j.mean_a,
+                                      1 + high / j.mean_a, j.reason.split(";")[0])
+    else:
+        verdict, reason = effect_size(j.finding, 1.0, None, None, j.reason.split(";")[0])
+    return verdict, f"{reason}; {moved}"
 
 
 def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
@@ -527,6 +634,8 @@ def _decide(j: Judgement, family_size: int) -> None:
         _decide_ratio(j, alpha)
     else:
         _decide_difference(j, alpha)
+    if j.bounds is not None and test.p is not None and j.holm_p is not None:
+        _within_emulation(j)
 
 
 def _decide_ratio(j: Judgement, alpha: float) -> None:
@@ -648,6 +757,7 @@ class Section:
     counts: dict
     choices: list = field(default_factory=list)   # the conditions vpnlab chose (Choice)
     reencoded: bool = False   # judged by the findings this vpnlab ships, not the run's study file's
+    emulation_rule: str = ""  # what a side measured under software emulation can still decide
 
     @property
     def summary(self) -> str:
@@ -675,7 +785,7 @@ def against_the_original(directory: Path, study_text: str | None = None, reencod
     if not judged:
         return None
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
-    return Section(RULE, judged, counts, choices, reencoded)
+    return Section(RULE, judged, counts, choices, reencoded, comparability.RULE)
 
 
 __all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE",
