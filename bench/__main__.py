@@ -39,7 +39,8 @@ from rich.table import Table
 
 from vpnlab.analysis import summarise
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS as REGISTRY
+from vpnlab.catalog import KINDS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.plan import check_plan, make_plan, place
 from vpnlab import signals
@@ -48,7 +49,7 @@ from vpnlab.store import Store
 from vpnlab.study import Link, parse_study
 from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout, Testbed
-from vpnlab.workloads import KINDS, iperf
+from vpnlab.workloads import iperf
 from vpnlab.workloads.tcp import TcpOptions
 from vpnlab.workloads.background import PRESETS, BackgroundTraffic
 from vpnlab.workloads.base import WorkloadContext

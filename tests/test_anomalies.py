@@ -16,7 +16,7 @@ import time
 import pytest
 
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS as REGISTRY
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.study import Link
 from vpnlab.testbed.topology import Layout, Testbed

@@ -5,7 +5,7 @@ tests/test_vm.py IPComp)."""
 import pytest
 
 from vpnlab.capabilities import Capabilities
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS as REGISTRY
 from vpnlab.drivers.libreswan import Libreswan
 from vpnlab.drivers.strongswan import StrongSwan
 from vpnlab.errors import CapabilityError, StudyError

@@ -96,6 +96,7 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     for table in ("scenarios", "runs"):  # nor real hosts
         db.execute(f"ALTER TABLE {table} DROP COLUMN hosts")
     db.execute("ALTER TABLE scenarios DROP COLUMN as_run")  # nor the as-run record
+    db.execute("ALTER TABLE scenarios DROP COLUMN baseline")  # nor whether it is the baseline
     for column in ("round", "position", "failure"):
         db.execute(f"ALTER TABLE repetitions DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1'")
@@ -108,9 +109,31 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     store = Store.open_dir(tmp_path)
     assert [tuple(r) for r in store.db.execute("SELECT id, measured_in FROM scenarios")] == [("s1", "host")]
     store.close()
-    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "5"
+    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "6"
     assert Store.open_dir(tmp_path).scenarios()[0].as_run == ""  # not recorded then: exported blank
+    assert Store.open_dir(tmp_path).scenarios()[0].is_baseline  # not recorded then: its vpn is 'none'
     assert Store.open_dir(tmp_path).attempts("s1") == []
+
+
+def test_a_scenario_is_stored_as_the_baseline_or_not_and_an_older_store_derives_it(tmp_path):
+    plan = make_plan(parse_study(STUDY.replace("[{driver: none}]", "[{driver: none}, {driver: wireguard}]")))
+    store = Store.open_dir(tmp_path)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario)
+    stored = dict(store.db.execute("SELECT vpn, baseline FROM scenarios").fetchall())
+    store.close()
+    assert stored == {"none": 1, "wireguard": 0}  # as the driver said when the scenario was added
+    db = sqlite3.connect(tmp_path / "results.sqlite")  # as schema 5 left it: no baseline column
+    db.execute("ALTER TABLE scenarios DROP COLUMN baseline")
+    db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    older = Store.read_only(tmp_path)  # read as it is, nothing written
+    try:
+        assert {row.vpn: row.is_baseline for row in older.scenarios()} == {"none": True, "wireguard": False}
+    finally:
+        older.close()
+    assert sqlite3.connect(tmp_path / "results.sqlite").execute("SELECT value FROM meta").fetchone() == ("5",)
 
 
 def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):

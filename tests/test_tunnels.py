@@ -7,7 +7,7 @@ import pytest
 
 from conftest import our_namespaces
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS as REGISTRY
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.proof import PROBE_INNER_LEN, prove
 from vpnlab.study import Link

@@ -17,7 +17,7 @@ import pytest
 
 from vpnlab import vm
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS as REGISTRY
 from vpnlab.plan import add_vm_twins, make_plan, place
 from vpnlab.runner import Runner
 from vpnlab.store import Store

@@ -7,7 +7,7 @@ after checking, read-only, that it is an undamaged vpnlab store.
   `--resume`; then it holds an flock on `.vpnlab-lock` inside the directory until the process
   ends, so a second run on the same directory is refused while the first lives (the kernel
   drops the lock of a dead process, so a crash never blocks a later `--resume`).
-- `check_store` opens a store read-only and says what is wrong with it, if anything.
+- `check_store` (store.py) opens a store read-only and says what is wrong with it, if anything.
 - `explain` turns a full disk or an unreadable store met anywhere into one clear message and
   the exit code (1 for a full disk: the run is marked interrupted and resumable; 2 otherwise).
 """
@@ -20,21 +20,14 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 from .errors import VpnlabError
-from .store import DB_NAME, LOW_SPACE_BYTES, RESERVE_NAME, SCHEMA_VERSION, DiskFull, free_bytes
+from .store import DB_NAME, LOW_SPACE_BYTES, RESERVE_NAME, DiskFull, StoreError, check_store, free_bytes
 
 LOCK_NAME = ".vpnlab-lock"
 OURS = {LOCK_NAME, RESERVE_NAME}   # what an otherwise empty directory may hold: a claim that wrote nothing
-TABLES = {"meta", "runs", "scenarios", "repetitions", "samples", "raw_outputs"}
 EXIT_DISK_FULL = 1
 EXIT_BAD_STORE = 2
-
-
-class StoreError(VpnlabError, ValueError):
-    """A file that is not a vpnlab results store this vpnlab can read: not SQLite, SQLite without
-    vpnlab's tables, a newer schema, or damaged. (A ValueError too, as the schema check was.)"""
 
 
 @dataclass
@@ -48,52 +41,6 @@ class Claim:
         if self.fd >= 0:
             os.close(self.fd)  # closing the only descriptor of the lock file drops the flock
             self.fd = -1
-
-
-def check_store(path: Path) -> list[dict]:
-    """Check, without writing anything, that `path` is an undamaged vpnlab results store this
-    vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
-    StoreError saying what is wrong otherwise."""
-    path = Path(path)
-    # Only SQLite opens the file: closing any other descriptor of it would drop every POSIX lock
-    # this process holds on it (a store it has open), and another process could then delete that
-    # store's write-ahead log as abandoned, with what was committed since.
-    if not os.access(path, os.R_OK):
-        raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
-    db = None
-    try:
-        db = sqlite3.connect(read_only_uri(path), uri=True)
-        problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
-        if problems != ["ok"]:
-            raise StoreError(f"{path}: the results store is damaged ({'; '.join(problems)}); left untouched")
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not TABLES <= tables:
-            raise StoreError(f"{path}: an SQLite database but not a vpnlab results store (it has no "
-                             f"{', '.join(sorted(TABLES - tables))} table); left untouched")
-        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        try:
-            version = int(row[0])
-        except (TypeError, ValueError):
-            raise StoreError(f"{path}: the results store is damaged (no schema version); left untouched") from None
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{path}: results schema {version}, this vpnlab reads up to {SCHEMA_VERSION}: "
-                             "use the vpnlab that wrote it (or a newer one); left untouched")
-        return [dict(zip(("id", "status", "study_name", "study_text"), r))
-                for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):
-            raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched") from exc
-        raise StoreError(f"{path}: the results store is damaged or unreadable ({exc}); left untouched") from exc
-    finally:
-        if db is not None:
-            db.close()
-
-
-def read_only_uri(path: Path) -> str:
-    """A URI that opens the store without writing: immutable (not even a lock or a -shm file) when
-    no journal or write-ahead log lies beside it, else read-only, so a WAL a crash left is read."""
-    beside = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))
-    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if beside else "&immutable=1")
 
 
 def claim(out_dir: Path, study_text: str, resume: bool) -> Claim:

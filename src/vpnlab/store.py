@@ -22,10 +22,13 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-from .metrics import unit
+from .catalog import unit
+from .errors import VpnlabError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
+READABLE_SINCE = 5   # read-only opens read these schemas as they are (what was added since is derived)
 DB_NAME = "results.sqlite"
 RESERVE_NAME = ".vpnlab-reserve"   # beside the store while a run writes: room to mark it interrupted
 RESERVE_BYTES = 128 * 1024
@@ -72,7 +75,8 @@ CREATE TABLE IF NOT EXISTS scenarios (
     notes TEXT NOT NULL DEFAULT '',
     measured_in TEXT NOT NULL DEFAULT 'host',
     hosts TEXT NOT NULL DEFAULT '',   -- JSON: role -> inventory host, on real hosts; '' in namespaces here
-    as_run TEXT NOT NULL DEFAULT ''   -- JSON: the link and workload as run (emulation scales them); '' unrecorded
+    as_run TEXT NOT NULL DEFAULT '',  -- JSON: the link and workload as run (emulation scales them); '' unrecorded
+    baseline INTEGER                  -- 1: the no-VPN baseline, as its driver said when it was added; NULL: unrecorded
 );
 CREATE TABLE IF NOT EXISTS repetitions (
     scenario_id TEXT NOT NULL REFERENCES scenarios(id),
@@ -111,8 +115,10 @@ UPGRADES = {
     3: ["ALTER TABLE scenarios ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",  # before real hosts
         "ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '{}'"],
     4: ["ALTER TABLE scenarios ADD COLUMN as_run TEXT NOT NULL DEFAULT ''"],  # before the as-run record
+    5: ["ALTER TABLE scenarios ADD COLUMN baseline INTEGER"],  # before the baseline was stored
 }
 SETUP_REPETITION = 0  # scenario-level samples of stores before rounds (tunnel set-up) used repetition 0
+BASELINE_VPN = "none"  # the `vpn` column of a scenario without a tunnel layer (the baseline's)
 VALID = "COALESCE(r.failure, '') = '' AND sc.status != 'failed'"  # samples every statistic may use
 
 
@@ -145,6 +151,7 @@ class ScenarioRow:
     measured_in: str
     hosts: str = ""          # JSON role -> inventory host (real hosts), else ''
     as_run: str = ""         # JSON {"link": {rate_mbit, delay_ms, jitter_ms, loss_pct}, "workload": {...}}; '' unrecorded
+    baseline: int | None = None  # 1: the no-VPN baseline; None: a store written before it was recorded
 
     @property
     def unfinished(self) -> bool:
@@ -179,10 +186,9 @@ class ScenarioRow:
 
     @property
     def is_baseline(self) -> bool:
-        from .drivers import REGISTRY as DRIVERS
-
-        driver = DRIVERS.get(self.config["driver"])
-        return bool(driver and driver.baseline and "inner" not in self.config)
+        if self.baseline is not None:
+            return bool(self.baseline)
+        return self.vpn == BASELINE_VPN  # stored before the column: no tunnel layer
 
     @property
     def shown(self) -> str:
@@ -225,6 +231,60 @@ def free_bytes(path: Path) -> int:
         path = path.parent
     stat = os.statvfs(path)
     return stat.f_bavail * stat.f_frsize
+
+
+TABLES = {"meta", "runs", "scenarios", "repetitions", "samples", "raw_outputs"}
+
+
+class StoreError(VpnlabError, ValueError):
+    """A file that is not a vpnlab results store this vpnlab can read: not SQLite, SQLite without
+    vpnlab's tables, a newer schema, or damaged. (A ValueError too, as the schema check was.)"""
+
+
+def check_store(path: Path) -> list[dict]:
+    """Check, without writing anything, that `path` is an undamaged vpnlab results store this
+    vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
+    StoreError saying what is wrong otherwise."""
+    path = Path(path)
+    # Only SQLite opens the file: closing any other descriptor of it would drop every POSIX lock
+    # this process holds on it (a store it has open), and another process could then delete that
+    # store's write-ahead log as abandoned, with what was committed since.
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
+    db = None
+    try:
+        db = sqlite3.connect(read_only_uri(path), uri=True)
+        problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{path}: the results store is damaged ({'; '.join(problems)}); left untouched")
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not TABLES <= tables:
+            raise StoreError(f"{path}: an SQLite database but not a vpnlab results store (it has no "
+                             f"{', '.join(sorted(TABLES - tables))} table); left untouched")
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            raise StoreError(f"{path}: the results store is damaged (no schema version); left untouched") from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{path}: results schema {version}, this vpnlab reads up to {SCHEMA_VERSION}: "
+                             "use the vpnlab that wrote it (or a newer one); left untouched")
+        return [dict(zip(("id", "status", "study_name", "study_text"), r))
+                for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched") from exc
+        raise StoreError(f"{path}: the results store is damaged or unreadable ({exc}); left untouched") from exc
+    finally:
+        if db is not None:
+            db.close()
+
+
+def read_only_uri(path: Path) -> str:
+    """A URI that opens the store without writing: immutable (not even a lock or a -shm file) when
+    no journal or write-ahead log lies beside it, else read-only, so a WAL a crash left is read."""
+    beside = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))
+    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if beside else "&immutable=1")
 
 
 class _Connection(sqlite3.Connection):
@@ -286,8 +346,6 @@ class Store:
     def __init__(self, path: Path, check: bool = True, journal: str | None = None):
         self.path = path
         if check and Path(path).is_file() and Path(path).stat().st_size:
-            from .results_dir import check_store
-
             check_store(Path(path))  # read-only, before anything writes: refuses what is not an intact store
         self.db = sqlite3.connect(path, factory=_Connection)
         self.db.path = Path(path)
@@ -317,9 +375,6 @@ class Store:
     @classmethod
     def read_only(cls, directory: Path) -> "Store":
         """The store in `directory`, checked and opened for reading only (`--resume --dry-run`)."""
-        from .errors import VpnlabError
-        from .results_dir import check_store, read_only_uri
-
         path = Path(directory) / DB_NAME
         check_store(path)
         store = cls.__new__(cls)
@@ -328,7 +383,7 @@ class Store:
         store.db.path = path
         store.db.row_factory = sqlite3.Row
         version = int(store.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-        if version != SCHEMA_VERSION:
+        if not READABLE_SINCE <= version <= SCHEMA_VERSION:
             store.close()
             raise VpnlabError(f"{path}: written by an older vpnlab (results schema {version}); `--resume` upgrades "
                               "it, a dry run cannot read it without writing")
@@ -395,8 +450,8 @@ class Store:
             self.db.execute(
                 "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
                 " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
-                " workload_label, workload_params, repetitions, repetition_rule, measured_in, hosts)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " workload_label, workload_params, repetitions, repetition_rule, measured_in, hosts, baseline)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation,"
                 " measured_in=excluded.measured_in, hosts=excluded.hosts",
                 (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
@@ -404,7 +459,8 @@ class Store:
                  "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
                  link.jitter_ms, link.loss_pct, workload.kind, workload.label,
                  json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
-                 scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else ""),
+                 scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else "",
+                 int(scenario.vpn.is_baseline)),
             )
 
     def record_as_run(self, scenario) -> None:
@@ -615,4 +671,4 @@ class Store:
 def _vpn_name(vpn) -> str:
     """'wireguard', or 'openvpn-in-strongswan' for nested tunnels (inner first, as people say it)."""
     layers = vpn.layers
-    return "-in-".join(layer.driver for layer in reversed(layers)) if layers else "none"
+    return "-in-".join(layer.driver for layer in reversed(layers)) if layers else BASELINE_VPN

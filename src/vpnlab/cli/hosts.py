@@ -21,7 +21,7 @@ LIMIT = typer.Option(None, "--limit", "-l", help="only these hosts or groups, co
 
 
 def _hosts(inventory: str, pattern: Optional[str]):
-    from .inventory import limit, load_inventory
+    from ..hosts.inventory import limit, load_inventory
 
     return limit(load_inventory(inventory), pattern, inventory)
 
@@ -49,11 +49,11 @@ def prepare(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
                                                 "run, with the testbed's own programs (beside any --packages)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")):
     """Install the packages on each host with vpnlab's Ansible playbook and check its kernel."""
-    from .prepare import DEFAULT_PACKAGES, prepare as run_prepare, study_packages
+    from ..hosts.prepare import DEFAULT_PACKAGES, prepare as run_prepare, study_packages
 
     wanted = [p for item in packages or [] for p in item.split(",") if p]
     if study:
-        from ..cli.run import load_study_arg
+        from .run import load_study_arg
 
         wanted += [p for p in study_packages(load_study_arg(study)[0]) if p not in wanted]
     wanted = wanted or list(DEFAULT_PACKAGES)
@@ -82,7 +82,7 @@ def _print_prepared(reports) -> None:
 def doctor(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
            as_json: bool = typer.Option(False, "--json", help="print JSON")):
     """Per host, over SSH: kernel, CPU, kernel pieces, tools, and the NIC toward each other host."""
-    from .doctor import doctor as examine
+    from ..hosts.doctor import doctor as examine
 
     reports = examine(_hosts(inventory, limit))
     if as_json:
@@ -111,7 +111,7 @@ def _print_examined(reports) -> None:
 @user_errors
 def clean(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
     """Remove what crashed runs left on the hosts (as recorded there), and nothing else."""
-    from .ssh import clean_host
+    from ..hosts.ssh import clean_host
 
     failed = False
     for host in _hosts(inventory, limit):
