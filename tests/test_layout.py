@@ -1,5 +1,15 @@
-"""Where nodes, the WAN and tunnel layers sit, and what each tunnel end routes."""
+"""Where nodes, the WAN and tunnel layers sit, and what each tunnel end routes; and the code's own
+layout: vpnlab's imports point one way, and both kinds of node keep the node contract."""
 
+import ast
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+from vpnlab.hosts.node import RemoteNode
+from vpnlab.testbed import contract
 from vpnlab.testbed.node import Node
 from vpnlab.testbed.topology import Layout
 from vpnlab.testbed.topology import Testbed as Bed
@@ -55,3 +65,125 @@ def test_nested_site_to_site_puts_the_inner_tunnel_on_the_outer_gateways_lans():
 def test_baseline_has_no_tunnel_layers():
     assert Layout.for_topology("site-to-site", 0).tunnels == []
     assert Layout.for_topology("remote-access", 0).roles == ["client", "gw", "server"]
+
+
+# --- the code's own layout: imports point one way, both nodes keep one contract -----------------
+
+SRC = Path(__file__).parent.parent / "src"
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the vpnlab package (a package by its __init__)."""
+    out = {}
+    for path in (SRC / "vpnlab").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(modules: dict[str, Path]):
+    """(module, vpnlab modules one import statement names, whether it sits inside a function, line)."""
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       for n in ast.walk(f)}
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            else:
+                continue
+            named = [t for t in targets if t in modules and t != name]
+            if named:
+                yield name, named, id(node) in in_function, node.lineno
+
+
+def test_no_vpnlab_import_inside_a_function_outside_the_cli():
+    modules = _modules()
+    hidden = [f"{modules[name].relative_to(SRC)}:{line}" for name, _, inside, line in _imports(modules)
+              if inside and not name.startswith("vpnlab.cli")]
+    assert not hidden, f"vpnlab imports inside functions (move them to the top; a cycle means a layer is wrong): {hidden}"
+
+
+def test_no_import_cycle_among_vpnlab_modules():
+    modules = _modules()
+    edges = {name: set() for name in modules}
+    for name, named, _, _ in _imports(modules):
+        edges[name].update(named)
+    cycles = [c for c in _strongly_connected(edges) if len(c) > 1]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components, iteratively (the graph is a few hundred edges)."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                out.append(sorted(component))
+    return out
+
+
+def test_the_import_checks_catch_a_local_import_and_a_cycle(tmp_path, monkeypatch):
+    """The two checks above on a package made to break both rules."""
+    package = tmp_path / "vpnlab"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from .sub import b\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("def late():\n    from .. import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    with pytest.raises(AssertionError, match=r"vpnlab/sub/b.py:2"):
+        test_no_vpnlab_import_inside_a_function_outside_the_cli()
+    with pytest.raises(AssertionError, match=r"vpnlab.a.*vpnlab.sub.b"):
+        test_no_import_cycle_among_vpnlab_modules()
+
+
+@pytest.mark.parametrize("implementation", [Node, RemoteNode], ids=["namespace", "remote"])
+def test_both_nodes_keep_the_node_contract(implementation):
+    """Every method of the contract, with the same parameters (names, kinds, defaults), and its attributes."""
+    methods = {name: member for name, member in vars(contract.Node).items()
+               if inspect.isfunction(member) and not name.startswith("_")}
+    assert {"run", "ip", "tc", "spawn", "stop", "listening", "read_net", "sysctl", "exists", "place",
+            "record_file", "remove_file"} <= set(methods)
+    for name, member in methods.items():
+        assert callable(getattr(implementation, name, None)), f"{implementation.__name__} lacks {name}"
+        wanted = [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
+        found = [(p.name, p.kind, p.default) for p in inspect.signature(getattr(implementation, name)).parameters.values()]
+        assert found == wanted, f"{implementation.__name__}.{name}{inspect.signature(getattr(implementation, name))}"
+    fields = set(getattr(implementation, "__dataclass_fields__", {})) | set(vars(implementation))
+    assert set(inspect.get_annotations(contract.Node)) <= fields
