@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from vpnlab import algorithm_report as report
 from vpnlab import algorithms as alg
 from vpnlab.algorithms import AEAD
-from vpnlab.drivers import libreswan, ocserv, openvpn, ppp, strongswan
+from vpnlab.drivers import ipsec, libreswan, ocserv, openvpn, ppp, strongswan
 from vpnlab.catalog import DRIVERS
 from vpnlab.labels import for_scenarios
 from vpnlab.plan import make_plan
@@ -82,6 +82,15 @@ def test_every_fips_profile_declares_only_approved_algorithms():
             assert found == ["authentication PSK + MS-CHAPv2"]
         else:
             assert found == [], name
+
+
+def test_the_options_a_fips_profile_allows_follow_the_one_fips_rule():
+    """Each driver takes its FIPS-approved options from algorithms.fips_approved, in its own names."""
+    assert ipsec.FIPS_ESP == {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes128gcm16",
+                              "aes256gcm16"}
+    assert openvpn.FIPS_CIPHERS == {"AES-128-GCM", "AES-256-GCM", "AES-128-CBC", "AES-256-CBC"}
+    assert openvpn.FIPS_AUTH == {"SHA1", "SHA256", "SHA512"}
+    assert not alg.fips_approved("3DES-CBC HMAC-MD5-96") and alg.fips_approved("AES-256-GCM")
 
 
 def test_broken_or_deprecated_algorithms_are_named_whatever_the_profile(tmp_path):

@@ -15,7 +15,7 @@ import subprocess
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .algorithms import CONTROL, DATA, HEADINGS, NOT_FIPS, TOOL, Algorithms, mismatches, weak
+from .algorithms import CONTROL, DATA, HEADINGS, TOOL, Algorithms, fips_approved, mismatches, weak
 from .catalog import DRIVERS
 from .errors import VpnlabError
 from .labels import for_scenarios
@@ -123,12 +123,11 @@ class Layer:
                     f"{v} ({n})" for v, n in seen.most_common()))
             if declared and any(v != declared for v in seen):
                 warn.append(f"declared: {declared}")
-            if fips and any(bad in text for bad in NOT_FIPS):
+            if fips and not fips_approved(text):
                 warn.append("not FIPS 140-approved, under the fips profile")
             return {"text": text, "warn": "; ".join(warn + weak(text)), "css": "mismatch" if warn else ""}
         if declared:
-            bad = ["not FIPS 140-approved, under the fips profile"] if fips and any(
-                word in declared for word in NOT_FIPS) else []
+            bad = ["not FIPS 140-approved, under the fips profile"] if fips and not fips_approved(declared) else []
             return {"text": declared, "warn": "; ".join(bad + weak(declared)), "css": "declared"}
         return {"text": "-", "warn": "", "css": ""}
 

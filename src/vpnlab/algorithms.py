@@ -91,19 +91,6 @@ def merged(*found: "Algorithms | None") -> "Algorithms | None":
     return Algorithms(**{**out.as_dict(), "source": " + ".join(f.source for f in present if f.source)})
 
 
-ESP_ALGORITHMS = {  # vpnlab's ESP proposal names (drivers/ipsec.py) -> (cipher, integrity)
-    "3des-md5": ("3DES-CBC", "HMAC-MD5-96"), "3des-sha1": ("3DES-CBC", "HMAC-SHA1-96"),
-    "aes128-sha1": ("AES-128-CBC", "HMAC-SHA1-96"), "aes256-sha1": ("AES-256-CBC", "HMAC-SHA1-96"),
-    "aes128-sha256": ("AES-128-CBC", "HMAC-SHA256-128"), "aes256-sha256": ("AES-256-CBC", "HMAC-SHA256-128"),
-    "aes128gcm16": ("AES-128-GCM", AEAD), "aes256gcm16": ("AES-256-GCM", AEAD),
-    "chacha20poly1305": ("ChaCha20-Poly1305", AEAD),
-}
-
-
-def esp_algorithms(proposal: str) -> tuple[str, str]:
-    return ESP_ALGORITHMS.get(proposal, (proposal, ""))
-
-
 def mismatches(declared: Algorithms | None, negotiated: Algorithms | None) -> list[str]:
     """'key exchange: declared ECDH P-256, negotiated X25519' for each field both know and differ in."""
     if declared is None or negotiated is None:
@@ -113,9 +100,15 @@ def mismatches(declared: Algorithms | None, negotiated: Algorithms | None) -> li
             if k in mine and k in theirs and mine[k] != theirs[k]]
 
 
+def fips_approved(name: str) -> bool:
+    """Does FIPS 140 approve the algorithms `name` names (in this module's vocabulary)? The one FIPS
+    rule: each driver's fips profile takes its allowed options from it."""
+    return not any(bad in name for bad in NOT_FIPS)
+
+
 def not_fips(algorithms: Algorithms) -> list[str]:
     """The fields whose algorithm FIPS 140 does not approve: 'key exchange X25519'."""
-    return [f"{HEADINGS[k]} {v}" for k, v in algorithms.values().items() if any(bad in v for bad in NOT_FIPS)]
+    return [f"{HEADINGS[k]} {v}" for k, v in algorithms.values().items() if not fips_approved(v)]
 
 
 # --- names, as the software prints them, to one vocabulary ----------------------------------------

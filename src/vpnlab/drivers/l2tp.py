@@ -11,10 +11,10 @@ import secrets as random_secrets
 from dataclasses import replace
 from typing import Literal
 
-from ..algorithms import Algorithms, esp_algorithms, merged, read_logs, read_path, read_xfrm
+from ..algorithms import Algorithms, merged, read_logs, read_path, read_xfrm
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
-from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS
+from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS, esp_algorithms
 from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, parse_pppd_log, private_etc,
                   wait_for_link)
 from .strongswan import FIPS_IKE, parse_charon_log, start_charons

@@ -15,14 +15,14 @@ import re
 import secrets as random_secrets
 from pathlib import Path
 
-from ..algorithms import (AEAD, Algorithms, cipher_name, esp_algorithms, group_name, integrity_name, merged, read_logs,
-                          read_xfrm)
+from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
 from ..files import write_secret
 from ..testbed.node import private_run
 from ..tools import Tool, find
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .ipsec import ESP_MODULES, IPCOMP_MODULES, IpsecOptions, configured_esp, esp_overhead, fips_problem
+from .ipsec import (ESP_MODULES, IPCOMP_MODULES, IpsecOptions, configured_esp, esp_algorithms, esp_overhead,
+                    fips_problem)
 from .pki import OPENSSL, make_pki
 
 PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, read_logs
+from ..algorithms import AEAD, Algorithms, cipher_name, fips_approved, group_name, integrity_name, read_logs
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
 from .pki import OPENSSL, make_pki
@@ -29,8 +29,8 @@ CIPHERS = {
 }
 HMAC_BYTES = {"MD5": 16, "SHA1": 20, "SHA256": 32, "SHA512": 64}
 LEGACY_CIPHERS = {"BF-CBC"}  # only in OpenSSL 3's legacy provider
-FIPS_CIPHERS = {"AES-128-GCM", "AES-256-GCM", "AES-128-CBC", "AES-256-CBC"}
-FIPS_AUTH = {"SHA1", "SHA256", "SHA512"}  # HMAC-SHA1 is still approved for HMAC
+FIPS_CIPHERS = {cipher for cipher in CIPHERS if fips_approved(cipher_name(cipher))}
+FIPS_AUTH = {auth for auth in HMAC_BYTES if fips_approved(integrity_name(auth))}  # HMAC-SHA1 is still approved
 DEFAULT_CIPHER = "AES-256-GCM"  # what OpenVPN 2.6 negotiates out of the box
 DEFAULT_AUTH = {"default": "SHA1", "fips": "SHA256"}
 

@@ -19,14 +19,13 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from ..algorithms import (AEAD, Algorithms, cipher_and_integrity, esp_algorithms, group_name, merged, read_logs,
-                          read_xfrm)
+from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
 from ..files import write_secret
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
 from .ipsec import (CHARON, ESP_MODULES, IPCOMP_MODULES, IPSEC_PACKAGES, IPSEC_TOOLS, IpsecOptions, configured_esp,
-                    esp_overhead, fips_problem)
+                    esp_algorithms, esp_overhead, fips_problem)
 from .pki import make_pki
 
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
