@@ -173,17 +173,44 @@ def test_the_import_checks_catch_a_local_import_and_a_cycle(tmp_path, monkeypatc
         test_no_import_cycle_among_vpnlab_modules()
 
 
+def _contract_problems(implementation) -> list[str]:
+    """What `implementation` lacks of the node contract: a method, its parameters (names, kinds,
+    defaults) or an attribute."""
+    problems = []
+    for name, member in vars(contract.Node).items():
+        if not inspect.isfunction(member) or name.startswith("_"):
+            continue
+        found = getattr(implementation, name, None)
+        if not callable(found):
+            problems.append(f"no {name}")
+            continue
+        wanted = [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
+        if [(p.name, p.kind, p.default) for p in inspect.signature(found).parameters.values()] != wanted:
+            problems.append(f"{name}{inspect.signature(found)}, not {name}{inspect.signature(member)}")
+    attributes = set(getattr(implementation, "__dataclass_fields__", {})) | set(dir(implementation))
+    problems += [f"no attribute {name}" for name in inspect.get_annotations(contract.Node) if name not in attributes]
+    return problems
+
+
 @pytest.mark.parametrize("implementation", [Node, RemoteNode], ids=["namespace", "remote"])
 def test_both_nodes_keep_the_node_contract(implementation):
-    """Every method of the contract, with the same parameters (names, kinds, defaults), and its attributes."""
-    methods = {name: member for name, member in vars(contract.Node).items()
-               if inspect.isfunction(member) and not name.startswith("_")}
     assert {"run", "ip", "tc", "spawn", "stop", "listening", "read_net", "sysctl", "exists", "place",
-            "record_file", "remove_file"} <= set(methods)
-    for name, member in methods.items():
-        assert callable(getattr(implementation, name, None)), f"{implementation.__name__} lacks {name}"
-        wanted = [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
-        found = [(p.name, p.kind, p.default) for p in inspect.signature(getattr(implementation, name)).parameters.values()]
-        assert found == wanted, f"{implementation.__name__}.{name}{inspect.signature(getattr(implementation, name))}"
-    fields = set(getattr(implementation, "__dataclass_fields__", {})) | set(vars(implementation))
-    assert set(inspect.get_annotations(contract.Node)) <= fields
+            "record_file", "remove_file"} <= set(vars(contract.Node))
+    assert _contract_problems(implementation) == []
+
+
+def test_the_contract_check_catches_a_node_that_drifted():
+    class Drifted(Node):
+        def stop(self, proc, grace: float = 5.0) -> None:  # another default
+            pass
+
+        def exists(self, path, follow) -> bool:  # another parameter
+            return True
+
+    problems = _contract_problems(Drifted)
+    assert [p.split("(")[0] for p in problems] == ["stop", "exists"], problems
+
+    class Bare:
+        role = "client"
+
+    assert {"no run", "no place", "no attribute namespace", "no attribute python"} <= set(_contract_problems(Bare))
