@@ -2,6 +2,7 @@
 layout: vpnlab's imports point one way, and both kinds of node keep the node contract."""
 
 import ast
+import functools
 import inspect
 import sys
 from pathlib import Path
@@ -81,26 +82,39 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(modules: dict[str, Path]):
+def _imports(modules: dict[str, Path]) -> list[tuple[str, list[str], bool, int]]:
     """(module, vpnlab modules one import statement names, whether it sits inside a function, line)."""
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                       for n in ast.walk(f)}
+    return _parsed_imports(SRC, tuple(sorted(modules.items())))
+
+
+@functools.cache
+def _parsed_imports(src: Path, modules: tuple) -> list[tuple[str, list[str], bool, int]]:
+    known, out = dict(modules), []
+    for name, path in modules:
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(tree):
+        for node, inside in _import_statements(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 base = node.module or ""
                 if node.level:
                     base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
                 targets = [base, *(f"{base}.{a.name}" for a in node.names)]
-            else:
-                continue
-            named = [t for t in targets if t in modules and t != name]
+            named = [t for t in targets if t in known and t != name]
             if named:
-                yield name, named, id(node) in in_function, node.lineno
+                out.append((name, named, inside, node.lineno))
+    return out
+
+
+def _import_statements(tree: ast.AST):
+    """Every import statement of a module, and whether it sits inside a function."""
+    stack = [(tree, False)]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, inside
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        stack.extend((child, inside) for child in ast.iter_child_nodes(node))
 
 
 def test_no_vpnlab_import_inside_a_function_outside_the_cli():
