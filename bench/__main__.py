@@ -39,8 +39,7 @@ from rich.table import Table
 
 from vpnlab.analysis import summarise
 from vpnlab.capabilities import detect
-from vpnlab.catalog import DRIVERS as REGISTRY
-from vpnlab.catalog import KINDS
+from vpnlab.catalog import DRIVERS, KINDS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.plan import check_plan, make_plan, place
 from vpnlab import signals
@@ -89,7 +88,7 @@ workloads: [{{kind: tcp, duration_s: {5 if quick else 10}, omit_s: 2}}]
 
 
 def _wireguard(state: RunState, bed: Testbed, log_dir: Path):
-    driver = REGISTRY["wireguard"]
+    driver = DRIVERS["wireguard"]
     options = driver.Options()
     impl = driver.resolve(options, detect()).name
     left, right = bed.tunnel_sites(0)

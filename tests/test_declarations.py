@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 from vpnlab import catalog
-from vpnlab.catalog import DRIVERS
-from vpnlab.catalog import KINDS
+from vpnlab.catalog import DRIVERS, KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +46,8 @@ def test_metric_registry_is_consistent_and_the_readme_table_is_generated_from_it
         assert set(kind.plotted) <= set(registry), kind.kind
     assert catalog.markdown_table() in (ROOT / "README.md").read_text(), \
         "README's metric table differs from the registry: paste `python -m vpnlab.metrics` into it"
+    printed = subprocess.run([sys.executable, "-m", "vpnlab.metrics"], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == catalog.markdown_table()
 
 
 def test_one_baseline_driver_and_no_module_names_it():
