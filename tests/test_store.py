@@ -26,7 +26,7 @@ def test_repetitions_and_resume(tmp_path):
                           study_name="s", study_text=STUDY)
     store.add_scenario(scenario)
     store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": 1.5, "ping_loss_pct": 0},
-                            {"ping": "raw text"}, [])
+                            {"ping": "raw text"}, [], units={"rtt_avg_ms": "ms", "ping_loss_pct": "%"})
     store.record_repetition(run, scenario.id, 2, {"rtt_avg_ms": 1.7, "ping_loss_pct": 0}, {}, ["suspect"])
     store.close()
 
@@ -38,6 +38,7 @@ def test_repetitions_and_resume(tmp_path):
     samples = again.samples()
     assert len(samples) == 4
     assert {s.flags for s in samples if s.repetition == 2} == {"suspect"}
+    assert {(s.metric, s.unit) for s in samples if s.repetition == 1} == {("rtt_avg_ms", "ms"), ("ping_loss_pct", "%")}
     again.close()
 
 

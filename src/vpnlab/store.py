@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from .catalog import unit
 from .errors import VpnlabError
 
 SCHEMA_VERSION = 6
@@ -503,9 +502,10 @@ class Store:
 
     def record_repetition(self, run_id: int, scenario_id: str, repetition: int, values: dict[str, float],
                           raw: dict[str, str], flags: list[str], round_: int | None = None,
-                          position: int | None = None, failure: str | None = None) -> None:
-        """Samples (with their units from the metric registry), raw output and the completion mark
-        of one repetition, atomically. A value that is not a finite number is stored as missing,
+                          position: int | None = None, failure: str | None = None,
+                          units: dict[str, str] | None = None) -> None:
+        """Samples (with their `units`, as the catalog gives them to the runner; '' without one), raw
+        output and the completion mark of one repetition, atomically. A value that is not a finite number is stored as missing,
         with a flag. A failed repetition on a (nearly) full disk is not stored: the full disk may
         be why it failed, so the run stops (DiskFull) and `--resume` measures it again."""
         values, flags = _finite(values, flags)
@@ -517,7 +517,7 @@ class Store:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?)",
-                [(scenario_id, repetition, m, float(v), unit(m), stamp) for m, v in values.items()],
+                [(scenario_id, repetition, m, float(v), (units or {}).get(m, ""), stamp) for m, v in values.items()],
             )
             self.db.executemany(
                 "INSERT OR REPLACE INTO raw_outputs VALUES (?, ?, ?, ?)",

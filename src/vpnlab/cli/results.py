@@ -11,7 +11,6 @@ import typer
 from rich import box
 from rich.table import Table
 
-from ..analysis import fmt
 from ..errors import VpnlabError
 from ..console import err, out, user_errors
 from .common import app
@@ -56,7 +55,7 @@ def _show(directory: Path) -> None:
 def _print_scenario(title: str, sc, by_metric: dict) -> None:
     """One scenario's table of metrics (the tunnel-level ones go on a line below it), and its notes."""
     from .. import catalog
-    from ..analysis import relative_text
+    from ..analysis import fmt, relative_text
     from ..machines import current_wording
     from ..stopping import lasting_notes
 

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 
 from .. import results_dir
-from ..analysis import fmt
 from ..errors import StudyError, VpnlabError
 from ..signals import Interrupted
 from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, user_errors
@@ -206,7 +205,7 @@ def _finish(out_dir: Path) -> None:
 def _compact(directory: Path) -> None:
     """The end of a run at a glance: a row per VPN, a column per link and workload with the
     workload's primary metric against no VPN (interval, grade where the data give one), failures."""
-    from ..analysis import relative_text, summarise
+    from ..analysis import fmt, relative_text, summarise
     from ..catalog import KINDS
     from ..labels import for_scenarios
     from ..store import Store
