@@ -83,7 +83,7 @@ def _both_ends(options: OpenVpnOptions, profile: str, dev: str, mtu: int | None)
         args += ["--tun-mtu", mtu, "--mssfix", mtu, "fixed"]  # TCP segments that fill the MTU, no more
     if profile == "fips":
         # --tls-groups, not --ecdh-curve: OpenSSL 3 builds ignore the curve ("using default curves")
-        # and the key exchange was X25519, which FIPS 140 does not approve (algorithms.py reads it).
+        # and the key exchange was X25519, which FIPS 140 does not approve (parse_log reads it).
         args += ["--tls-version-min", "1.2", "--tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384",
                  "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--tls-groups", "prime256v1"]
     return args
