@@ -13,7 +13,10 @@ DATA = Path(__file__).parent / "data"
 AUDIT = Path(__file__).parent / "audit"
 # Every Python process of the suite, this one and the vpnlab commands it starts, records the
 # programs it runs (audit/sitecustomize.py); each test fails if one of them is not declared.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AUDIT), os.environ.get("PYTHONPATH")]))
+# Absolute, so that a command started in another directory runs this tree's vpnlab (PYTHONPATH=src
+# is relative), not the one installed.
+os.environ["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in filter(None, [
+    str(AUDIT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))
 sys.path.insert(0, str(AUDIT))
 import execlog  # noqa: E402
 

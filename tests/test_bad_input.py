@@ -142,6 +142,32 @@ CASES = [
     Case("no-such-file", None, ("no-such-study.yaml: no such study file",), path="no-such-study.yaml"),
     Case("a-directory", None, ("cannot read study file: Is a directory",), path="."),
     Case("markup-in-a-key", workload("{kind: ping, '[/x]': 1}"), ("workloads[0].[/x]: unknown field",)),
+    # read as a careful parser would (issue 37)
+    Case("duplicate-top-level-key", PING + "repetitions: 3\nrepetitions: 5\n",
+         ("duplicate key 'repetitions' (also at line 4, column 1)", "line 5"), real=True),
+    Case("duplicate-key-in-a-flow-mapping", workload("{kind: ping, count: 5, count: 7}"), ("duplicate key 'count'",)),
+    Case("true-for-a-rate", PING + "links: [{rate_mbit: true}]\n",
+         ("links[0].rate_mbit: expected a number, not true/false",), real=True),
+    Case("false-for-a-driver-option", "name: t\nvpns: [{driver: wireguard, options: {mtu: false}}]\n"
+         "workloads: [{kind: ping}]\n", ("vpns[0].options.mtu: expected a number, not true/false",), cli=False),
+    Case("true-for-a-count", workload("{kind: ping, count: true}"),
+         ("workloads[0].count: expected a number, not true/false",), cli=False),
+    Case("loss-100", PING + "links: [{loss_pct: 100}]\n", ("links[0].loss_pct", "less than 100")),
+    Case("shape-without-hosts", PING + "links: [{rate_mbit: 10, shape: true}]\n",
+         ("links[0].shape: only for a study on real hosts",)),
+    Case("escape-in-a-label", 'name: t\nvpns: [{driver: none, label: "\\e[31mred"}]\nworkloads: [{kind: ping}]\n',
+         ("vpns[0].label: control character \\x1b",), real=True),
+    Case("line-break-in-the-name", 'name: "t\\nforged row"\nvpns: [{driver: none}]\nworkloads: [{kind: ping}]\n',
+         ("name: control character \\n",)),
+    Case("nul-in-a-link-name", PING + 'links: [{name: "a\\0b"}]\n', ("links[0].name: control character \\x00",),
+         cli=False),
+    Case("escape-in-a-key", workload('{kind: ping, "\\e[2J": 1}'), ("workloads[0].'\\x1b[2J': control character",),
+         cli=False),
+    Case("escape-in-a-description", PING + 'description: "\\e]0;title\\a"\n', ("description: control character",),
+         cli=False),
+    Case("tens-of-thousands-of-errors", "name: t\nvpns: [" + ", ".join(["1"] * 50_000) + "]\n"
+         "workloads: [{kind: ping}]\n",
+         ("vpns[0]: Input should be a valid dictionary", "vpns[19]:", "... and 49,980 more")),
 ]
 
 

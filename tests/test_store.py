@@ -7,6 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from vpnlab.plan import make_plan
+from vpnlab.results_dir import read_store
 from vpnlab.store import Store
 from vpnlab.study import parse_study
 
@@ -119,6 +120,8 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
 def test_a_scenario_is_stored_as_the_baseline_or_not_and_an_older_store_derives_it(tmp_path):
     plan = make_plan(parse_study(STUDY.replace("[{driver: none}]", "[{driver: none}, {driver: wireguard}]")))
     store = Store.open_dir(tmp_path)
+    store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={}, study_name="s",
+                    study_text=STUDY)
     for scenario in plan.scenarios:
         store.add_scenario(scenario)
     stored = dict(store.db.execute("SELECT vpn, baseline FROM scenarios").fetchall())
@@ -129,7 +132,7 @@ def test_a_scenario_is_stored_as_the_baseline_or_not_and_an_older_store_derives_
     db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
     db.commit()
     db.close()
-    older = Store.read_only(tmp_path)  # read as it is, nothing written
+    older = read_store(tmp_path)  # read as it is, nothing written, no upgrade asked
     try:
         assert {row.vpn: row.is_baseline for row in older.scenarios()} == {"none": True, "wireguard": False}
     finally:

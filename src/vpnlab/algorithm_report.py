@@ -243,7 +243,8 @@ def explain_profiles(judgements, store) -> None:
         f = j.finding
         if f.a is None or f.b is None:
             continue
-        sa, sb = pick(side_rows(f.a, rows), side_rows(f.b, rows))
+        # one scenario a side (a side averaged over several compares no single pair of profiles)
+        sa, sb = (one[0] if len(one) == 1 else None for one in pick(side_rows(f.a, rows), side_rows(f.b, rows)))
         if sa is None or sb is None or sa.profile == sb.profile or sa.is_baseline:
             continue
         if _without_profile(sa.config) != _without_profile(sb.config):

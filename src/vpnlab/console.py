@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from . import results_dir
 from .errors import VpnlabError
+from .schema import CONTROL
 from .signals import Interrupted
 
 # Piped or logged output keeps whole tables rather than squeezing them to 80 columns.
@@ -23,6 +24,16 @@ EXIT_SCENARIOS_FAILED = 1
 EXIT_INTERRUPTED = 130
 
 
+def safe(text, lines: bool = False) -> str:
+    """Text from a store, an inventory or a file, to print as it is: its control characters as
+    visible escapes (`\\x1b`; line breaks kept if `lines`), its square brackets not read as rich
+    markup."""
+    def visible(match):
+        return match.group() if lines and match.group() == "\n" else match.group().encode("unicode_escape").decode()
+
+    return escape(CONTROL.sub(visible, str(text)))
+
+
 def user_errors(func):
     """Print a VpnlabError as one clear message and exit non-zero, without a traceback."""
 
@@ -31,7 +42,7 @@ def user_errors(func):
         try:
             return func(*args, **kwargs)
         except VpnlabError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {safe(exc, lines=True)}", highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT)
         except Interrupted as exc:
             err.print(f"[yellow]interrupted[/] ({exc}): everything it created is removed")
@@ -40,7 +51,7 @@ def user_errors(func):
             known = results_dir.explain(exc)
             if known is None:
                 raise
-            err.print(f"[bold red]error:[/] {known[0]}", highlight=False, markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {safe(known[0], lines=True)}", highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(known[1])
 
     return wrapper

@@ -24,8 +24,9 @@ COLUMNS = [
     "workload", "workload_params", "repetition", "metric", "value", "unit", "flags", "measured_at",
     "link_label", "workload_label",
     "run_link_rate_mbit", "run_link_delay_ms", "run_link_jitter_ms", "run_link_loss_pct", "run_workload_params",
+    "round", "position",  # the round (block) the repetition ran in, which the paired tests pair on, and its place
 ]
-AS_RUN_UNRECORDED = dict.fromkeys(COLUMNS[-5:])  # a store from before vpnlab recorded it: blank
+AS_RUN_UNRECORDED = dict.fromkeys(COLUMNS[-7:-2])  # a store from before vpnlab recorded it: blank
 
 
 def rows(store: Store) -> list[dict]:
@@ -55,7 +56,7 @@ def rows(store: Store) -> list[dict]:
             "measured_at": sample.measured_at,
             "link_label": sc.link_label,
             "workload_label": sc.workload_label,
-        } | as_run_columns(sc.as_run))
+        } | as_run_columns(sc.as_run) | {"round": sample.round, "position": sample.position})
     return out
 
 
@@ -99,7 +100,13 @@ def summary_rows(store: Store) -> list[dict]:
 
 
 def comparison_rows(store: Store) -> list[dict]:
-    return [asdict(c) for c in study_comparisons(store)]
+    """The comparisons; `p` is the primary test's two-sided p (`method` names it), also under its old
+    name `welch_p` at the end, for scripts written before (the alias goes in a later release)."""
+    return [_named_p(asdict(c)) for c in study_comparisons(store)]
+
+
+def _named_p(row: dict) -> dict:
+    return {("p" if key == "welch_p" else key): value for key, value in row.items()} | {"welch_p": row["welch_p"]}
 
 
 TABLES = {"samples": rows, "summary": summary_rows, "comparisons": comparison_rows}

@@ -1,7 +1,10 @@
-"""Two things many parts do with files: quote the end of a log, and write a secret."""
+"""What many parts do with files: quote the end of a log, write a secret, tell a kernel filesystem."""
 
 from __future__ import annotations
 
+import codecs
+import os
+import stat
 from pathlib import Path
 
 
@@ -20,3 +23,30 @@ def write_secret(path: Path, content: str) -> Path:
     path.chmod(0o600)  # touch keeps the mode of a file that existed
     path.write_text(content)
     return path
+
+
+# Kernel filesystems: files there are the kernel's interfaces, never a place for results or reports.
+PSEUDO_FILESYSTEMS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
+                      "configfs", "bpf", "pstore", "efivarfs", "fusectl", "mqueue", "binfmt_misc", "autofs", "nsfs"}
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the filesystem holding `path`, or that would hold it (its nearest existing
+    ancestor), from this process's mount table: the last mount on the longest matching mount point."""
+    where = os.path.realpath(path)
+    best, kind = "", ""
+    with open("/proc/self/mountinfo") as table:
+        for line in table:
+            fields = line.split()
+            point = codecs.decode(fields[4], "unicode_escape")  # spaces and the like come as \040
+            inside = where == point or where.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best):
+                best, kind = point, fields[fields.index("-") + 1]
+    return kind
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message: 'a FIFO', 'a character device' ..."""
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
+    return next((name for test, name in kinds if test(mode)), "a regular file")

@@ -25,6 +25,7 @@ for the others. Nothing here changes a condition or a number: it only reads the 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,30 +37,42 @@ from . import catalog
 from .algorithm_report import explain_profiles  # what two profiles of one configuration really changed
 from .analysis import matched
 from .catalog import KINDS
+from .drivers import pptp
 from .judging import settings_of, values_of
 from .plan import make_plan
-from .seed_findings import Finding, Findings, Side, parse, pick, side_rows
+from .results_dir import read_store
+from .seed_findings import Choice, Choices, Finding, Findings, Side, parse, parse_choices, pick, side_rows
 from .stats import (difference_ms, grade_range, holm, outlier_flags, paired_log_ratio, repetitions_needed,
                     tost_log_ratio, verdict, welch_log_ratio)
-from .store import Store
 
 ALPHA = 0.05
 
 RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.05) after Holm's correction "
-        "over this study's findings, and is estimated beyond the finding's margin (of A's mean for a difference "
-        "B - A) (for a null finding: equivalent within the margin by TOST, Holm-corrected over the findings "
-        "apart; its uncorrected 90% interval of B/A is shown); contradicted = the same the other way, or "
-        "equivalent within the margin where the seed found a difference (for a null finding: a significant "
-        "difference whose 95% interval lies beyond the margin); inconclusive = neither, with the repetitions "
-        "per side that would detect a difference of the margin at the family's Bonferroni level (of 10% of A's "
-        "mean at least, for a difference B - A) or show equivalence within it; not comparable here = a "
-        "condition this machine cannot give (a side measured in a VM under software emulation, whose CPU is "
-        "the emulator's; a scenario this machine could not run; a piece vpnlab lacks; the seed's own hardware "
-        "limit), with the reason. Primary test: paired t on log(B/A) per round (Welch on logs when the rounds "
-        "differ), on B - A for metrics that can be zero. Flagged samples are kept, never re-run as the seeds "
-        "did, and counted unless the study fixes otherwise before the run (analysis: flagged_samples).")
+        "over this study's findings, is estimated beyond the finding's margin (of A's mean for a difference "
+        "B - A), and is as big as the seed's: the seed's B/A lies inside vpnlab's 95% interval of B/A, widened by "
+        "the margin (a difference B - A is read as the ratio 1 + (B - A) / mean A); same direction, smaller "
+        "effect / same direction, larger effect = all that but the seed's B/A beyond the interval, further from 1 "
+        "(smaller here) or nearer to 1 (larger here), with both numbers; where the seed gave no ratio, the "
+        "direction alone reproduces it (for a null finding: equivalent within the margin by TOST, Holm-corrected "
+        "over the findings apart; its uncorrected 90% interval of B/A is shown); contradicted = a significant "
+        "difference beyond the margin the other way, or equivalence within the margin where the seed found a "
+        "difference (for a null finding: a significant difference whose 95% interval lies beyond the margin); "
+        "inconclusive = none of these, with the repetitions per side that would detect a difference of the "
+        "margin at the family's Bonferroni level (of 10% of A's mean at least, for a difference B - A) or show "
+        "equivalence within it; not comparable here = a condition this machine cannot give (a side measured in "
+        "a VM under software emulation, whose CPU is the emulator's; a scenario this machine could not run; a "
+        "piece vpnlab lacks; PPTP data towards pptpd over a link that dropped, which measures pptpd's 0.3 s GRE "
+        "hold; the seed's own hardware limit), with the reason; calibration, not a check = a finding that set "
+        "a condition of the study (its result is shown, outside Holm's family). A side may be the mean of "
+        "several scenarios, per round, where the seed averaged its cells. Primary test: paired t on log(B/A) "
+        "per round (Welch on logs when the rounds differ), on B - A for metrics that can be zero. Flagged "
+        "samples are kept, never re-run as the seeds did, and counted unless the study fixes otherwise before "
+        "the run (analysis: flagged_samples).")
 
-VERDICTS = ("reproduced", "contradicted", "inconclusive", "not comparable here")
+NOT_COMPARABLE = "not comparable here"
+CALIBRATION = "calibration, not a check"
+VERDICTS = ("reproduced", "same direction, smaller effect", "same direction, larger effect", "contradicted",
+            "inconclusive", NOT_COMPARABLE, CALIBRATION)
 
 
 # --- the plan check -------------------------------------------------------------------------------
@@ -72,24 +85,29 @@ def plan_problems(study) -> list[str]:
     links = sorted({s.link.label for s in scenarios})
     workloads = sorted({s.workload.label for s in scenarios})
     problems = []
+    ids = {f.id for f in findings}
+    for i, choice in enumerate(parse_choices(study.source_text)):
+        problems += [f"choices[{i}].findings: no finding {fid!r}" for fid in choice.findings if fid not in ids]
     for i, finding in enumerate(findings):
         for side_name in ("a", "b"):
             side = getattr(finding, side_name)
             if side is None:
                 continue
             where = f"findings[{i}] ({finding.id}).{side_name}"
-            if side.vpn not in vpns:
-                problems.append(f"{where}.vpn: no VPN labelled {side.vpn!r}; the plan has: {', '.join(vpns)}")
+            for vpn in side.vpns:
+                if vpn not in vpns:
+                    problems.append(f"{where}.vpn: no VPN labelled {vpn!r}; the plan has: {', '.join(vpns)}")
             if side.link is None and len(links) > 1:
                 problems.append(f"{where}.link: the study has {len(links)} links; name one of: {', '.join(links)}")
             elif side.link is not None and side.link not in links:
                 problems.append(f"{where}.link: no link labelled {side.link!r}; the plan has: {', '.join(links)}")
-            if side.workload not in workloads:
-                problems.append(f"{where}.workload: no workload labelled {side.workload!r}; the plan has: "
-                                f"{', '.join(workloads)}")
-        if finding.metric and finding.a and finding.a.workload in workloads:
-            kind = next(s.workload.kind for s in scenarios if s.workload.label == finding.a.workload)
-            if kind not in catalog.metric(finding.metric).producers.split(", "):
+            for workload in side.workloads:
+                if workload not in workloads:
+                    problems.append(f"{where}.workload: no workload labelled {workload!r}; the plan has: "
+                                    f"{', '.join(workloads)}")
+        if finding.metric and finding.a:
+            kinds = {s.workload.kind for s in scenarios if s.workload.label in finding.a.workloads}
+            for kind in sorted(kinds - set(catalog.metric(finding.metric).producers.split(", "))):
                 problems.append(f"findings[{i}] ({finding.id}).metric: {finding.metric} is not recorded by a "
                                 f"{kind} workload")
     return problems
@@ -152,6 +170,19 @@ def _userspace(row) -> bool:
     return any(part in USERSPACE_STAND_INS for part in row.implementation.split("+"))
 
 
+def _mean_by_round(sides: list[list]) -> list:
+    """One side's (round, value) pairs: one scenario's as they are, several scenarios' arithmetic mean
+    per round (the rounds all of them completed; in recorded order where rounds are unknown), as the
+    seeds averaged their tables' cells."""
+    if len(sides) == 1:
+        return sides[0]
+    if any(r is None for pairs in sides for r, _ in pairs):
+        return [(None, sum(v for _, v in cells) / len(cells)) for cells in zip(*sides)]
+    by_round = [dict(pairs) for pairs in sides]
+    shared = sorted(set.intersection(*(set(d) for d in by_round)))
+    return [(r, sum(d[r] for d in by_round) / len(by_round)) for r in shared]
+
+
 def judge(store, study_text: str | None = None) -> list[Judgement]:
     """A verdict on each finding of the run's study (the last run's study text unless given), from the
     store's valid samples, Holm-corrected over the findings that have a test."""
@@ -176,14 +207,20 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
 def decide(out: list[Judgement]) -> None:
     """The verdicts of a study's judgements, their tests done: Holm over the findings compared here
     (a comparison without a test still counts), the TOSTs apart, then RULE."""
-    family = [j for j in out if j._test is not None and j.verdict != "not comparable here"]
+    family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION)]
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
     for j, p in zip(family, holm([j.p for j in family])):
         j.holm_p = p
     for j, p in zip(family, holm([j._tost.p if j._tost is not None else None for j in family])):
         j.tost_holm_p = p
     for j in out:
-        if j.verdict == "not comparable here" or j._test is None:
+        if j.verdict == NOT_COMPARABLE or j._test is None:
+            continue
+        if j.verdict == CALIBRATION:  # shown as measured, uncorrected: it is not one of the checks
+            j.holm_p, j.tost_holm_p = j.p, (j._tost.p if j._tost is not None else None)
+            _decide(j, 1)
+            as_check = f"as a check it would read: {j.verdict}, {j.reason}"
+            j.verdict, j.reason = CALIBRATION, f"{j.finding.calibration}; {as_check}"
             continue
         _decide(j, len(family))
         if j.flagged or j.outliers:
@@ -194,58 +231,91 @@ def decide(out: list[Judgement]) -> None:
                          "(`vpnlab run --resume` measures the rest)")
 
 
+def _label(rows: list, side: Side) -> str:
+    first = rows[0]
+    if len(rows) == 1:
+        return f"{first.shown} | {first.link_label} | {first.workload_label}"
+    vpns = first.shown if len(side.vpns) == 1 else f"mean of ({', '.join(side.vpns)})"
+    work = first.workload_label if len(side.workloads) == 1 else f"mean of ({', '.join(side.workloads)})"
+    return f"{vpns} | {first.link_label} | {work}"
+
+
 def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Judgement:
-    """One finding's pair of scenarios, whether they compare like the seed's, and its primary test."""
+    """One finding's scenarios, whether they compare like the seed's, and its primary test."""
     if finding.not_comparable:
         return Judgement(finding, "not comparable here", finding.not_comparable)
     sa, sb = pick(side_rows(finding.a, rows), side_rows(finding.b, rows))
-    missing = [s.describe() for s, r in ((finding.a, sa), (finding.b, sb)) if r is None]
+    missing = [f"{vpn} | {side.link or '-'} | {w}" for side, picked in ((finding.a, sa), (finding.b, sb))
+               for (vpn, w), r in zip(side.cells, picked) if r is None]
     if missing:
         return Judgement(finding, "not comparable here", f"not in this run's results: {'; '.join(missing)}")
-    metric = finding.metric or KINDS[sa.workload].primary if sa.workload in KINDS else finding.metric
-    j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=f"{sa.shown} | {sa.link_label} | "
-                  f"{sa.workload_label}", b_label=f"{sb.shown} | {sb.link_label} | {sb.workload_label}",
-                  unit=catalog.metric(metric).unit if metric else "",
-                  measured_in=sa.measured_in if sa.measured_in == sb.measured_in else "host and VM")
-    failed = [r for r in (sa, sb) if r.status == "failed"]
+    kind = sa[0].workload
+    metric = finding.metric or (KINDS[kind].primary if kind in KINDS else None)
+    places = {r.measured_in for r in sa + sb}
+    j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=_label(sa, finding.a),
+                  b_label=_label(sb, finding.b), unit=catalog.metric(metric).unit if metric else "",
+                  measured_in=places.pop() if len(places) == 1 else "host and VM")
+    failed = [r for r in sa + sb if r.status == "failed"]
     if failed:
         j.verdict, j.reason = "not comparable here", "; ".join(
             f"{r.shown} | {r.workload_label} could not be measured here: {(r.failure or 'failed')[:200]}"
             for r in failed)
         return j
-    j.short_of_rule = [side for side, r in (("A", sa), ("B", sb)) if r.unfinished]
+    j.short_of_rule = [side for side, picked in (("A", sa), ("B", sb)) if any(r.unfinished for r in picked)]
     _mark_unlike_the_seed(j, finding, sa, sb)
     if not metric:
-        j.verdict, j.reason = "not comparable here", f"the workload kind {sa.workload!r} is unknown here"
+        j.verdict, j.reason = "not comparable here", f"the workload kind {kind!r} is unknown here"
         return j
-    a_vals, b_vals = values.get((sa.id, metric), []), values.get((sb.id, metric), [])
+    if j.verdict != "not comparable here" and (held := _held_by_pptpd(sa + sb, values)):
+        j.verdict, j.reason = "not comparable here", held
+    a_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sa])
+    b_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sb])
     if finding.per_link_rate:
-        if not (sa.link_rate_mbit and sb.link_rate_mbit):
+        if not all(r.link_rate_mbit for r in sa + sb):
             j.verdict, j.reason = "not comparable here", "per_link_rate needs both links shaped to a rate"
             return j
-        a_vals = [(r, v / sa.link_rate_mbit) for r, v in a_vals]
-        b_vals = [(r, v / sb.link_rate_mbit) for r, v in b_vals]
         j.unit = f"{j.unit} per Mbit/s of link"
-    j.flagged = flagged.get((sa.id, metric), 0) + flagged.get((sb.id, metric), 0)
+    j.flagged = sum(flagged.get((r.id, metric), 0) for r in sa + sb)
     _test(j, a_vals, b_vals)
+    if finding.calibration and j.verdict != "not comparable here":
+        j.verdict, j.reason = CALIBRATION, finding.calibration
     return j
 
 
-def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa, sb) -> None:
-    """'not comparable here' when the pair was measured unlike the seed's machines (its values are
-    still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
-    j.emulated = sa.emulated or sb.emulated
+def _per_rate(pairs: list, row, finding: Finding) -> list:
+    if not (finding.per_link_rate and row.link_rate_mbit):
+        return pairs
+    return [(r, v / row.link_rate_mbit) for r, v in pairs]
+
+
+def _held_by_pptpd(rows: list, values: dict) -> str:
+    """Why a side's PPTP samples measured pptpd's GRE reorder hold rather than PPTP ('' when none
+    did): data towards the gateway over a link that dropped (pptp.held_by_pptpd)."""
+    held = []
+    for r in rows:
+        if "pptpd" not in r.implementation.split("+"):
+            continue
+        seen = {m: max((v for _, v in values.get((r.id, m), [])), default=0.0) for m in pptp.LOSS_EVIDENCE}
+        if pptp.held_by_pptpd(r.workload, r.params, r.link_loss_pct, seen):
+            held.append(f"{r.shown} | {r.workload_label}")
+    return (f"{'; '.join(held)}: {pptp.HOLD_FLAG}" if held else "")
+
+
+def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa: list, sb: list) -> None:
+    """'not comparable here' when the scenarios were measured unlike the seed's machines (their values
+    are still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
+    j.emulated = any(r.emulated for r in sa + sb)
+    places = {r.measured_in for r in sa + sb}
     if j.emulated:
         j.verdict = "not comparable here"
         j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
                     "a machine like the seed's, so rates and delays that depend on it are the emulator's"
-                    + ("" if sa.measured_in == sb.measured_in else "; and A and B were measured in different "
-                       "places"))
-    elif finding.needs_kernel_datapath and (stand_ins := [r for r in (sa, sb) if _userspace(r)]):
+                    + ("" if len(places) == 1 else "; and A and B were measured in different places"))
+    elif finding.needs_kernel_datapath and (stand_ins := [r for r in sa + sb if _userspace(r)]):
         j.verdict = "not comparable here"
         j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
             f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
-    elif sa.measured_in != sb.measured_in:
+    elif len(places) > 1:
         j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
 
 
@@ -316,7 +386,7 @@ def _decide_ratio(j: Judgement, alpha: float) -> None:
         return
     wanted = "ahead" if f.direction == "higher" else "behind"
     if word == wanted:
-        j.verdict, j.reason = "reproduced", shown
+        j.verdict, j.reason = effect_size(f, test.estimate, test.low, test.high, shown)
     elif word in ("ahead", "behind"):
         j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
     elif word == "equivalent":
@@ -342,7 +412,7 @@ def _decide_difference(j: Judgement, alpha: float) -> None:
     if f.direction == "same":
         j.verdict, j.reason = "inconclusive", f"{shown}; equivalence is only tested on ratios"
     elif significant and beyond and goes_up == (f.direction == "higher"):
-        j.verdict, j.reason = "reproduced", shown
+        j.verdict, j.reason = _difference_size(j, shown)
     elif significant and beyond:
         j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
     else:
@@ -356,6 +426,32 @@ def _decide_difference(j: Judgement, alpha: float) -> None:
                else "not significant")
         j.reason = (f"{shown}: {why}; {_about(needed)} repetitions per side would detect a difference "
                     f"of {100 * margin:g}% of A's mean")
+
+
+def effect_size(f: Finding, estimate: float, low: float | None, high: float | None, shown: str) -> tuple[str, str]:
+    """The verdict of a difference that went the seed's way, by its size (RULE): reproduced when the
+    seed's B/A lies in the 95% interval of B/A widened by the margin, else a smaller or larger effect."""
+    if f.seed_ratio is None or low is None or high is None:
+        return "reproduced", f"{shown}; the seed gave no ratio: the direction alone"
+    widen = 1 + f.margin_pct / 100
+    interval = f"95% interval [{low:.3g}, {high:.3g}]"
+    if low / widen <= f.seed_ratio <= high * widen:
+        return "reproduced", f"{shown}; the seed's B/A = {f.seed_ratio:g} lies in the {interval} (±{f.margin_pct:g}%)"
+    smaller = abs(math.log(f.seed_ratio)) > abs(math.log(estimate))
+    size = "smaller" if smaller else "larger"
+    return (f"same direction, {size} effect",
+            f"{shown}; B/A = {estimate:.3g} here ({interval}) against the seed's {f.seed_ratio:g}: a {size} effect")
+
+
+def _difference_size(j: Judgement, shown: str) -> tuple[str, str]:
+    """effect_size of a difference B - A, read as the ratio 1 + (B - A) / mean A."""
+    test, mean_a = j._test, j.mean_a
+    if not mean_a or mean_a <= 0 or test.low is None:
+        return effect_size(j.finding, 1.0, None, None, shown)
+    ratio = [1 + x / mean_a for x in (test.estimate, test.low, test.high)]
+    if min(ratio) <= 0:
+        return effect_size(j.finding, 1.0, None, None, shown)
+    return effect_size(j.finding, *ratio, f"{shown}, as a ratio 1 + (B - A) / mean A = {ratio[0]:.3g}")
 
 
 def _needed(test, margin: float, alpha: float, goal: str) -> int | None:
@@ -375,6 +471,8 @@ class Section:
     rule: str
     rows: list
     counts: dict
+    choices: list = field(default_factory=list)   # the conditions vpnlab chose (Choice)
+    reencoded: bool = False   # judged by the findings this vpnlab ships, not the run's study file's
 
     @property
     def summary(self) -> str:
@@ -383,11 +481,16 @@ class Section:
         return f"{'; '.join(parts)} ({len(self.rows)} finding{'s' if len(self.rows) != 1 else ''})"
 
 
-def against_the_original(directory: Path) -> Section | None:
-    """The report's "Against the original study": None when the run's study lists no findings."""
-    store = Store.open_dir(Path(directory))
+def against_the_original(directory: Path, study_text: str | None = None, reencoded: bool = False) -> Section | None:
+    """The report's "Against the original study": None when the study lists no findings. The findings
+    are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
+    conditions vpnlab chose are always the run's study file's."""
+    store = read_store(Path(directory))
     try:
-        judged = judge(store)
+        runs = store.runs()
+        ran = runs[-1]["study_text"] if runs else ""
+        # the findings as given (the seed's, as encoded now); the choices are the run's own conditions
+        judged, choices = judge(store, ran if study_text is None else study_text), parse_choices(ran)
     except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
         return None
     finally:
@@ -395,8 +498,9 @@ def against_the_original(directory: Path) -> Section | None:
     if not judged:
         return None
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
-    return Section(RULE, judged, counts)
+    return Section(RULE, judged, counts, choices, reencoded)
 
 
-__all__ = ["ALPHA", "Finding", "Findings", "Judgement", "RULE", "Section", "Side", "VERDICTS",
-           "against_the_original", "judge", "parse", "plan_problems"]
+__all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE",
+           "Section", "Side", "VERDICTS", "against_the_original", "effect_size", "judge", "parse", "parse_choices",
+           "plan_problems"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from .catalog import TRAFFIC_TOOLS
 from .cpu import CpuMeter
+from .drivers.pptp import HOLD_FLAG, held_by_pptpd
 from .observers import observers_for
 from .testbed.topology import Testbed
 from .workloads.background import BackgroundTraffic
@@ -51,10 +52,18 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
     if record:
         sample.raw["cpu"] = json.dumps(record)  # the method, the placement, both methods' figures
     add_utilisation(sample.values, scenario.link_as_run.rate_mbit)
+    sample.flags += hold_flags(scenario, sample.values)
     if background:
         sample.raw["background"] = account
         share_with_background(sample.values, measurement.carried_bytes, record.get("wall_s"))
     return sample
+
+
+def hold_flags(scenario, values: dict[str, float]) -> list[str]:
+    """The flag of a sample that measured pptpd's GRE reorder hold rather than PPTP (drivers/pptp.py)."""
+    held = "pptpd" in scenario.implementations and held_by_pptpd(
+        scenario.workload.kind, scenario.workload_as_run.model_dump(), scenario.link_as_run.loss_pct, values)
+    return [HOLD_FLAG] if held else []
 
 
 def add_utilisation(values: dict[str, float], rate_mbit: float | None) -> None:

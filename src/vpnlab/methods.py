@@ -12,10 +12,10 @@ import yaml
 from .compare import ALPHA
 from .judging import settings_of
 from .placement import METHODS
+from .results_dir import read_store
 from .stats.grades import MIN_N
 from .stats.outliers import K as OUTLIER_K
 from .stats.outliers import MIN_N as OUTLIER_MIN_N
-from .store import Store
 
 
 def study_order(study_text: str) -> str:
@@ -80,7 +80,7 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
 def cpu_text(directory) -> str:
     """How each tunnel end's CPU was counted and where the ends ran, over the stored repetitions
     (each stores its method and placement as raw output 'cpu'); '' without tunnel ends."""
-    store = Store.open_dir(Path(directory))
+    store = read_store(Path(directory))
     try:
         rows = store.db.execute("SELECT r.output, sc.measured_in FROM raw_outputs r JOIN scenarios sc ON"
                                 " sc.id = r.scenario_id WHERE r.tool = 'cpu' AND r.repetition > 0").fetchall()

@@ -32,8 +32,11 @@ from .stopping import lasting_notes, stored_rule, target_met  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .machines import current_wording, machine_lines, measured_where, sitting_versions  # noqa: E402
+from .outputs import Output  # noqa: E402
+from .results_dir import read_store  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
 from .catalog import KINDS  # noqa: E402
+from .study import findings_text  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
 FEW_SAMPLES = 3
@@ -215,7 +218,7 @@ def _grouped_bar_figure(title: str, param: str, metric: str, unit: str,
 
 
 def build(directory: Path) -> Report:
-    store = Store.open_dir(directory)
+    store = read_store(directory)
     try:
         runs = store.runs()
         scenarios = store.scenarios()
@@ -246,7 +249,7 @@ def build(directory: Path) -> Report:
     report.notes += missed
     report.labels, report.algorithms = short_labels(scenarios), algorithms
 
-    graded = [f.b.workload for f in findings.parse(last.get("study_text") or "") if f.graded]
+    graded = [w for f in findings.parse(last.get("study_text") or "") if f.graded for w in f.b.workloads]
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell, graded)
     if settings.seed_grading == "jaha-2014":
         report.seed_table_vi = _table_vi(scenarios, stat, report.links,
@@ -258,7 +261,8 @@ def build(directory: Path) -> Report:
     used = _recommend(report, scenarios, stat, family)
     _comparisons(report, scenarios, family, used)
     report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))
-    report.against = findings.against_the_original(directory)  # "Against the original study": findings.html.j2
+    report.against = findings.against_the_original(  # "Against the original study": findings.html.j2
+        directory, *findings_text(last.get("study_text") or ""))
     return report
 
 
@@ -633,9 +637,9 @@ def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:
     return _environment().get_template("table.html.j2").render(title=title, headings=headings, rows=rows)
 
 
-def write(directory: Path, out: Path | None = None) -> Path:
-    out = out or Path(directory) / "report.html"
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_text(render(Path(directory)))
-    partial.replace(out)  # whole or not at all: a reader never sees half a report
+def write(directory: Path, out: Output | None = None) -> Output:
+    """The report, into `out` (checked by the caller before anything is computed), or replacing
+    the directory's own report.html: whole or not at all, a reader never sees half a report."""
+    out = out or Output(Path(directory) / "report.html", "report", force=True)
+    out.write_text(render(Path(directory)))
     return out

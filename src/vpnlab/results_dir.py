@@ -7,7 +7,9 @@ after checking, read-only, that it is an undamaged vpnlab store.
   `--resume`; then it holds an flock on `.vpnlab-lock` inside the directory until the process
   ends, so a second run on the same directory is refused while the first lives (the kernel
   drops the lock of a dead process, so a crash never blocks a later `--resume`).
-- `check_store` (store.py) opens a store read-only and says what is wrong with it, if anything.
+- `check_store` (store.py) opens a store read-only and says what is wrong with it, if anything;
+  `read_store` opens it for a command that only reads (never creating nor migrating it), and
+  `upgrade` migrates an older store in place after keeping a copy.
 - `explain` turns a full disk or an unreadable store met anywhere into one clear message and
   the exit code (1 for a full disk: the run is marked interrupted and resumable; 2 otherwise).
 """
@@ -16,13 +18,17 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import VpnlabError
-from .store import DB_NAME, LOW_SPACE_BYTES, RESERVE_NAME, DiskFull, StoreError, check_store, free_bytes
+from .files import PSEUDO_FILESYSTEMS, filesystem_type
+from .store import (DB_NAME, LOW_SPACE_BYTES, READABLE_SINCE, RESERVE_NAME, SCHEMA_VERSION, DiskFull, Store, StoreError,
+                    check_store, free_bytes, inspect_store, read_only_uri)
 
 LOCK_NAME = ".vpnlab-lock"
 OURS = {LOCK_NAME, RESERVE_NAME}   # what an otherwise empty directory may hold: a claim that wrote nothing
@@ -36,6 +42,7 @@ class Claim:
 
     directory: Path
     fd: int
+    upgraded: tuple[int, Path] | None = None  # a resumed older store: the schema it had, and its copy
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -43,41 +50,118 @@ class Claim:
             self.fd = -1
 
 
+def read_store(directory: Path) -> Store:
+    """The store of a results directory, for a command that only reads it (show, export, stats,
+    report, compare, `run --resume --dry-run`): checked first, then opened read-only; never
+    created, never migrated. An older store is refused with the command that upgrades it."""
+    path = Path(directory) / DB_NAME
+    if not path.is_file():
+        raise StoreError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
+    version, runs = inspect_store(path)
+    if not runs:
+        raise StoreError(f"{path}: a vpnlab results store with no run in it; nothing to read")
+    if version < READABLE_SINCE:  # (one since then is read as it is: what was added since is derived)
+        raise StoreError(f"{path}: an older store (results schema {version}; this vpnlab reads {SCHEMA_VERSION}); "
+                         f"left untouched: run `vpnlab upgrade {directory}` to upgrade it (it keeps a copy first)")
+    return Store.reading(path, read_only_uri(path))
+
+
+def upgrade(directory: Path) -> tuple[int, Path | None]:
+    """Bring an older store to this vpnlab's schema in place, after copying it beside itself
+    (`results.sqlite.v3.bak`; `.bak.1` and so on when that name is taken: no copy is overwritten),
+    with the directory locked against a run (`run --resume` does the same under its claim). The
+    version it had, and the copy (None: it was current)."""
+    path = Path(directory) / DB_NAME
+    if not path.is_file():
+        raise StoreError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
+    fd = _lock(Path(directory))
+    try:
+        upgraded = _migrate(path)
+    finally:
+        os.close(fd)
+    return upgraded or (SCHEMA_VERSION, None)
+
+
+def _migrate(path: Path) -> tuple[int, Path] | None:
+    """Under the directory's lock: an older store copied, then brought to this schema in place;
+    the schema it had and the copy (None: it was current)."""
+    version, _ = inspect_store(path)
+    if version == SCHEMA_VERSION:
+        return None
+    backup = _backup(path, version)
+    Store(path).close()  # its opening migrates
+    return version, backup
+
+
+def _backup(path: Path, version: int) -> Path:
+    """A consistent copy of the store (its write-ahead log included) under a name nothing has."""
+    for number in itertools.count():
+        backup = path.with_name(f"{path.name}.v{version}.bak" + (f".{number}" if number else ""))
+        try:
+            os.close(os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IMODE(path.stat().st_mode)))
+            break
+        except FileExistsError:
+            continue
+    source, copy = sqlite3.connect(read_only_uri(path), uri=True), sqlite3.connect(backup)
+    try:
+        source.backup(copy)
+    finally:
+        source.close()
+        copy.close()
+    return backup
+
+
 def claim(out_dir: Path, study_text: str, resume: bool) -> Claim:
     """Take `out_dir` for a run of the study `study_text` (a new run, or `--resume`), or refuse
     with a VpnlabError and nothing there touched; the returned claim holds the directory's lock."""
     out_dir = Path(out_dir)
-    _admissible(out_dir, study_text, resume)
+    admissible(out_dir, study_text, resume)
     free = free_bytes(out_dir)
     if free < LOW_SPACE_BYTES:
         raise DiskFull(out_dir, f"only {free >> 10} KiB free on its disk (a run needs at least "
                                 f"{LOW_SPACE_BYTES >> 20} MiB); nothing was started", stopped=False)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise DiskFull(out_dir, stopped=False) from exc
         raise VpnlabError(f"{out_dir}: cannot write there ({exc.strerror})") from exc
+    fd = _lock(out_dir)
+    try:
+        admissible(out_dir, study_text, resume)  # again, under the lock: a run may have come and gone
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        upgraded = _migrate(out_dir / DB_NAME) if resume else None
+    except BaseException:
+        os.close(fd)
+        raise
+    return Claim(out_dir, fd, upgraded)
+
+
+def _lock(directory: Path) -> int:
+    """The directory's lock, held (the descriptor), or a VpnlabError naming the run that holds it."""
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise DiskFull(directory, stopped=False) from exc
+        raise VpnlabError(f"{directory}: cannot write there ({exc.strerror})") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise VpnlabError(f"{out_dir}: another vpnlab run (pid {holder}) is writing into this directory; "
+        raise VpnlabError(f"{directory}: another vpnlab run (pid {holder}) is writing into this directory; "
                           "wait for it to end (or stop it) before running here") from None
-    try:
-        _admissible(out_dir, study_text, resume)  # again, under the lock: a run may have come and gone
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except BaseException:
-        os.close(fd)
-        raise
-    return Claim(out_dir, fd)
+    return fd
 
 
-def _admissible(out_dir: Path, study_text: str, resume: bool) -> None:
-    """Refuse (VpnlabError) a directory this run must not write into; reads, never writes."""
+def admissible(out_dir: Path, study_text: str, resume: bool) -> None:
+    """Refuse (VpnlabError) a directory this run must not write into; reads, never writes (a dry
+    run checks its --out with it, as the run would)."""
+    if (kind := filesystem_type(out_dir)) in PSEUDO_FILESYSTEMS:
+        raise VpnlabError(f"--out {out_dir}: on the kernel's {kind} filesystem: not a place for results; "
+                          "choose a directory on a disk")
     store = out_dir / DB_NAME
     if resume:
         if not store.is_file():

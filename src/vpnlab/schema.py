@@ -5,16 +5,52 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class Strict(BaseModel):
-    """Unknown keys are errors; a validated value never changes."""
+class TrueOrFalse:
+    """Stands in for true/false given where a number belongs, so that validation fails at that
+    field (pydantic would read `rate_mbit: true` as 1); the error names it (study._errors)."""
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return str(self.value).lower()
+
+
+class NumbersAreNumbers(BaseModel):
+    """A model whose number fields refuse true/false."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_true_or_false(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {key: TrueOrFalse(value) if isinstance(value, bool) and key in fields
+                and _numeric(fields[key].annotation) else value for key, value in data.items()}
+
+
+def _numeric(annotation: Any) -> bool:
+    """A number type (int, float, or an optional one), and not one that takes a bool too."""
+    if get_origin(annotation) is Annotated:
+        return _numeric(get_args(annotation)[0])
+    if args := get_args(annotation):
+        return bool not in args and any(_numeric(arg) for arg in args)
+    return annotation in (int, float)
+
+
+class Strict(NumbersAreNumbers):
+    """Unknown keys are errors; a validated value never changes; a number is never true/false."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+# C0 and C1 controls and the bidirectional overrides: what could colour a terminal or forge a line.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)[bB]?\s*$")
 

@@ -27,7 +27,7 @@ from urllib.parse import quote
 from .errors import VpnlabError
 
 SCHEMA_VERSION = 6
-READABLE_SINCE = 5   # read-only opens read these schemas as they are (what was added since is derived)
+READABLE_SINCE = 5   # results_dir.read_store reads these as they are (what was added since is derived)
 DB_NAME = "results.sqlite"
 RESERVE_NAME = ".vpnlab-reserve"   # beside the store while a run writes: room to mark it interrupted
 RESERVE_BYTES = 128 * 1024
@@ -207,6 +207,7 @@ class SampleRow:
     flags: str
     round: int | None = None
     failure: str = ""
+    position: int | None = None   # its place in the round's order
 
 
 def now() -> str:
@@ -244,12 +245,18 @@ def check_store(path: Path) -> list[dict]:
     """Check, without writing anything, that `path` is an undamaged vpnlab results store this
     vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
     StoreError saying what is wrong otherwise."""
-    path = Path(path)
+    return inspect_store(Path(path))[1]
+
+
+def inspect_store(path: Path) -> tuple[int, list[dict]]:
+    """check_store's work: the store's schema version and its runs."""
     # Only SQLite opens the file: closing any other descriptor of it would drop every POSIX lock
     # this process holds on it (a store it has open), and another process could then delete that
     # store's write-ahead log as abandoned, with what was committed since.
     if not os.access(path, os.R_OK):
         raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
+    if not path.stat().st_size:
+        raise StoreError(f"{path}: an empty file, not a vpnlab results store; left untouched")
     db = None
     try:
         db = sqlite3.connect(read_only_uri(path), uri=True)
@@ -268,8 +275,8 @@ def check_store(path: Path) -> list[dict]:
         if version > SCHEMA_VERSION:
             raise StoreError(f"{path}: results schema {version}, this vpnlab reads up to {SCHEMA_VERSION}: "
                              "use the vpnlab that wrote it (or a newer one); left untouched")
-        return [dict(zip(("id", "status", "study_name", "study_text"), r))
-                for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
+        return version, [dict(zip(("id", "status", "study_name", "study_text"), r))
+                         for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched") from exc
@@ -372,20 +379,14 @@ class Store:
         return cls(Path(directory) / DB_NAME)
 
     @classmethod
-    def read_only(cls, directory: Path) -> "Store":
-        """The store in `directory`, checked and opened for reading only (`--resume --dry-run`)."""
-        path = Path(directory) / DB_NAME
-        check_store(path)
+    def reading(cls, path: Path, uri: str) -> "Store":
+        """A connection that only reads the store at `path` through a read-only SQLite `uri`: no
+        schema created, none migrated (results_dir.read_store checks the file first)."""
         store = cls.__new__(cls)
         store.path = path
-        store.db = sqlite3.connect(read_only_uri(path), uri=True, factory=_Connection)
-        store.db.path = path
+        store.db = sqlite3.connect(uri, uri=True, factory=_Connection)
+        store.db.path = Path(path)
         store.db.row_factory = sqlite3.Row
-        version = int(store.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-        if not READABLE_SINCE <= version <= SCHEMA_VERSION:
-            store.close()
-            raise VpnlabError(f"{path}: written by an older vpnlab (results schema {version}); `--resume` upgrades "
-                              "it, a dry run cannot read it without writing")
         return store
 
     def another(self) -> "Store":
@@ -653,7 +654,8 @@ class Store:
         not of a failed repetition nor of a failed scenario, as every statistic needs."""
         where = f"WHERE {VALID}" if valid_only else ""
         return [SampleRow(**dict(r)) for r in self.db.execute(
-            "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure"
+            "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure,"
+            " r.position AS position"
             " FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id LEFT JOIN repetitions r"
             f" ON r.scenario_id = s.scenario_id AND r.repetition = s.repetition {where}"
             " ORDER BY s.scenario_id, s.repetition, s.metric")]

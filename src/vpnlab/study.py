@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,8 +22,9 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_valid
 
 from .catalog import DRIVERS
 from .errors import StudyError
+from .files import file_kind
 from .judging import AnalysisSettings
-from .schema import Strict, shorten, socket_buffer_limit
+from .schema import CONTROL, Strict, TrueOrFalse, shorten, socket_buffer_limit
 from .testbed.topology import HOST_ROLES, MAX_LAYERS
 from .catalog import KINDS
 from .workloads.background import PRESETS as BACKGROUND_PRESETS
@@ -31,9 +33,15 @@ from .workloads.background import Background
 MAX_FILE_BYTES = 1024 * 1024  # a study is a few KB: sweeps are lists, not copies
 MAX_SCENARIOS = 10_000        # counted from the sweeps' sizes before any is expanded
 MAX_DEPTH = 32                # YAML nesting; a study needs fewer than 10 levels
+SHOWN_PROBLEMS = 20           # an invalid study's message lists this many problems, then counts the rest
+NAME_FIELDS = {"name", "label", "id", "vpn", "link", "workload"}  # printed in tables: no control character
 
 
 class _TooDeep(yaml.composer.ComposerError):
+    pass
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
     pass
 
 
@@ -54,6 +62,24 @@ class _Loader(yaml.SafeLoader):
         finally:
             path.pop()
 
+    def construct_mapping(self, node, deep=False):
+        """A mapping that names a key twice is an error, not "the last one wins" (a merge key's
+        values, `<<: *defaults`, may still be overridden)."""
+        first: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                earlier = first.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the constructor says so
+                continue
+            if earlier is not key_node.start_mark:
+                raise _DuplicateKey(None, None, f"duplicate key {shorten(key)} (also at line {earlier.line + 1}, "
+                                    f"column {earlier.column + 1}): YAML would keep only the last; remove one",
+                                    key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
 
 # --- links -----------------------------------------------------------------
 
@@ -65,7 +91,8 @@ class Link(Strict):
     delay_ms: float = Field(0, ge=0, le=10_000, description="one-way delay added in each direction")
     jitter_ms: float = Field(0, ge=0, le=10_000, description="delay variation in each direction")
     jitter_distribution: Literal["uniform", "normal", "pareto", "paretonormal"] = "normal"
-    loss_pct: float = Field(0, ge=0, le=100, description="random loss in each direction")
+    loss_pct: float = Field(0, ge=0, lt=100, description="random loss in each direction (below 100: at 100 "
+                            "nothing arrives)")
     queue_ms: float = Field(50, gt=0, le=10_000, description="bottleneck buffer, in ms at the link rate")
     background: Background | None = Field(None, description="'office', 'none' or {name, flows}")
     shape: bool = Field(False, description="on real hosts (a study with `hosts:`), shaping is opt-in: rate, delay, "
@@ -184,11 +211,13 @@ class RepetitionRule(Strict):
 
 # --- the study ---------------------------------------------------------------
 
-from .seed_findings import Findings  # noqa: E402  (a seed's published findings, judged by vpnlab/findings.py)
+from .seed_findings import Choices, Findings  # noqa: E402  (a seed's published findings, judged by vpnlab/findings.py)
 
 
 class _StudyFile(Strict):
     findings: Findings = Field(default_factory=list, description="the seed's published findings (findings.py)")
+    choices: Choices = Field(default_factory=list, description="conditions vpnlab chose where the seed states "
+                             "none or another: shown in the report apart from the seed's (findings.py)")
     name: str = Field(min_length=1)
     description: str = ""
     topology: Literal["remote-access", "site-to-site"] = "remote-access"
@@ -264,6 +293,8 @@ def _errors(exc: ValidationError, prefix: str, skip_tags: bool = False) -> list[
             message = f"unknown kind; expected one of: {', '.join(KINDS)}"
         elif err["type"] == "union_tag_not_found":
             message = f"missing field 'kind' (one of: {', '.join(KINDS)})"
+        elif isinstance(err.get("input"), TrueOrFalse):
+            message = "expected a number, not true/false"
         lines.append(f"{where}: {message}")
     return lines
 
@@ -399,8 +430,12 @@ def _parse(text: str, source: str, here: bool) -> Study:
     _check_unique("links", [l.label for l in links], problems)
     if top.hosts is not None:
         _check_hosts(top, placed_vpns, placed_links, placed, problems)
+    else:
+        problems += dict.fromkeys(f"{where}.shape: only for a study on real hosts (with `hosts:`); the testbed "
+                                  "here always shapes its WAN as the link says" for where, link in placed_links
+                                  if link.shape)
     if problems:
-        raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(problems))
+        raise _invalid(source, problems)
     return Study(
         name=top.name,
         description=top.description,
@@ -425,7 +460,7 @@ def _load(text: str, source: str) -> "_StudyFile":
                          f"({MAX_FILE_BYTES // 1024**2} MB); sweeps are lists, not copies")
     try:
         raw = yaml.load(text, Loader=_Loader)
-    except _TooDeep as exc:
+    except (_TooDeep, _DuplicateKey) as exc:
         raise StudyError(f"{source}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise StudyError(f"{source}: not valid YAML: {exc}") from exc
@@ -435,12 +470,50 @@ def _load(text: str, source: str) -> "_StudyFile":
         else:
             found = "found a list" if isinstance(raw, list) else f"found the value {shorten(raw)}"
         raise StudyError(f"{source}: (top level): expected a mapping with name, vpns, links and workloads; {found}")
+    _control_characters(raw, source)
     try:
         top = _StudyFile.model_validate(raw)
     except ValidationError as exc:
-        raise StudyError(f"{source}: invalid study\n  " + "\n  ".join(_errors(exc, ""))) from exc
+        raise _invalid(source, _errors(exc, "")) from exc
     _check_size(top, source)
     return top
+
+
+def _invalid(source: str, problems: list[str]) -> StudyError:
+    """The error listing a study's problems: the first SHOWN_PROBLEMS, and how many more there are."""
+    more = len(problems) - SHOWN_PROBLEMS
+    return StudyError(f"{source}: invalid study\n  " + "\n  ".join(problems[:SHOWN_PROBLEMS])
+                      + (f"\n  ... and {more:,} more" if more > 0 else ""))
+
+
+def _control_characters(raw: Any, source: str) -> None:
+    """Refuse control characters (escape sequences, NUL, line breaks in a name) anywhere they
+    could colour a terminal or forge a line of vpnlab's output: in every key, in every name, label,
+    id and host, and in any other text but for line breaks and tabs."""
+    problems: list[str] = []
+    seen: set[int] = set()  # each mapping and list once: YAML aliases share them
+
+    def walk(value: Any, where: str, strict: bool) -> None:
+        if isinstance(value, str):
+            found = [c for c in CONTROL.findall(value) if strict or c not in "\n\t"]
+            if found:
+                shown = found[0].encode("unicode_escape").decode()
+                problems.append(f"{where or '(top level)'}: control character {shown} in {shorten(value)}; "
+                                f"{'names and labels hold' if strict else 'text holds'} none"
+                                f"{'' if strict else ' but line breaks and tabs'}")
+        elif isinstance(value, (dict, list)) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                here = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip(".")
+                if isinstance(key, str) and CONTROL.search(key):
+                    here = f"{where}.{shorten(key)}".lstrip(".")
+                    walk(key, here, True)
+                walk(item, here, strict or key in NAME_FIELDS or here == "hosts")
+
+    walk(raw, "", False)
+    if problems:
+        raise _invalid(source, problems)
 
 
 def _vpns(entries: list, problems: list[str]) -> list[tuple[str, VpnConfig]]:
@@ -547,6 +620,9 @@ def load_study(path: str | Path) -> Study:
     """A study file to run on this machine: at most MAX_FILE_BYTES of UTF-8 YAML."""
     path = Path(path)
     try:
+        mode = path.stat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO would block the read until killed
+            raise StudyError(f"{path}: not a regular file ({file_kind(mode)}); a study is a YAML file")
         with path.open("rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
@@ -568,6 +644,18 @@ def builtin_studies() -> dict[str, str]:
     """Name -> YAML text of the studies shipped with vpnlab."""
     folder = resources.files("vpnlab") / "studies"
     return {p.name.removesuffix(".yaml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".yaml")}
+
+
+def findings_text(stored_text: str) -> tuple[str, bool]:
+    """The study text whose findings judge a stored run: for a run of a built-in seed
+    study, the built-in's text as this vpnlab ships it (the seed's findings, encoded again since the run;
+    what the run measured is unchanged), else the run's own; True when it is the built-in's and differs."""
+    try:
+        name = (yaml.safe_load(stored_text) or {}).get("name")
+    except (yaml.YAMLError, AttributeError):
+        return stored_text, False
+    current = builtin_studies().get(name) if isinstance(name, str) else None
+    return (current, True) if current and current != stored_text else (stored_text, False)
 
 
 def load_builtin(name: str, here: bool = False) -> Study:

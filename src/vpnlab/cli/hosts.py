@@ -9,33 +9,39 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from ..console import out, user_errors
+from ..console import out, safe, user_errors
 from ..errors import VpnlabError
+from ..hosts.inventory import SSH_SAFE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Real hosts from an Ansible inventory: list, prepare, doctor, clean.")
 EXIT_HOSTS_FAILED = 1
 
-INVENTORY = typer.Option(..., "--inventory", "-i", help="Ansible inventory (YAML, INI, directory ...)")
+INVENTORY = typer.Option(..., "--inventory", "-i", help="Ansible inventory (YAML, INI, directory ...); an executable "
+                         "file is a dynamic inventory: Ansible runs it as a program, as you (root)")
 LIMIT = typer.Option(None, "--limit", "-l", help="only these hosts or groups, comma-separated")
 
 
-def _hosts(inventory: str, pattern: Optional[str]):
+def _hosts(inventory: str, pattern: Optional[str], to_connect: bool = True):
     from ..hosts.inventory import limit, load_inventory
 
-    return limit(load_inventory(inventory), pattern, inventory)
+    return limit(load_inventory(inventory), pattern, inventory, to_connect)
 
 
 @app.command("list")
 @user_errors
 def list_hosts(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
-    """The hosts as vpnlab will connect to them (read by ansible-inventory)."""
-    table = Table(title=f"hosts in {inventory}", title_justify="left")
+    """The hosts as vpnlab will connect to them (read by ansible-inventory). An executable
+    inventory file is a dynamic inventory: Ansible runs it, as a program, as you (root)."""
+    table = Table(title=f"hosts in {safe(inventory)}", title_justify="left")
     for col in ("host", "address", "port", "user", "key", "groups"):
         table.add_column(col)
-    for host in _hosts(inventory, limit):
-        table.add_row(host.name, host.address, str(host.port), host.user or "(yours)",
-                      host.key_file or "(ssh default)", ", ".join(host.groups) or "-")
+    for host in _hosts(inventory, limit, to_connect=False):
+        refused = not (SSH_SAFE.match(host.name) and SSH_SAFE.match(host.address))
+        marked = " [red](refused: SSH would misread it)[/]" if refused else ""
+        table.add_row(safe(host.name), safe(host.address) + marked,
+                      str(host.port), safe(host.user or "(yours)"), safe(host.key_file or "(ssh default)"),
+                      safe(", ".join(host.groups) or "-"))
     out.print(table)
 
 
@@ -73,7 +79,8 @@ def _print_prepared(reports) -> None:
     for r in reports:
         pieces = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in r.features.items())
         pkgs = ", ".join(f"{name} {how}" for name, how in r.packages.items())
-        table.add_row(r.host, r.status + (f": {r.message}" if r.message else ""), pkgs or "-", r.kernel or "-", pieces or "-")
+        table.add_row(*map(safe, (r.host, r.status + (f": {r.message}" if r.message else ""), pkgs or "-",
+                                  r.kernel or "-", pieces or "-")))
     out.print(table)
 
 
@@ -96,15 +103,15 @@ def doctor(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
 def _print_examined(reports) -> None:
     for r in reports:
         if not r.reachable:
-            out.print(f"[bold]{r.host}[/]: [red]unreachable[/]: {r.error}")
+            out.print(f"[bold]{safe(r.host)}[/]: [red]unreachable[/]: {safe(r.error)}")
             continue
-        out.print(f"[bold]{r.host}[/]: kernel {r.kernel}, {r.cpus} x {r.cpu_model or 'unknown CPU'}")
+        out.print(f"[bold]{safe(r.host)}[/]: " + safe(f"kernel {r.kernel}, {r.cpus} x {r.cpu_model or 'unknown CPU'}"))
         out.print("  kernel pieces: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in r.features.items()))
         for path in r.paths:
-            out.print(f"  toward {path['to']} ({path['address']}): {path['interface']}, "
-                      f"driver {path['driver']}, {path['speed_mbit']} Mbit/s")
+            out.print(safe(f"  toward {path['to']} ({path['address']}): {path['interface']}, "
+                           f"driver {path['driver']}, {path['speed_mbit']} Mbit/s"))
         for name, version in r.tools.items():
-            out.print(f"  {name}: {version}", highlight=False)
+            out.print(safe(f"  {name}: {version}"), highlight=False)
 
 
 @app.command()
@@ -116,9 +123,9 @@ def clean(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
     failed = False
     for host in _hosts(inventory, limit):
         try:
-            lines = clean_host(host) or [f"{host.name}: nothing to clean"]
+            lines = [safe(line) for line in clean_host(host)] or [f"{safe(host.name)}: nothing to clean"]
         except VpnlabError as exc:
-            lines, failed = [f"{host.name}: [red]{exc}[/]"], True
+            lines, failed = [f"{safe(host.name)}: [red]{safe(exc)}[/]"], True
         for line in lines:
             out.print(line, highlight=False)
     if failed:

@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from ..console import out, user_errors
+from ..console import out, safe, user_errors
 from .common import app, need_root, print_table
-from .run import load_study_arg
+from .run import check_backend, load_study_arg
 
 
 @app.command()
@@ -17,15 +17,17 @@ from .run import load_study_arg
 def doctor(
     study: Optional[str] = typer.Argument(None, help="also say where each scenario of this study would run"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
-    backend: str = typer.Option("auto", "--backend", help="as for `vpnlab run`"),
+    backend: str = typer.Option("auto", "--backend", help="as for `vpnlab run`: auto, netns or vm"),
     inventory: Optional[str] = typer.Option(None, "--inventory", "-i", help="instead, each host of this Ansible "
-                                            "inventory, over SSH (as `vpnlab hosts doctor`)"),
+                                            "inventory, over SSH (as `vpnlab hosts doctor`); an executable file is "
+                                            "a dynamic inventory: Ansible runs it as a program, as you (root)"),
 ):
     """What this kernel and machine offer, which VPN implementations can run here, whether a VM
     can run the rest, and (given a study) where each of its scenarios would run."""
     from .. import vm
     from ..capabilities import detect, tool_versions
 
+    check_backend(backend)
     if inventory is not None:
         from .hosts import doctor as hosts_doctor
 
@@ -107,7 +109,7 @@ def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
                   for n, cores in ends["pinned"].items()), highlight=False)
     if report["placement"]:
         print_table(f"where the scenarios of {study} run (--backend {backend})", ("#", "scenario", "runs", "why"),
-               [(str(r["index"]), r["scenario"], r["runs"], r["why"]) for r in report["placement"]])
+               [(str(r["index"]), safe(r["scenario"]), r["runs"], safe(r["why"])) for r in report["placement"]])
 
 
 @app.command("list")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -11,8 +10,12 @@ import typer
 from rich import box
 from rich.table import Table
 
+from .. import results_dir
 from ..errors import VpnlabError
-from ..console import err, out, user_errors
+from ..console import err, out, safe, user_errors
+from ..outputs import STDOUT, Output
+from ..results_dir import read_store
+from ..store import DB_NAME, SCHEMA_VERSION
 from .common import app
 
 
@@ -20,9 +23,8 @@ def _show(directory: Path) -> None:
     from ..analysis import summarise
     from ..labels import for_scenarios
     from ..machines import machine_lines, measured_where, sitting_versions
-    from ..store import Store
 
-    store = Store.open_dir(directory)
+    store = read_store(directory)
     try:
         summaries = summarise(store)
         scenarios = store.scenarios()
@@ -30,23 +32,23 @@ def _show(directory: Path) -> None:
     finally:
         store.close()
     last = runs[-1]
-    out.print(f"[bold]{last['study_name']}[/] - measured {measured_where(last, scenarios)}, vpnlab "
-              f"{sitting_versions(runs)}, status {last['status']}", highlight=False)
+    out.print(f"[bold]{safe(last['study_name'])}[/] - measured {safe(measured_where(last, scenarios))}, vpnlab "
+              f"{safe(sitting_versions(runs))}, status {safe(last['status'])}", highlight=False)
     machines = machine_lines(runs, scenarios)
     if machines:
-        out.print("measured on: " + "\n  ".join(machines), highlight=False)
+        out.print("measured on: " + "\n  ".join(map(safe, machines)), highlight=False)
     labels = for_scenarios(scenarios)  # as the report names them
     if labels.note:
-        out.print(labels.note, highlight=False)
+        out.print(safe(labels.note), highlight=False)
     if short := sum(sc.unfinished for sc in scenarios):
         out.print(f"[yellow]not finished:[/] {short} of {len(scenarios)} scenarios have fewer repetitions than the "
                   f"study's rule asks, so their figures are provisional; measure the rest with: "
-                  f"vpnlab run --resume {directory}", highlight=False)
+                  f"vpnlab run --resume {safe(directory)}", highlight=False)
     for sc in scenarios:
-        title = f"[bold]{labels.of(sc)}[/] | {sc.link_label} | {sc.workload_label}"
+        title = f"[bold]{safe(labels.of(sc))}[/] | {safe(sc.link_label)} | {safe(sc.workload_label)}"
         title += " [yellow](not finished)[/]" if sc.unfinished else ""
         if sc.status == "failed":
-            out.print(f"\n{title}: [red]failed[/] - {sc.failure}", highlight=False)
+            out.print(f"\n{title}: [red]failed[/] - {safe(sc.failure)}", highlight=False)
         else:
             _print_scenario(title, sc, {s.metric: s for s in summaries.get(sc.id, [])})
     _print_methods(last["study_text"], scenarios, directory)
@@ -69,15 +71,15 @@ def _print_scenario(title: str, sc, by_metric: dict) -> None:
         flag = f" ({s.flagged} flagged)" if s.flagged else ""
         flag += f" ({s.outliers} outlier{'s' if s.outliers > 1 else ''}, counted)" if s.outliers else ""
         flag += f" ({s.set_aside} flagged, left out)" if s.set_aside else ""
-        table.add_row(s.metric, s.unit, str(s.n), fmt(s.mean), fmt(s.sd), ci, relative_text(s),
+        table.add_row(safe(s.metric), safe(s.unit), str(s.n), fmt(s.mean), fmt(s.sd), ci, relative_text(s),
                       (s.grade or ("-" if s.grade_reason else "")) + flag)
     out.print(table)
     for s in by_metric.values():
         if s.grade_reason:
-            out.print(f"  no grade for {s.metric}: {s.grade_reason}", highlight=False)
-    out.print("  " + ", ".join(_tunnel_facts(sc, by_metric)), highlight=False)
+            out.print(f"  no grade for {safe(s.metric)}: {safe(s.grade_reason)}", highlight=False)
+    out.print("  " + safe(", ".join(_tunnel_facts(sc, by_metric))), highlight=False)
     if notes := lasting_notes(current_wording(sc.notes)):  # (Stein's interval is the table's 95% CI, computed now)
-        out.print(f"  [yellow]note:[/] {'; '.join(notes)}", highlight=False)
+        out.print(f"  [yellow]note:[/] {safe('; '.join(notes))}", highlight=False)
 
 
 def _tunnel_facts(sc, by_metric: dict) -> list[str]:
@@ -98,18 +100,14 @@ def _print_methods(study_text: str, scenarios, directory: Path) -> None:
     from .. import methods
 
     rules = sorted({sc.repetition_rule for sc in scenarios})
-    out.print("\n[bold]Methods.[/] " + methods.paragraph(study_text or "", rules, cpu=methods.cpu_text(directory)),
-              highlight=False)
+    paragraph = methods.paragraph(study_text or "", rules, cpu=methods.cpu_text(directory))
+    out.print("\n[bold]Methods.[/] " + safe(paragraph), highlight=False)
 
 
 @app.command()
 @user_errors
 def show(directory: Path = typer.Argument(..., help="a results directory")):
-    """Summarise a results directory: n, mean, sd, 95% CI and the value relative to no VPN."""
-    from ..store import DB_NAME
-
-    if not (directory / DB_NAME).is_file():
-        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
+    """Summarise a results directory: n, mean, sd, 95% CI and the value relative to no VPN. Reads only."""
     _show(directory)
 
 
@@ -118,46 +116,58 @@ def show(directory: Path = typer.Argument(..., help="a results directory")):
 def export(
     directory: Path = typer.Argument(..., help="a results directory"),
     fmt: str = typer.Option("csv", "--format", help="csv or json"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="file to write (default: standard output)"),
+    output: str = typer.Option(STDOUT, "--output", "-o", help="file to write, - for standard output (the "
+                               "default); an existing file is refused without --force"),
     table: str = typer.Option("samples", "--table",
                               help="samples (one row per sample per metric), summary, or comparisons"),
+    force: bool = typer.Option(False, "--force", help="replace an existing regular file given as --output"),
 ):
-    """Every sample (long format), the per-scenario summary, or the comparisons."""
+    """Every sample (long format), the per-scenario summary, or the comparisons. Reads the store
+    only; writes only --output."""
     from .. import export as exporter
-    from ..store import DB_NAME, Store
 
     if fmt not in ("csv", "json"):
         raise VpnlabError(f"--format: expected csv or json, got {fmt!r}")
     if table not in exporter.TABLES:
         raise VpnlabError(f"--table: expected one of {', '.join(exporter.TABLES)}, got {table!r}")
-    if not (directory / DB_NAME).is_file():
-        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
-    store = Store.open_dir(directory)
+    target = Output(output, "--output", force, protect=(directory / DB_NAME,))
+    store = read_store(directory)
     try:
-        if output:
-            with open(output, "w", newline="") as fh:
-                count = exporter.write(store, fmt, fh, table)
-            err.print(f"{count} rows written to {output}")
-        else:
-            exporter.write(store, fmt, sys.stdout, table)
+        with target.open() as fh:
+            count = exporter.write(store, fmt, fh, table)
     finally:
         store.close()
+    if target.path is not None:
+        err.print(f"{count} rows written to {safe(target)}", highlight=False)
 
 
 @app.command()
 @user_errors
 def report(
     directory: Path = typer.Argument(..., help="a results directory"),
-    output: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default DIR/report.html)"),
+    output: Optional[str] = typer.Option(None, "--out", help="HTML file to write (default DIR/report.html, "
+                                         "replaced); an existing file is refused without --force"),
+    force: bool = typer.Option(False, "--force", help="replace an existing regular file given as --out"),
 ):
     """Write one self-contained HTML report: graded table, plots with 95% CIs, overhead, comparisons,
-    recommendation."""
+    recommendation. Reads the store only; writes only the report."""
     from ..report import write as write_report
-    from ..store import DB_NAME
 
-    if not (directory / DB_NAME).is_file():
-        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
-    out.print(f"report: {write_report(directory, output)}")
+    target = Output(output, "--out", force, protect=(directory / DB_NAME,)) if output is not None else None
+    read_store(directory).close()  # refused before anything is computed if it is not a store to read
+    out.print(f"report: {safe(write_report(directory, target))}", highlight=False)
+
+
+@app.command()
+@user_errors
+def verdicts(directories: list[Path] = typer.Argument(..., help="results directories of seed studies")):
+    """The seed verdicts of each results directory as Markdown table rows (the README's table): what
+    ran, and each finding's verdict with its ratio named for what it is (B/A of a metric)."""
+    from ..verdict_table import table
+
+    for d in directories:
+        read_store(d).close()  # each refused before anything is computed if it is not a store to read
+    print(table(directories))  # Markdown, not rich markup: printed as it is (verdict_table makes it safe)
 
 
 @app.command("compare")
@@ -165,38 +175,40 @@ def report(
 def compare_command(
     dir_a: Path = typer.Argument(..., help="results directory A"),
     dir_b: Path = typer.Argument(..., help="results directory B"),
-    html: Optional[Path] = typer.Option(None, "--html", help="also write the comparison as an HTML file"),
+    html: Optional[str] = typer.Option(None, "--html", help="also write the comparison as an HTML file (an "
+                                       "existing file is refused without --force)"),
+    force: bool = typer.Option(False, "--force", help="replace an existing regular file given as --html"),
 ):
     """Two runs side by side: the scenarios both have (measured in the same place), B against A as a
     ratio of geometric means with Welch's t test on logs, Holm-corrected; Mann-Whitney U secondary."""
     from ..compare import RUN_FOOTNOTES, RUN_HEADINGS, compare_runs, run_rows
-    from ..store import DB_NAME, Store
 
-    for d in (dir_a, dir_b):
-        if not (d / DB_NAME).is_file():
-            raise VpnlabError(f"{d}: not a vpnlab results directory (no {DB_NAME})")
-    store_a, store_b = Store.open_dir(dir_a), Store.open_dir(dir_b)
+    target = Output(html, "--html", force, protect=(dir_a / DB_NAME, dir_b / DB_NAME)) if html is not None else None
+    store_a = read_store(dir_a)
     try:
-        diffs = compare_runs(store_a, store_b)
+        store_b = read_store(dir_b)
+        try:
+            diffs = compare_runs(store_a, store_b)
+        finally:
+            store_b.close()
     finally:
         store_a.close()
-        store_b.close()
     if not diffs:
         raise VpnlabError("the two runs have no scenario in common (same VPN, link and workload labels)")
-    table = Table(title=f"B = {dir_b} against A = {dir_a}", box=box.SIMPLE_HEAD)
+    table = Table(title=f"B = {safe(dir_b)} against A = {safe(dir_a)}", box=box.SIMPLE_HEAD)
     for col in RUN_HEADINGS:
         table.add_column(col, justify="left" if col in ("vpn", "link", "workload", "metric") else "right")
     rows = run_rows(diffs)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(safe, row))
     out.print(table)
     for line in RUN_FOOTNOTES:
         out.print(line, highlight=False)
-    if html:
+    if target:
         from ..report import render_table
 
-        html.write_text(render_table(f"vpnlab: {dir_b} against {dir_a}", RUN_HEADINGS, rows))
-        out.print(f"written {html}")
+        target.write_text(render_table(f"vpnlab: {dir_b} against {dir_a}", RUN_HEADINGS, rows))
+        out.print(f"written {safe(target)}", highlight=False)
 
 
 @app.command()
@@ -212,10 +224,7 @@ def stats(
     Holm-corrected over every comparison the study defines whatever is printed, with a verdict
     (ahead / equivalent / undecided); one-sided t and rank tests as secondary, uncorrected."""
     from ..compare import SECONDARY_HEADINGS, STUDY_HEADINGS, study_comparisons, study_footnotes, study_rows
-    from ..store import DB_NAME, Store
 
-    if not (directory / DB_NAME).is_file():
-        raise VpnlabError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
     pairs = None
     if pair:
         pairs = []
@@ -224,8 +233,9 @@ def stats(
                 raise VpnlabError(f"--pair: expected 'LABEL A|LABEL B', got {text!r}")
             a, b = (part.strip() for part in text.split("|", 1))
             pairs.append((a, b))
-    store = Store.open_dir(directory)
+    store = read_store(directory)
     try:
+        _known_labels(pairs or [], {sc.vpn_label for sc in store.scenarios()})
         comparisons = study_comparisons(store, pairs)
     finally:
         store.close()
@@ -241,16 +251,38 @@ def stats(
         groups.setdefault(tuple(row[:3]), []).append([row[i] for i in shown])
     out.print("comparisons, B against A ('Holm p' corrected over the study's family)", style="bold")
     for (link, workload, metric), rows in groups.items():
-        table = Table(title=f"{link} | {workload} | {metric}", title_justify="left", box=box.SIMPLE_HEAD)
+        table = Table(title=f"{safe(link)} | {safe(workload)} | {safe(metric)}", title_justify="left",
+                      box=box.SIMPLE_HEAD)
         for i in shown:
             heading = STUDY_HEADINGS[i]
             table.add_column(heading, justify="left" if heading in ("A", "B", "verdict") else "right",
                              no_wrap=heading not in ("A", "B"))
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(safe, row))
         out.print(table)
     for line in study_footnotes(comparisons):
         if secondary or not line.startswith(("†", "‡")):
-            out.print(line, highlight=False)
+            out.print(safe(line), highlight=False)
     if not secondary:
         out.print("secondary tests (one-sided t, rank test) and Hedges' g: --secondary", highlight=False)
+
+
+def _known_labels(pairs: list[tuple[str, str]], labels: set[str]) -> None:
+    """Refuse a --pair label no configuration of the study has, listing the ones it has."""
+    for label in (label for pair in pairs for label in pair):
+        if label not in labels:
+            raise VpnlabError(f"--pair: no configuration is labelled {label!r}; the study's labels: "
+                              + ", ".join(repr(known) for known in sorted(labels)))
+
+
+@app.command()
+@user_errors
+def upgrade(directory: Path = typer.Argument(..., help="a results directory written by an older vpnlab")):
+    """Upgrade an older results store in place, for this vpnlab to read; a copy of it is kept first
+    (results.sqlite.vN.bak beside it, never overwriting an earlier copy)."""
+    was, backup = results_dir.upgrade(directory)
+    if backup is None:
+        out.print(f"{safe(directory)}: already at results schema {was}; nothing changed", highlight=False)
+    else:
+        out.print(f"{safe(directory)}: upgraded from results schema {was} to {SCHEMA_VERSION}; the store as it "
+                  f"was is kept in {safe(backup)}", highlight=False)

@@ -13,7 +13,7 @@ from rich.table import Table
 from .. import results_dir
 from ..errors import StudyError, VpnlabError
 from ..signals import Interrupted
-from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, user_errors
+from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
 from .common import app, need_root, print_table
 
 
@@ -47,7 +47,8 @@ def _stored_study(directory: Path):
 @user_errors
 def run(
     study: Optional[str] = typer.Argument(None, help="study YAML file, or the name of a built-in study (default: 'default')"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory (default ./vpnlab-results/<timestamp>)"),
+    out_path: Optional[str] = typer.Option(None, "--out", help="results directory, new or empty (default "
+                                           "./vpnlab-results/<timestamp>)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its estimated duration; create nothing"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted run in this results directory"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
@@ -56,17 +57,22 @@ def run(
     sets: Optional[list[str]] = typer.Option(None, "--set", help="PATH=VALUE: change a study field for this run, "
                                              "such as workloads[0].size=715M (repeatable)"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="Ansible inventory of the hosts the "
-                                             "study's `hosts:` names: run it on them, over SSH"),
+                                             "study's `hosts:` names: run it on them, over SSH. An executable file "
+                                             "is a dynamic inventory: Ansible runs it as a program, as you (root)"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
-    from ..plan import BACKENDS, make_plan
+    from ..plan import make_plan
     from ..runner import Runner, default_out_dir
 
+    if out_path == "":
+        raise VpnlabError("--out: an empty path; name the results directory (or leave --out out for "
+                          "./vpnlab-results/<timestamp>)")
+    check_backend(backend)
     loaded, is_default = _the_study(study, resume, sets)
-    out_dir = resume if resume is not None else out_dir
+    out_dir = resume if resume is not None else Path(out_path) if out_path is not None else None
+    if out_dir is not None:  # as the run would check it, dry or not, before anything is built
+        results_dir.admissible(out_dir, loaded.source_text, resume is not None)
     plan = make_plan(loaded)
-    if backend not in BACKENDS:
-        raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     hosts = None
     if loaded.hosts or inventory is not None:  # checked before anything is created or connected
         from ..hosts.testbed import HostSet
@@ -77,7 +83,7 @@ def run(
     if dry_run and (os.geteuid() != 0 or hosts):
         _print_plan(plan, None if not hosts else set())
         if hosts:
-            out.print(f"on real hosts: {hosts.text} (not contacted)", highlight=False)
+            out.print(f"on real hosts: {safe(hosts.text)} (not contacted)", highlight=False)
         return
     need_root("vpnlab run")
     caps, in_vm = _placed(plan, backend, hosts, is_default)
@@ -87,27 +93,37 @@ def run(
             _print_left(Runner(plan, resume, caps, in_vm=in_vm), resume)
         return
     out_dir = out_dir or default_out_dir()
-    held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # noqa: F841 (locked until exit)
-    err.print(f"study [bold]{loaded.name}[/]: {len(plan.scenarios)} scenarios, {_estimate(plan, in_vm)}; "
-              f"results in {out_dir}", highlight=False)
+    held = results_dir.claim(out_dir, loaded.source_text, resume is not None)  # locked until exit
+    if held.upgraded:
+        err.print(safe(f"{out_dir}: its store was written by an older vpnlab (results schema {held.upgraded[0]}) and "
+                       f"is upgraded to this one's; the store as it was is kept in {held.upgraded[1]}"), highlight=False)
+    err.print(f"study [bold]{safe(loaded.name)}[/]: {len(plan.scenarios)} scenarios, {_estimate(plan, in_vm)}; "
+              f"results in {safe(out_dir)}", highlight=False)
     if in_vm:
         err.print(f"{len(in_vm)} of them run in a VM (`vpnlab doctor STUDY` says why)", highlight=False)
     if hosts:
-        err.print(f"on real hosts: {hosts.text}", highlight=False)
+        err.print(f"on real hosts: {safe(hosts.text)}", highlight=False)
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm,
                     hosts=hosts)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"[yellow]interrupted[/]: everything it created is removed; "
-                  f"finish later with: vpnlab run --resume {out_dir}")
+                  f"finish later with: vpnlab run --resume {safe(out_dir)}")
         raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     _finish(out_dir)
     if runner.unfinished:
         err.print(f"[yellow]{len(runner.unfinished)} scenario(s) short of their repetitions[/]: their report shows "
-                  f"what they have; measure the rest with: vpnlab run --resume {out_dir}")
+                  f"what they have; measure the rest with: vpnlab run --resume {safe(out_dir)}")
     if runner.failures or runner.unfinished:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
+
+
+def check_backend(backend: str) -> None:
+    from ..plan import BACKENDS
+
+    if backend not in BACKENDS:
+        raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
 def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
@@ -190,7 +206,8 @@ def _finish(out_dir: Path) -> None:
 
     try:
         _compact(out_dir)
-        out.print(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {write_report(out_dir)}")
+        report = write_report(out_dir)
+        out.print(safe(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {report}", lines=True))
     except Interrupted as exc:
         store = Store.open_dir(out_dir)
         try:
@@ -198,7 +215,7 @@ def _finish(out_dir: Path) -> None:
         finally:
             store.close()
         err.print(f"[yellow]interrupted[/] while writing the report: every sample is stored; "
-                  f"write the report with: vpnlab report {out_dir}")
+                  f"write the report with: vpnlab report {safe(out_dir)}")
         raise typer.Exit(exc.exit_code)
 
 
@@ -208,9 +225,8 @@ def _compact(directory: Path) -> None:
     from ..analysis import fmt, relative_text, summarise
     from ..catalog import KINDS
     from ..labels import for_scenarios
-    from ..store import Store
 
-    store = Store.open_dir(directory)
+    store = results_dir.read_store(directory)
     try:
         summaries, scenarios = summarise(store), store.scenarios()
     finally:
@@ -229,10 +245,10 @@ def _compact(directory: Path) -> None:
         if s is not None:
             compared = relative_text(s)  # '-' without a baseline to compare with: the value itself
             text = compared if compared != "-" else f"{fmt(s.mean)} {s.unit}"
-            row[(sc.link_label, sc.workload_label)] = text + (f" {s.grade}" if s.grade else "")
+            row[(sc.link_label, sc.workload_label)] = safe(text + (f" {s.grade}" if s.grade else ""))
     print_table("against no VPN (primary metric of each workload; `vpnlab show` has every metric)",
-           ("vpn", *(f"{link} {workload}" for link, workload in columns), "failed"),
-           [(vpn, *(row.get(c, "-") for c in columns), str(row["failed"])) for vpn, row in rows.items()])
+           ("vpn", *(safe(f"{link} {workload}") for link, workload in columns), "failed"),
+           [(safe(vpn), *(row.get(c, "-") for c in columns), str(row["failed"])) for vpn, row in rows.items()])
 
 
 def _reps(rule) -> str:
@@ -243,13 +259,13 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
     """The plan as the run will carry it out; `in_vm` None: placement unknown (not root)."""
     from ..plan import duration
 
-    table = Table(title=f"plan of study '{plan.study.name}' ({plan.study.topology})")
+    table = Table(title=f"plan of study '{safe(plan.study.name)}' ({plan.study.topology})")
     for col in ("#", "id", "vpn", "link", "workload", "reps", "runs", "est."):
         table.add_column(col)
     placed = in_vm or set()
     for s in plan.scenarios:
         where = "?" if in_vm is None else ("VM" if s.id in placed else "here")
-        table.add_row(str(s.index), s.id, s.vpn_label, s.link.label, s.workload.label,
+        table.add_row(str(s.index), s.id, safe(s.vpn_label), safe(s.link.label), safe(s.workload.label),
                       _reps(s.repetitions), where, duration(s.estimate_s(s.id in placed)))
     out.print(table)
     vm = f", {len(placed)} of them in a VM (its boot included)" if placed else ""
@@ -260,9 +276,8 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
 def _print_left(runner, directory: Path) -> None:
     """What `--resume` would measure in `directory`, read without writing to it."""
     from ..plan import duration
-    from ..store import Store
 
-    store = Store.read_only(directory)
+    store = results_dir.read_store(directory)
     try:
         todo, total, said = runner.what_is_left(store)
     finally:

@@ -17,21 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import ConfigDict, model_serializer
 
 from ..backend import SLOWDOWN
 from ..errors import CapabilityError, TunnelError
 from ..features import FEATURES, Capabilities
 from ..files import tail, write_secret
 from ..metrics import declare
+from ..schema import NumbersAreNumbers
 from ..testbed.contract import Node, Process
 from ..testbed.state import RunState
 from ..testbed.topology import TunnelSite
 from ..tools import Tool
 
 
-class Options(BaseModel):
-    """Base for a driver's options: unknown keys are errors."""
+class Options(NumbersAreNumbers):
+    """Base for a driver's options: unknown keys are errors, a number is never true/false."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     # Options added after runs were stored: left out of the dump at their default, so the ids of

@@ -20,6 +20,20 @@ from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
 from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, parse_pppd_log, private_etc,
                   wait_for_link)
 
+# A sample's own evidence that the link dropped packets (each > 0: something was lost on the way).
+LOSS_EVIDENCE = ("retransmits", "udp_loss_pct", "ping_loss_pct")
+HOLD_FLAG = ("pptpd's 0.3 s GRE reorder hold: data went towards the gateway over a link that dropped, so "
+             "this figure measures pptpd's hold after each loss, not PPTP (not comparable with the seed's)")
+
+
+def held_by_pptpd(kind: str, params: dict, loss_pct: float, values: dict[str, float]) -> bool:
+    """Whether pptpd's hold shaped a sample: data towards the gateway (iperf3 TCP or UDP not reversed,
+    ping's echo requests; a transfer downloads, towards the client) over a link set to lose packets or
+    whose sample lost some."""
+    towards_gateway = kind == "ping" or (kind in ("tcp", "udp") and not params.get("reverse"))
+    dropped = loss_pct > 0 or any(values.get(metric, 0) > 0 for metric in LOSS_EVIDENCE)
+    return towards_gateway and dropped
+
 CONTROL_PORT = 1723
 
 

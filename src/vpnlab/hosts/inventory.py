@@ -3,23 +3,34 @@
 `ansible-inventory -i FILE --list` is run as a program: Ansible's Python API is
 internal (and GPLv3, while vpnlab is MIT), and a program's JSON is what users
 see too. Whatever the inventory format (YAML, INI, a directory, a plugin),
-Ansible resolves groups and group variables; we only read the result.
+Ansible resolves groups and group variables; we only read the result. An
+executable inventory file is a dynamic inventory: Ansible runs it, as the user
+running vpnlab (root), so it is a program to trust, not data.
+
+A host's name and address reach SSH (asyncssh here, ssh under Ansible's
+playbook): one that SSH or a shell would misread (`-oProxyCommand=...`,
+`b;touch x`, control characters) is refused before vpnlab connects.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import StudyError
+from ..files import file_kind
 
 # Hidden groups that every inventory has.
 IMPLICIT_GROUPS = {"all", "ungrouped"}
+# A host name or address SSH reads as one: a DNS name, IPv4, IPv6 (with a zone: fe80::1%eth0).
+SSH_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]*$")
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,9 @@ def load_inventory(path: str | Path) -> dict[str, Host]:
     path = Path(path)
     if not path.exists():
         raise StudyError(f"inventory {path}: no such file or directory")
+    mode = path.stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # Ansible would block reading a FIFO until killed
+        raise StudyError(f"inventory {path}: not a regular file or directory ({file_kind(mode)})")
     # An inventory Ansible cannot parse is otherwise only a warning and an empty host list.
     env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
            "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true"}
@@ -117,26 +131,39 @@ def _host(path: Path, name: str, variables: dict, groups: tuple[str, ...]) -> Ho
                 become=become, groups=groups, vars=variables)
 
 
+def reachable_safely(host: Host, inventory: str | Path) -> Host:
+    """The host, if its name and address reach SSH as what they are; else a StudyError naming it."""
+    for what, value in (("host name", host.name), ("address (ansible_host)", host.address)):
+        if not SSH_SAFE.match(value):
+            raise StudyError(f"inventory {inventory}: {what} {value!r}: not a host name or IP address that SSH "
+                             "would read as one (it may start with neither '-' nor hold spaces, quotes, ';' or "
+                             "other shell characters); vpnlab does not connect to it")
+    return host
+
+
 def select(hosts: dict[str, Host], names, inventory: str | Path) -> list[Host]:
-    """The named hosts, or a clear error naming the first unknown one and what the inventory has."""
+    """The named hosts, or a clear error naming the first unknown (or unsafe) one and what the
+    inventory has."""
     chosen = []
     for name in names:
         if name not in hosts:
             raise StudyError(f"inventory {inventory}: no host named {name!r} "
                              f"(it has: {', '.join(sorted(hosts))})")
-        chosen.append(hosts[name])
+        chosen.append(reachable_safely(hosts[name], inventory))
     return chosen
 
 
-def limit(hosts: dict[str, Host], pattern: str | None, inventory: str | Path) -> list[Host]:
-    """Hosts matching an Ansible-style --limit: comma-separated host or group names."""
+def limit(hosts: dict[str, Host], pattern: str | None, inventory: str | Path, to_connect: bool = True) -> list[Host]:
+    """Hosts matching an Ansible-style --limit: comma-separated host or group names; each checked
+    for SSH (reachable_safely) when they are `to_connect` to."""
+    check = (lambda host: reachable_safely(host, inventory)) if to_connect else (lambda host: host)
     if not pattern:
-        return list(hosts.values())
+        return [check(host) for host in hosts.values()]
     wanted = [p.strip() for p in pattern.split(",") if p.strip()]
     known_groups = {g for host in hosts.values() for g in host.groups}
     for word in wanted:
         if word not in hosts and word not in known_groups and word != "all":
             raise StudyError(f"inventory {inventory}: --limit {word!r} is neither a host nor a group "
                              f"(hosts: {', '.join(sorted(hosts))})")
-    return [host for host in hosts.values()
+    return [check(host) for host in hosts.values()
             if "all" in wanted or host.name in wanted or set(host.groups) & set(wanted)]
