@@ -115,6 +115,16 @@ CASES = [
          ("vpns[0].profile",), cli=False),
     Case("fips-non-fips-cipher", "name: t\nvpns: [{driver: openvpn, profile: fips, options: {cipher: BF-CBC}}]\n"
          "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher", "FIPS")),
+    Case("nebula-unknown-cipher", "name: t\nvpns: [{driver: nebula, options: {cipher: aes128}}]\n"
+         "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher",)),
+    Case("nebula-fips", "name: t\nvpns: [{driver: nebula, profile: fips}]\nworkloads: [{kind: ping}]\n",
+         ("vpns[0].profile", "Nebula 1.6.1 has no FIPS 140 mode", "not a FIPS 140-validated module")),
+    Case("tinc-compression-level", "name: t\nvpns: [{driver: tinc, options: {compression: 12}}]\n"
+         "workloads: [{kind: ping}]\n", ("vpns[0].options.compression",)),
+    Case("tinc-mac-longer-than-its-digest", "name: t\nvpns: [{driver: tinc, options: {digest: md5, mac_length: 20}}]"
+         "\nworkloads: [{kind: ping}]\n", ("vpns[0].options.mac_length", "16-byte md5 digest"), cli=False),
+    Case("tinc-fips", "name: t\nvpns: [{driver: tinc, profile: fips}]\nworkloads: [{kind: ping}]\n",
+         ("vpns[0].profile", "tinc 1.0 has no FIPS 140 mode"), cli=False),
     Case("wrong-type", PING + "links: [{rate_mbit: fast}]\n", ("links[0].rate_mbit",)),
     Case("wrong-type-in-a-sweep", workload("{kind: ping, count: [1, two]}"), ("workloads[0].count",), cli=False),
     Case("empty-vpns", "name: t\nvpns: []\nworkloads: [{kind: ping}]\n", ("vpns:", "at least 1 item")),

@@ -31,6 +31,12 @@ VPNS = """
   - driver: ocserv
   - driver: ocserv
     options: {transport: tls}
+  - driver: nebula
+  - driver: nebula
+    options: {cipher: chachapoly}
+  - driver: tinc
+  - driver: tinc
+    options: {cipher: aes-128-cbc, digest: sha1, compression: 10}
 """
 
 NESTED = """
@@ -40,6 +46,7 @@ NESTED = """
   - {driver: strongswan, inner: {driver: openvpn}}
   - {driver: openvpn, inner: {driver: strongswan}}
   - {driver: wireguard, inner: {driver: wireguard, options: {port: 51821}}}
+  - {driver: nebula, inner: {driver: tinc}}
 """
 
 
@@ -86,16 +93,16 @@ def check(scenarios, values):
 @pytest.mark.parametrize("topology", ["remote-access", "site-to-site"])
 def test_every_driver(tmp_path, topology, no_leftovers):
     scenarios, values = run_study(tmp_path, topology, VPNS)
-    assert len(scenarios) == 11
+    assert len(scenarios) == 15
     check(scenarios, values)
 
 
 def test_nested_tunnels(tmp_path, no_leftovers):
     scenarios, values = run_study(tmp_path, "site-to-site", NESTED)
-    assert len(scenarios) == 6
+    assert len(scenarios) == 7
     check(scenarios, values)
     nested = [sc for sc in scenarios if sc["vpn"] != "none"]
     assert {sc["vpn"] for sc in nested} == {"openvpn-in-openvpn", "strongswan-in-strongswan",
                                            "openvpn-in-strongswan", "strongswan-in-openvpn",
-                                           "wireguard-in-wireguard"}
+                                           "wireguard-in-wireguard", "tinc-in-nebula"}
 

@@ -12,11 +12,13 @@ from . import cpu, observers  # noqa: F401  (their metrics declare themselves)
 from .drivers.base import TUNNEL_METRICS, Driver  # noqa: F401  (a tunnel's metrics)
 from .drivers.l2tp import L2tp
 from .drivers.libreswan import Libreswan
+from .drivers.nebula import Nebula
 from .drivers.none import NoVpn
 from .drivers.ocserv import Ocserv
 from .drivers.openvpn import OpenVpn
 from .drivers.pptp import Pptp
 from .drivers.strongswan import StrongSwan
+from .drivers.tinc import Tinc
 from .drivers.wireguard import WireGuard
 from .hosts import TOOLS as HOST_TOOLS
 from .metrics import REGISTRY, Level, Metric
@@ -29,7 +31,7 @@ from .workloads.transfer import Transfer
 from .workloads.udp import Udp
 
 DRIVERS: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp(),
-                                               Libreswan())}
+                                               Libreswan(), Nebula(), Tinc())}
 
 # In the order of Jaha 2014's Table VI (TCP throughput, RTT, UDP throughput, jitter, loss): the
 # report's graded table takes its columns in this order.

@@ -354,8 +354,12 @@ class Runner:
                 if store.status(scenario.id) == "failed":
                     continue  # its host was lost during this round
                 self._repetition(store, state, run_id, scenario, round_no, position, progress)
+            self._round_ended(store, progress)
             for scenario in pending:  # after the whole round: Stein's totals weigh every compared pilot
                 self._settle(store, scenario)
+
+    def _round_ended(self, store: Store, progress: Progressor) -> None:
+        """After each round, before its scenarios settle: nothing in a study (a race drops candidates here)."""
 
     def _repetition(self, store: Store, state: RunState, run_id: int, scenario: Scenario, round_no: int,
                     position: int, progress: Progressor) -> None:

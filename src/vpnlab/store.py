@@ -497,6 +497,13 @@ class Store:
                                " AND COALESCE(r.failure, '') = '' ORDER BY s.repetition", (scenario_id, metric))
         return [r[0] for r in rows]
 
+    def values_by_round(self, scenario_id: str, metric: str) -> dict[int, float]:
+        """A metric's values over the valid repetitions of a scenario, by the round each ran in."""
+        rows = self.db.execute("SELECT r.round, s.value FROM samples s JOIN repetitions r ON r.scenario_id ="
+                               " s.scenario_id AND r.repetition = s.repetition WHERE s.scenario_id=? AND s.metric=?"
+                               " AND COALESCE(r.failure, '') = '' AND r.round IS NOT NULL", (scenario_id, metric))
+        return {r[0]: r[1] for r in rows}
+
     def set_status(self, scenario_id: str, status: str, failure: str | None = None) -> None:
         with self.db:
             self.db.execute("UPDATE scenarios SET status=?, failure=? WHERE id=?", (status, failure, scenario_id))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import signals, version as vpnlab_version
-from . import machine, results, run  # noqa: F401  (their commands register themselves on the app)
+from . import machine, results, run, tune  # noqa: F401  (their commands register themselves on the app)
 from ..console import out
 from .common import app
 

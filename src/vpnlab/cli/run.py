@@ -133,6 +133,10 @@ def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
     from ..study import parse_study
 
     if resume is not None:
+        from ..tune.design import RULES_FILE
+
+        if (resume / RULES_FILE).is_file():
+            raise StudyError(f"{resume}: a race's results (vpnlab tune): resume it with vpnlab tune --resume {resume}")
         loaded, text = _stored_study(resume)
         if study is not None:
             given, _ = load_study_arg(study)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import ConfigDict, model_serializer
+import yaml
+from pydantic import ConfigDict, ValidationError, model_serializer
 
 from ..backend import SLOWDOWN
 from ..errors import CapabilityError, TunnelError
@@ -46,6 +47,25 @@ class Options(NumbersAreNumbers):
             if isinstance(data, dict) and getattr(self, name) == type(self).model_fields[name].default:
                 data.pop(name, None)
         return data
+
+
+# The security class of a tunable's value, strongest first: what `vpnlab tune`'s security floor compares
+# with. fips: FIPS 140-approved; strong: sound, not FIPS-approved (ChaCha20-Poly1305); weak: deprecated or
+# breakable (64-bit blocks, MD5, compression before encryption), proposed only when a spec allows it.
+SECURITY_CLASSES = ("fips", "strong", "weak")
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A setting `vpnlab tune` may vary: the option it sets, its legal values (the default first), and
+    the security class of each value that bears on security (a value not listed bears on none)."""
+
+    option: str
+    values: tuple
+    security: dict = field(default_factory=dict, hash=False)
+
+    def security_of(self, value) -> str | None:
+        return self.security.get(value)
 
 
 @dataclass(frozen=True)
@@ -173,6 +193,8 @@ class Driver:
     packages: ClassVar[tuple[str, ...]] = ()     # Debian packages it needs that carry no program (plugins)
     guest_modules: ClassVar[tuple[str, ...]] = ()  # kernel modules a VM guest (no udev) must load for it
     runs_on_hosts: ClassVar[bool] = False        # its files and daemons go through the node (real hosts too)
+    tunables: ClassVar[tuple[Tunable, ...]] = ()  # what `vpnlab tune` may vary; none: its default options only
+    proposed: ClassVar[bool] = True              # in `vpnlab tune`'s space unless a spec names its drivers
 
     # -- study time --------------------------------------------------------
     def check(self, options: Options, profile: str) -> str | None:
@@ -182,6 +204,20 @@ class Driver:
     def describe(self, options: Options, profile: str) -> str:
         """A short label for reports."""
         return self.name if profile == "default" else f"{self.name} {profile}"
+
+    def settings(self, options: Options, profile: str) -> str:
+        """This configuration as its user writes it down (`vpnlab tune`'s answer): by default the
+        vpnlab options; a driver with a configuration syntax of its own gives a fragment of it."""
+        return yaml.safe_dump({"driver": self.name, "profile": profile,
+                               "options": options.model_dump(mode="json", exclude_defaults=True)}, sort_keys=False)
+
+    def from_settings(self, text: str) -> Options:
+        """The options `settings` wrote (the inverse, for the fragment this driver writes)."""
+        data = yaml.safe_load(text)
+        try:
+            return self.Options.model_validate((data or {}).get("options") or {})
+        except (ValidationError, AttributeError) as exc:
+            raise ValueError(f"{self.name}: not settings of this driver: {exc}") from exc
 
     # -- machine -----------------------------------------------------------
     def implementations(self, options: Options) -> list[Implementation]:

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 
 from ..algorithms import AEAD, fips_approved
 from ..tools import Tool
-from .base import Options
+from .base import Options, Tunable
 
 CHARON = "/usr/lib/ipsec/charon"
 # strongSwan's daemon and its control tool; the plugin packages carry no program of their own
@@ -60,6 +60,7 @@ def esp_algorithms(proposal: str) -> tuple[str, str]:
 
 FIPS_ESP = {proposal for proposal in ESP if all(map(fips_approved, esp_algorithms(proposal)))}
 FIPS_DEFAULT_ESP = "aes256gcm16"
+WEAK_ESP = {"3des-md5", "3des-sha1"}  # 64-bit blocks (Sweet32), MD5
 ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",
                     "aes128gcm16", "aes256gcm16", "chacha20poly1305"]
 
@@ -104,3 +105,10 @@ def esp_overhead(esp: str, udp_encap: bool, inner_len: int) -> int:
     iv, block, icv = ESP[esp]
     encrypted = -(-(inner_len + 2) // block) * block  # payload + pad length + next header, padded
     return 20 + (8 if udp_encap else 0) + 8 + iv + encrypted + icv - inner_len
+
+
+# What `vpnlab tune` varies in both IPsec drivers. IPComp compresses before ESP encrypts, so packet
+# sizes betray the contents as with any compression under encryption: weak, as OpenVPN's is.
+ESP_TUNABLE = Tunable("esp", ("aes128gcm16", "aes256gcm16", "chacha20poly1305", "aes256-sha256", "3des-sha1"),
+                      {esp: "fips" if esp in FIPS_ESP else "weak" if esp in WEAK_ESP else "strong" for esp in ESP})
+IPCOMP_TUNABLE = Tunable("compression", ("off", "on"), {"on": "weak"})

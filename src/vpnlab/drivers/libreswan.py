@@ -21,8 +21,8 @@ from ..files import write_secret
 from ..testbed.node import private_run
 from ..tools import Tool, find
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .ipsec import (ESP_MODULES, IPCOMP_MODULES, IpsecOptions, configured_esp, esp_algorithms, esp_overhead,
-                    fips_problem)
+from .ipsec import (ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IpsecOptions, configured_esp,
+                    esp_algorithms, esp_overhead, fips_problem)
 from .pki import OPENSSL, make_pki
 
 PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
@@ -66,9 +66,29 @@ class Libreswan(Driver):
                 "libunbound8", "libcap-ng0")
     guest_modules = (*ESP_MODULES, *IPCOMP_MODULES)
     Options = IpsecOptions
+    tunables = (ESP_TUNABLE, IPCOMP_TUNABLE)
 
     def check(self, options, profile):
         return fips_problem(options, profile)
+
+    def settings(self, options, profile):
+        """The lines of the conn section of ipsec.conf."""
+        lines = [f"# {self.describe(options, profile)}: in ipsec.conf's conn section"]
+        lines += [f"esp={ESP_SYNTAX[esp]}"] if (esp := configured_esp(options, profile)) else []
+        lines += ["compress=yes"] if options.compression == "on" else []
+        return "\n".join(lines) + "\n"
+
+    def from_settings(self, text):
+        """The options of a fragment as `settings` writes it."""
+        ours = {theirs: mine for mine, theirs in ESP_SYNTAX.items()}
+        found = {}
+        for line in text.splitlines():
+            key, _, value = line.split("#", 1)[0].partition("=")
+            if key.strip() == "esp":
+                found["esp"] = ours.get(value.strip(), value.strip())
+            elif key.strip() == "compress":
+                found["compression"] = "on" if value.strip() == "yes" else "off"
+        return IpsecOptions.model_validate(found)
 
     def describe(self, options, profile):
         parts = ["libreswan", configured_esp(options, profile) or "default", options.auth]

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, read_logs
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
+from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, wait_for
 from ..testbed.node import private_run
 from .pki import OPENSSL, make_pki
 
@@ -49,6 +49,7 @@ class Ocserv(Driver):
     tools = (Tool("ocserv", "ocserv", ("ocserv", "--version")), Tool("openconnect", "openconnect",
              ("openconnect", "--version")), OPENSSL)
     Options = OcservOptions
+    tunables = (Tunable("transport", ("dtls", "tls")),)
 
     def describe(self, options, profile):
         return f"ocserv {options.transport}" + ("" if profile == "default" else f" {profile}")

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from ..algorithms import AEAD, Algorithms, cipher_name, fips_approved, group_name, integrity_name, read_logs
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 from .pki import OPENSSL, make_pki
 
 # cipher -> (block size in bytes, AEAD?)
@@ -46,8 +46,10 @@ class OpenVpnOptions(Options):
     port: int = Field(1194, ge=1, le=65535)
     mtu: int | None = Field(None, ge=576, le=9000, description="--tun-mtu, by hand (default 1500, or for a tunnel "
                             "inside another what fits in it); TCP's MSS is clamped to fit it")
+    socket_buffer: int | None = Field(None, ge=4096, le=64 * 1024 * 1024, description="--sndbuf and --rcvbuf in "
+                                      "bytes (default: the system's)")
 
-    omit_at_default = ("mtu",)
+    omit_at_default = ("mtu", "socket_buffer")
 
     @field_validator("cipher", "auth", mode="before")
     @classmethod
@@ -81,6 +83,8 @@ def _both_ends(options: OpenVpnOptions, profile: str, dev: str, mtu: int | None)
         args += ["--allow-compression", "yes", "--compress", options.compression]
     if mtu:
         args += ["--tun-mtu", mtu, "--mssfix", mtu, "fixed"]  # TCP segments that fill the MTU, no more
+    if options.socket_buffer:
+        args += ["--sndbuf", options.socket_buffer, "--rcvbuf", options.socket_buffer]
     if profile == "fips":
         # --tls-groups, not --ecdh-curve: OpenSSL 3 builds ignore the curve ("using default curves")
         # and the key exchange was X25519, which FIPS 140 does not approve (parse_log reads it).
@@ -89,12 +93,32 @@ def _both_ends(options: OpenVpnOptions, profile: str, dev: str, mtu: int | None)
     return args
 
 
+# The TLS policy of the fips profile, as configuration lines (_both_ends passes them as arguments).
+FIPS_TLS = (("tls-version-min", "1.2"), ("tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"),
+            ("tls-ciphersuites", "TLS_AES_256_GCM_SHA384"), ("tls-groups", "prime256v1"))
+
+
+def _security(cipher: str) -> str:
+    return "fips" if cipher in FIPS_CIPHERS else "weak" if CIPHERS[cipher][0] == 8 else "strong"  # 64-bit blocks
+
+
 class OpenVpn(Driver):
     name = "openvpn"
     summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
     tools = (Tool("openvpn", "openvpn", ("openvpn", "--version")), OPENSSL)
     Options = OpenVpnOptions
     runs_on_hosts = True
+    # Compression before encryption lets packet sizes betray the contents (VORACLE): OpenVPN 2.6
+    # refuses it unless allowed, so it is weak. MD5 and SHA1 HMACs are left out: SHA256 is as fast.
+    tunables = (
+        Tunable("cipher", ("AES-256-GCM", "AES-128-GCM", "CHACHA20-POLY1305", "AES-256-CBC", "BF-CBC"),
+                {c: _security(c) for c in CIPHERS}),
+        Tunable("auth", (None, "SHA256"), {"MD5": "weak", "SHA1": "fips", "SHA256": "fips", "SHA512": "fips"}),
+        Tunable("transport", ("udp", "tcp")),
+        Tunable("compression", ("off", "lz4-v2"), {"lzo": "weak", "lz4-v2": "weak"}),
+        Tunable("mtu", (None, 1400)),
+        Tunable("socket_buffer", (None, 512 * 1024)),
+    )
 
     def check(self, options, profile):
         cipher, auth = effective(options, profile)
@@ -114,9 +138,40 @@ class OpenVpn(Driver):
             parts.append(options.compression)
         if options.mtu:
             parts.append(f"mtu-{options.mtu}")
+        if options.socket_buffer:
+            parts.append(f"buffers-{options.socket_buffer // 1024}k")
         if profile != "default":
             parts.append(profile)
         return " ".join(parts)
+
+    def settings(self, options, profile):
+        """Lines of an OpenVPN configuration file, the same at both ends."""
+        cipher, auth = effective(options, profile)
+        lines = [f"# {self.describe(options, profile)}: the same at both ends",
+                 f"proto {options.transport}" + ("  # tcp-server at the server, tcp-client at the client"
+                                                 if options.transport == "tcp" else ""),
+                 f"data-ciphers {cipher}", f"data-ciphers-fallback {cipher}"]
+        lines += [f"auth {auth}"] if auth else []
+        lines += ["providers legacy default"] if cipher in LEGACY_CIPHERS else []
+        if options.compression != "off":
+            lines += ["allow-compression yes", f"compress {options.compression}"]
+        lines += [f"tun-mtu {options.mtu}", f"mssfix {options.mtu} fixed"] if options.mtu else []
+        if options.socket_buffer:
+            lines += [f"sndbuf {options.socket_buffer}", f"rcvbuf {options.socket_buffer}"]
+        lines += [f"{key} {value}" for key, value in FIPS_TLS] if profile == "fips" else []
+        return "\n".join(lines) + "\n"
+
+    def from_settings(self, text):
+        """The options of a configuration fragment as `settings` writes it."""
+        found = {}
+        for line in text.splitlines():
+            words = line.split("#", 1)[0].split()
+            key, value = (words[0], words[1]) if len(words) > 1 else (None, None)
+            target = {"proto": "transport", "data-ciphers": "cipher", "auth": "auth", "compress": "compression",
+                      "tun-mtu": "mtu", "sndbuf": "socket_buffer"}.get(key)
+            if target:
+                found[target] = "tcp" if target == "transport" and value.startswith("tcp") else value
+        return OpenVpnOptions.model_validate(found)
 
     def implementations(self, options):
         features = ("tun", "openssl-legacy") if options.cipher in LEGACY_CIPHERS else ("tun",)

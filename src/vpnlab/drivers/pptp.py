@@ -49,6 +49,7 @@ class Pptp(Driver):
              Tool("pptp", "pptp-linux", path="/usr/sbin/pptp"), PPPD)
     guest_modules = (*PPP_MODULES, "ppp_mppe", "pptp", "gre", "ip_gre", "arc4", "sha1_generic")
     Options = PptpOptions
+    proposed = False  # MS-CHAPv2 and MPPE are broken: `vpnlab tune` tries PPTP only when a spec names it
 
     def check(self, options, profile):
         if profile == "fips":

@@ -23,9 +23,9 @@ from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, mer
 from ..errors import CommandError, TunnelError
 from ..files import write_secret
 from ..testbed.node import private_run
-from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .ipsec import (CHARON, ESP_MODULES, IPCOMP_MODULES, IPSEC_PACKAGES, IPSEC_TOOLS, IpsecOptions, configured_esp,
-                    esp_algorithms, esp_overhead, fips_problem)
+from .base import Driver, Implementation, Tunable, Tunnel, TunnelEnv, wait_for
+from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES, IPSEC_TOOLS,
+                    IpsecOptions, configured_esp, esp_algorithms, esp_overhead, fips_problem)
 from .pki import make_pki
 
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
@@ -50,6 +50,7 @@ class StrongSwan(Driver):
     packages = IPSEC_PACKAGES
     guest_modules = (*ESP_MODULES, *IPCOMP_MODULES)
     Options = StrongSwanOptions
+    tunables = (ESP_TUNABLE, IPCOMP_TUNABLE, Tunable("implementation", ("kernel", "libipsec")))
 
     def check(self, options, profile):
         if options.implementation == "libipsec":
@@ -72,6 +73,33 @@ class StrongSwan(Driver):
         if profile != "default":
             parts.append(profile)
         return " ".join(parts)
+
+    def settings(self, options, profile):
+        """The CHILD_SA's lines of swanctl.conf and, for userspace ESP, strongswan.conf's plugin line."""
+        lines = [f"# {self.describe(options, profile)}", "# swanctl.conf, in connections.<conn>.children.<child>:"]
+        lines += [f"esp_proposals = {esp}"] if (esp := configured_esp(options, profile)) else []
+        lines += ["ipcomp = yes"] if options.compression == "on" else []
+        if options.implementation == "libipsec":
+            lines += ["# strongswan.conf, in charon.plugins:", "kernel-libipsec { load = yes }"]
+        elif options.implementation == "kernel":
+            lines += ["# ESP in the kernel: strongswan.conf's default plugin, kernel-netlink"]
+        return "\n".join(lines) + "\n"
+
+    def from_settings(self, text):
+        """The options of a fragment as `settings` writes it."""
+        found = {}
+        for line in text.splitlines():
+            key, _, value = line.split("#", 1)[0].partition("=")
+            key, value = key.strip(), value.strip()
+            if key == "esp_proposals":
+                found["esp"] = value
+            elif key == "ipcomp":
+                found["compression"] = "on" if value == "yes" else "off"
+            elif key.startswith("kernel-libipsec"):
+                found["implementation"] = "libipsec"
+            elif "kernel-netlink" in line:
+                found["implementation"] = "kernel"
+        return StrongSwanOptions.model_validate(found)
 
     def implementations(self, options):
         kernel = Implementation("kernel", features=("esp",), tools=("charon", "swanctl"))

@@ -10,11 +10,12 @@ from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
 HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
 DEFAULT_MTU = 1420  # wg-quick's: 1500 less the header over IPv6
+USERSPACE_VARIABLE = "WG_QUICK_USERSPACE_IMPLEMENTATION"  # wg-quick runs this program instead of the kernel's
 
 
 class WireGuardOptions(Options):
@@ -34,6 +35,7 @@ class WireGuard(Driver):
     guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
     runs_on_hosts = True
+    tunables = (Tunable("mtu", (None, 1380, 1280)), Tunable("implementation", ("kernel", "wireguard-go")))
 
     def check(self, options, profile):
         if profile == "fips":
@@ -44,6 +46,28 @@ class WireGuard(Driver):
     def describe(self, options, profile):
         parts = ["wireguard"] + ([f"mtu-{options.mtu}"] if options.mtu else [])
         return " ".join(parts + ([options.implementation] if options.implementation != "auto" else []))
+
+    def settings(self, options, profile):
+        """wg-quick's [Interface] line (both ends), and how to start the userspace implementation."""
+        lines = [f"# {self.describe(options, profile)}", "[Interface]", f"MTU = {options.mtu or DEFAULT_MTU}"]
+        if options.implementation == "wireguard-go":
+            lines.append(f"# userspace: {USERSPACE_VARIABLE}=wireguard-go wg-quick up <interface>")
+        elif options.implementation == "kernel":
+            lines.append("# the kernel's WireGuard: wg-quick's default")
+        return "\n".join(lines) + "\n"
+
+    def from_settings(self, text):
+        """The options of a fragment as `settings` writes it."""
+        found = {}
+        for line in text.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "MTU":
+                found["mtu"] = int(value)
+            elif USERSPACE_VARIABLE in line:
+                found["implementation"] = "wireguard-go"
+            elif "the kernel's WireGuard" in line:
+                found["implementation"] = "kernel"
+        return WireGuardOptions.model_validate(found)
 
     def implementations(self, options):
         return [

@@ -1,0 +1,151 @@
+"""Nebula (Slack's overlay VPN, Debian's 1.6.1): a per-tunnel certificate authority, the gateway as
+the lighthouse, the client finding it through `static_host_map`.
+
+Each end runs `nebula` over TUN with a certificate `nebula-cert` signed for its overlay address and
+the networks behind it (`subnets`); the networks behind the other end are `unsafe_routes` through
+it. Nebula installs those routes itself with the metric we give it, below the chain's own; the
+driver then points the chain's route into the tunnel, as every driver does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from typing import Literal
+
+from pydantic import Field
+
+from ..algorithms import AEAD, Algorithms, read_logs
+from ..errors import TunnelError
+from ..tools import Tool
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+
+NEBULA = Tool("nebula", "nebula", ("nebula", "-version"))
+NEBULA_CERT = Tool("nebula-cert", "nebula", ("nebula-cert", "-version"))
+# Outer IPv4 + UDP + Nebula's header (version and type, remote index, message counter, which is
+# also the AEAD nonce) + the AEAD tag. Nebula pads nothing, so this holds for every size.
+HEADER = 20 + 8 + 16 + 16
+DEFAULT_MTU = 1300  # Nebula's own tun.mtu default
+UNSAFE_ROUTE_METRIC = 100  # below the chain's route (metric 0), which the driver replaces
+CA_VALIDITY = "48h"  # a certificate authority for one tunnel
+CIPHERS = {"aes": "AES-256-GCM", "chachapoly": "ChaCha20-Poly1305"}
+_HANDSHAKE = re.compile(r'msg="Handshake message received".*handshake="map\[stage:2 style:(\w+)\]"')
+
+
+class NebulaOptions(Options):
+    cipher: Literal["aes", "chachapoly"] = Field("aes", description="every node's one data cipher: aes "
+                                                 "(AES-256-GCM) or chachapoly (ChaCha20-Poly1305)")
+    port: int = Field(4242, ge=1, le=65535)
+    mtu: int | None = Field(None, ge=1280, le=9000, description=f"tun.mtu by hand; default Nebula's {DEFAULT_MTU}, "
+                            "or for a tunnel inside another what fits in it")
+
+
+class Nebula(Driver):
+    name = "nebula"
+    summary = "Nebula 1.6 (Noise IX, certificates, a lighthouse) over UDP: cipher aes or chachapoly"
+    tools = (NEBULA, NEBULA_CERT)
+    Options = NebulaOptions
+    runs_on_hosts = True
+
+    def check(self, options, profile):
+        if profile == "fips":
+            return ("profile: Nebula 1.6.1 has no FIPS 140 mode: its `aes` cipher is AES-256-GCM, an approved "
+                    "algorithm, but from Go's standard crypto library, not a FIPS 140-validated module, and its "
+                    "handshake always uses X25519 keys in Ed25519-signed certificates, which FIPS 140 does not "
+                    "approve (P-256 certificates and BoringCrypto builds came with Nebula 1.7)")
+        return None
+
+    def describe(self, options, profile):
+        parts = ["nebula", options.cipher] + ([f"mtu-{options.mtu}"] if options.mtu else [])
+        return " ".join(parts + ([profile] if profile != "default" else []))
+
+    def implementations(self, options):
+        return [Implementation("nebula", features=("tun",), tools=("nebula", "nebula-cert"))]
+
+    def overhead(self, options, profile, implementation, inner_len: int) -> int:
+        return HEADER
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        mtu = env.mtu(options, DEFAULT_MTU)
+        tunnel = Tunnel(env, ("udp", options.port), mtu)
+        sites = ((right, left, "b"), (left, right, "a"))  # the lighthouse first: the client's handshake needs it
+        _certificate_authority(env)
+        for site, peer, end in sites:
+            _sign(env, end, site)
+            dev = f"vn{env.unique}{end}"
+            config = env.secret_file(f"{end}.yml", json.dumps(_config(site, peer, end, dev, mtu, options, env)))
+            log = env.log(f"nebula-{site.node.role}")
+            proc = site.node.spawn(["nebula", "-config", env.on(site.node, config)], log, what="nebula")
+            tunnel.processes.append((site.node, proc, log))
+            wait_for(lambda: site.node.ipv4_address_once_up(dev) is not None, 15, f"nebula's {dev}", tunnel)
+            route_into(site.node, peer.subnets, dev)
+        return tunnel
+
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """Nebula 1.6.1 fixes the handshake: Noise IX (its 'ix_psk0', with no pre-shared key) over
+        Curve25519 with SHA-256, peers authenticated by their certificates (X25519 keys signed with
+        the CA's Ed25519 key); `cipher` picks the one AEAD of both the handshake and the data."""
+        cipher = CIPHERS[options.cipher]
+        return Algorithms(control="Noise_IXpsk0", key_exchange="X25519",
+                          authentication="Nebula certificates (Ed25519 CA)", control_cipher=f"{cipher} SHA-256",
+                          data="Nebula over UDP", data_cipher=cipher, data_integrity=AEAD, source="nebula driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """The handshake the client's log says completed; the cipher is not negotiated (a node whose
+        cipher differs fails the handshake) and Nebula logs none."""
+        return read_logs(tunnel, "nebula", parse_nebula_log)
+
+
+def parse_nebula_log(text: str) -> Algorithms | None:
+    """'Handshake message received ... handshake="map[stage:2 style:ix_psk0]"': the initiator's
+    completed handshake."""
+    styles = _HANDSHAKE.findall(text)
+    if not styles:
+        return None
+    control = "Noise_IXpsk0" if styles[-1] == "ix_psk0" else styles[-1]
+    return Algorithms(control=control, source="nebula log (its handshake style; Nebula neither negotiates nor logs "
+                                              "the cipher: every node runs the configured one)")
+
+
+def _nebula_cert(*argv) -> None:
+    """nebula-cert here, where the run keeps its secrets (it writes keys 0600 itself)."""
+    proc = subprocess.run(["nebula-cert", *map(str, argv)], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise TunnelError(f"nebula-cert {argv[0]} failed: {(proc.stderr or proc.stdout).strip()}")
+
+
+def _certificate_authority(env: TunnelEnv) -> None:
+    folder = env.secrets
+    _nebula_cert("ca", "-name", f"vpnlab-{env.unique}", "-duration", CA_VALIDITY,
+                 "-out-crt", folder / "ca.crt", "-out-key", folder / "ca.key")
+
+
+def _sign(env: TunnelEnv, end: str, site) -> None:
+    """A certificate for this end's overlay address and the networks behind it."""
+    folder = env.secrets
+    _nebula_cert("sign", "-ca-crt", folder / "ca.crt", "-ca-key", folder / "ca.key", "-name", end,
+                 "-ip", f"{site.tunnel_ip}/24", *(["-subnets", ",".join(site.subnets)] if site.subnets else []),
+                 "-out-crt", folder / f"{end}.crt", "-out-key", folder / f"{end}.key")
+
+
+def _config(site, peer, end: str, dev: str, mtu: int, options: NebulaOptions, env: TunnelEnv) -> dict:
+    """This end's config (JSON, which is YAML): the other end (or, for the lighthouse, nobody) to
+    find, its networks as unsafe routes, a firewall that lets the measurement through."""
+    lighthouse = end == "b"
+    files = {name: str(env.on(site.node, env.secrets / name)) for name in ("ca.crt", f"{end}.crt", f"{end}.key")}
+    anything = [{"port": "any", "proto": "any", "host": "any"}]
+    return {
+        "pki": {"ca": files["ca.crt"], "cert": files[f"{end}.crt"], "key": files[f"{end}.key"]},
+        "static_host_map": {} if lighthouse else {peer.tunnel_ip: [f"{peer.underlay_ip}:{options.port}"]},
+        "lighthouse": {"am_lighthouse": lighthouse, "interval": 60, "hosts": [] if lighthouse else [peer.tunnel_ip]},
+        "listen": {"host": site.underlay_ip, "port": options.port},
+        "punchy": {"punch": False},
+        "tun": {"disabled": False, "dev": dev, "mtu": mtu, "drop_local_broadcast": False, "drop_multicast": False,
+                "unsafe_routes": [{"route": net, "via": peer.tunnel_ip, "metric": UNSAFE_ROUTE_METRIC}
+                                  for net in peer.subnets]},
+        "logging": {"level": "info", "format": "text", "disable_timestamp": True},
+        "firewall": {"outbound": anything, "inbound": anything},
+        "cipher": options.cipher,
+    }

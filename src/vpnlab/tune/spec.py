@@ -1,0 +1,257 @@
+"""A tune spec: a short YAML file saying the link, the traffic, the constraints and the search
+space, validated before anything is created. Every error names the field.
+
+    link: {rate_mbit: 50, delay_ms: 10}
+    traffic: {workload: {kind: tcp, duration_s: 5}}      # metric/direction: the workload's primary
+    constraints: {security: strong, cpu_s_per_gb_max: 30}
+    space: [openvpn, {driver: wireguard, mtu: [1380, 1420]}, strongswan]
+    budget: 30m
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from ..catalog import DRIVERS, KINDS, METRICS
+from ..errors import StudyError
+from ..schema import Strict, shorten
+from ..files import file_kind
+from ..study import Link, _control_characters, _DuplicateKey, _errors, _Loader, _TooDeep, _workload_adapter
+
+MAX_SPEC_BYTES = 64 * 1024
+DEFAULT_BUDGET = "30m"
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
+CEILINGS = {"cpu_s_per_gb_max": "cpu_s_per_gb", "latency_under_load_ms_max": "rtt_under_load_ms"}
+
+
+def parse_duration(value: Any) -> float:
+    """'30m', '1h30m', '90s', or seconds as a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value)) if isinstance(value, str) else None
+        if not match or not any(match.groups()):
+            raise ValueError(f"expected a duration such as 30m, 1h30m or 90s, got {shorten(value)}")
+        hours, minutes, secs = (float(g or 0) for g in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if not 0 < seconds <= 7 * 24 * 3600:
+        raise ValueError("expected a duration above zero and at most a week")
+    return seconds
+
+
+class Traffic(Strict):
+    workload: dict[str, Any] = Field(description="a workload as in a study file's `workloads`")
+    metric: str | None = Field(None, description="the metric optimised (default: the workload's primary)")
+    direction: Literal["higher", "lower"] | None = Field(None, description="better (default: the metric's)")
+
+
+class Constraints(Strict):
+    security: Literal["fips", "strong", "weak"] = Field("strong", description="the weakest class a value may have")
+    drivers: list[str] | None = Field(None, description="the drivers allowed (default: every one proposed)")
+    ciphers: list[str] | None = Field(None, description="the data ciphers allowed, such as AES-256-GCM")
+    cpu_s_per_gb_max: float | None = Field(None, gt=0)
+    latency_under_load_ms_max: float | None = Field(None, gt=0)
+
+
+class RaceSettings(Strict):
+    alpha: float = Field(0.05, gt=0, le=0.2, description="chance of dropping a candidate within the margin")
+    margin_pct: float = Field(2.0, gt=0, le=50, description="a candidate within this of the best is as good")
+    min_rounds: int = Field(3, ge=2, le=100, description="rounds before the first drop")
+    seed: int = 0
+
+
+class _SpecFile(Strict):
+    name: str = Field("tune", min_length=1)
+    topology: Literal["remote-access", "site-to-site"] = "remote-access"
+    link: dict[str, Any] = Field(default_factory=dict)
+    traffic: Traffic
+    constraints: Constraints = Field(default_factory=Constraints)
+    space: list[str | dict[str, Any]] | None = Field(None, min_length=1)
+    race: RaceSettings = Field(default_factory=RaceSettings)
+    budget: str | float = DEFAULT_BUDGET
+    hosts: dict[str, str] | None = None
+
+    @field_validator("budget")
+    @classmethod
+    def duration(cls, value):
+        parse_duration(value)
+        return value
+
+
+@dataclass(frozen=True)
+class SpaceEntry:
+    """A driver to try, with the values of its tunables (narrowed by the spec, else declared)."""
+
+    where: str
+    driver: str
+    values: dict[str, tuple]
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    name: str
+    topology: str
+    link: Link
+    workload: Any
+    metric: str
+    higher_is_better: bool
+    constraints: Constraints
+    space: list[SpaceEntry]
+    race: RaceSettings
+    budget_s: float
+    hosts: dict | None
+    text: str
+    source: str
+
+    @property
+    def ceilings(self) -> dict[str, float]:
+        """metric -> the most it may be."""
+        return {metric: limit for key, metric in CEILINGS.items()
+                if (limit := getattr(self.constraints, key)) is not None}
+
+
+EXAMPLE = "example"  # the spec shipped with vpnlab (tune/example.yaml), the README's
+
+
+def load_spec(path: str | Path, budget: str | None = None) -> TuneSpec:
+    """A spec file, or the shipped example by its name."""
+    path = Path(path)
+    if str(path) == EXAMPLE and not path.exists():
+        text = (resources.files("vpnlab") / "tune" / "example.yaml").read_text()
+        return parse_spec(text, f"builtin:{EXAMPLE}", budget)
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block the read until killed
+            raise StudyError(f"{path}: not a regular file ({file_kind(mode)}); a tune spec is a YAML file")
+        with path.open("rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
+        text = data.decode("utf-8")
+    except OSError as exc:
+        raise StudyError(f"{path}: cannot read the tune spec: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{path}: not UTF-8 text") from exc
+    if len(data) > MAX_SPEC_BYTES:
+        raise StudyError(f"{path}: more than {MAX_SPEC_BYTES // 1024} KB; a tune spec is a few lines")
+    return parse_spec(text, str(path), budget)
+
+
+def parse_spec(text: str, source: str = "<spec>", budget: str | None = None) -> TuneSpec:
+    """Validate a spec's text (`budget`: the command line's, which wins); StudyError lists every problem."""
+    try:  # read as a study file is: nesting limited, a key given twice refused
+        raw = yaml.load(text, Loader=_Loader)
+    except (_TooDeep, _DuplicateKey) as exc:
+        raise StudyError(f"{source}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise StudyError(f"{source}: (top level): expected a mapping with link, traffic, constraints and space")
+    _control_characters(raw, source)
+    try:
+        top = _SpecFile.model_validate(raw)
+    except ValidationError as exc:
+        raise StudyError(f"{source}: invalid tune spec\n  " + "\n  ".join(_errors(exc, ""))) from exc
+    problems: list[str] = []
+    link = _validated(lambda: Link.model_validate(top.link), "link", problems)
+    workload = _validated(lambda: _workload_adapter.validate_python(top.traffic.workload), "traffic.workload",
+                          problems, skip_tags=True)
+    metric, higher = _metric(top, workload, problems)
+    space = _space(top, problems)
+    try:
+        budget_s = parse_duration(budget if budget is not None else top.budget)
+    except ValueError as exc:
+        problems.append(f"{'--budget' if budget is not None else 'budget'}: {exc}")
+        budget_s = 0.0
+    if top.constraints.latency_under_load_ms_max and workload is not None and not KINDS[workload.kind].loads_path:
+        problems.append(f"constraints.latency_under_load_ms_max: a {workload.kind} workload does not load the path, "
+                        f"so no latency under load is measured (tcp, udp and transfer do)")
+    if problems:
+        raise StudyError(f"{source}: invalid tune spec\n  " + "\n  ".join(problems))
+    return TuneSpec(top.name, top.topology, link, workload, metric, higher, top.constraints, space, top.race,
+                    budget_s, top.hosts, text, source)
+
+
+def _validated(make, where: str, problems: list[str], skip_tags: bool = False):
+    try:
+        return make()
+    except ValidationError as exc:
+        problems.extend(_errors(exc, where, skip_tags=skip_tags))
+        return None
+
+
+def _metric(top: _SpecFile, workload, problems: list[str]) -> tuple[str, bool]:
+    """The metric optimised and whether higher is better: the workload's primary unless named."""
+    if workload is None:
+        return "", True
+    kind, known = KINDS[workload.kind], METRICS
+    name = top.traffic.metric or kind.primary
+    metric = known.get(name)
+    if metric is None or not metric.positive:
+        candidates = ", ".join(sorted(m for m, x in known.items() if x.positive))
+        problems.append(f"traffic.metric: {name!r} is not a metric the race can compare on the log scale "
+                        f"(it needs one above zero: {candidates})")
+        return name, True
+    if top.traffic.direction is None and metric.higher_is_better is None:
+        problems.append(f"traffic.direction: {name} has no direction of its own; say higher or lower")
+    higher = metric.higher_is_better if top.traffic.direction is None else top.traffic.direction == "higher"
+    return name, bool(higher)
+
+
+def _space(top: _SpecFile, problems: list[str]) -> list[SpaceEntry]:
+    """The space's entries: those the spec lists, else every driver proposed (and allowed)."""
+    allowed = top.constraints.drivers
+    for i, name in enumerate(allowed or []):
+        if name not in DRIVERS:
+            problems.append(f"constraints.drivers[{i}]: unknown VPN driver {name!r}; "
+                            f"known: {', '.join(sorted(DRIVERS))}")
+    if top.space is None:
+        names = [n for n, d in DRIVERS.items() if not d.baseline and (n in allowed if allowed else d.proposed)]
+        return [SpaceEntry(f"(every {'allowed' if allowed else 'proposed'} driver)", n, _declared(n)) for n in names]
+    entries = []
+    for i, item in enumerate(top.space):
+        entry = _entry(item, f"space[{i}]", problems)
+        if entry:
+            entries.append(entry)
+    return entries
+
+
+def _declared(driver: str) -> dict[str, tuple]:
+    return {t.option: t.values for t in DRIVERS[driver].tunables}
+
+
+def _entry(item: str | dict, where: str, problems: list[str]) -> SpaceEntry | None:
+    item = {"driver": item} if isinstance(item, str) else dict(item)
+    name = item.pop("driver", None)
+    driver = DRIVERS.get(name) if isinstance(name, str) else None
+    if driver is None or driver.baseline:
+        what = "missing" if name is None else f"{name!r} is the no-VPN baseline, in every round anyway" \
+            if driver else f"unknown VPN driver {shorten(name)}; known: {', '.join(sorted(DRIVERS))}"
+        problems.append(f"{where}.driver: {what}")
+        return None
+    values = _declared(name)
+    tunables = ", ".join(values) or "none: it runs with its default options"
+    for key, given in item.items():
+        if key not in values:
+            problems.append(f"{where}.{key}: {name} has no tunable {key!r} (its tunables: {tunables})")
+            continue
+        given = tuple(given) if isinstance(given, list) else (given,)
+        if not given:
+            problems.append(f"{where}.{key}: an empty list (give at least one value)")
+            continue
+        for value in given:
+            try:
+                driver.Options.model_validate({key: value})
+            except ValidationError as exc:
+                problems.extend(_errors(exc, where))
+                break
+        else:
+            values[key] = given
+    return SpaceEntry(where, name, values)
+
