@@ -17,9 +17,11 @@ from .drivers.none import NoVpn
 from .drivers.ocserv import Ocserv
 from .drivers.openvpn import OpenVpn
 from .drivers.pptp import Pptp
+from .drivers.softether import SoftEther
 from .drivers.strongswan import StrongSwan
 from .drivers.tinc import Tinc
 from .drivers.wireguard import WireGuard
+from .drivers.yggdrasil import Yggdrasil
 from .hosts import TOOLS as HOST_TOOLS
 from .metrics import REGISTRY, Level, Metric
 from .tools import BASE_PACKAGES, CORE, VM, Tool
@@ -31,7 +33,7 @@ from .workloads.transfer import Transfer
 from .workloads.udp import Udp
 
 DRIVERS: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp(),
-                                               Libreswan(), Nebula(), Tinc())}
+                                               Libreswan(), Nebula(), Tinc(), Yggdrasil(), SoftEther())}
 
 # In the order of Jaha 2014's Table VI (TCP throughput, RTT, UDP throughput, jitter, loss): the
 # report's graded table takes its columns in this order.
