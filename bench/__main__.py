@@ -43,7 +43,7 @@ from rich.table import Table
 
 from vpnlab.analysis import summarise
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS, KINDS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.plan import check_plan, make_plan, place
 from vpnlab import signals
@@ -52,7 +52,7 @@ from vpnlab.store import Store
 from vpnlab.study import Link, parse_study
 from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout, Testbed
-from vpnlab.workloads import KINDS, iperf
+from vpnlab.workloads import iperf
 from vpnlab.workloads.tcp import TcpOptions
 from vpnlab.workloads.background import PRESETS, BackgroundTraffic
 from vpnlab.workloads.base import WorkloadContext
@@ -94,7 +94,7 @@ workloads: [{{kind: tcp, duration_s: {5 if quick else 10}, omit_s: 2}}]
 
 
 def _wireguard(state: RunState, bed: Testbed, log_dir: Path):
-    driver = REGISTRY["wireguard"]
+    driver = DRIVERS["wireguard"]
     options = driver.Options()
     impl = driver.resolve(options, detect()).name
     left, right = bed.tunnel_sites(0)

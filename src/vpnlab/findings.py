@@ -29,15 +29,21 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
+from pydantic import ValidationError
 
-from . import comparability
+from . import catalog, comparability
+from .algorithm_report import explain_profiles  # what two profiles of one configuration really changed
+from .analysis import matched
+from .catalog import KINDS
 from .drivers import pptp
+from .judging import settings_of, values_of
+from .plan import make_plan
 from .results_dir import read_store
-from .schema import Strict
+from .seed_findings import Choice, Choices, Finding, Findings, Side, parse, parse_choices, pick, side_rows
+from .stats import (difference_ms, grade_range, holm, outlier_flags, paired_log_ratio, repetitions_needed,
+                    tost_log_ratio, verdict, welch_log_ratio)
 
 ALPHA = 0.05
 
@@ -69,154 +75,10 @@ VERDICTS = ("reproduced", "same direction, smaller effect", "same direction, lar
             "inconclusive", NOT_COMPARABLE, CALIBRATION)
 
 
-# --- the schema -----------------------------------------------------------------------------------
-
-class Side(Strict):
-    """One scenario of the study's plan, by the labels `vpnlab run --dry-run` prints, or the mean of
-    several (a list of workloads: the seed averaged over protocols or file kinds, and so does the
-    check, round by round). `link` may be left out when the study has one link."""
-
-    vpn: str | list[Annotated[str, Field(min_length=1, max_length=300)]] = Field(min_length=1, max_length=300)
-    link: str | None = Field(None, min_length=1, max_length=200)
-    workload: str | list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(min_length=1, max_length=200)
-
-    @field_validator("vpn", "workload")
-    @classmethod
-    def distinct(cls, value):
-        if isinstance(value, list) and len(set(value)) != len(value):
-            raise ValueError("names one twice")
-        return value
-
-    @property
-    def vpns(self) -> list[str]:
-        return [self.vpn] if isinstance(self.vpn, str) else list(self.vpn)
-
-    @property
-    def workloads(self) -> list[str]:
-        return [self.workload] if isinstance(self.workload, str) else list(self.workload)
-
-    @property
-    def cells(self) -> list[tuple[str, str]]:
-        """(VPN, workload) of each scenario the side averages."""
-        return [(vpn, workload) for vpn in self.vpns for workload in self.workloads]
-
-    def describe(self) -> str:
-        parts = [self.vpn if isinstance(self.vpn, str) else f"mean of {', '.join(self.vpn)}", self.link,
-                 self.workload if isinstance(self.workload, str) else f"mean of {', '.join(self.workload)}"]
-        return " | ".join(p for p in parts if p)
-
-
-class Finding(Strict):
-    """One published finding and the comparison that checks it: B against A on `metric`."""
-
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$", max_length=60)
-    quote: str = Field(min_length=1, max_length=400, description="the seed's words, short")
-    where: str = Field(min_length=1, max_length=200, description="table, figure or section of the seed")
-    seed: str = Field(min_length=1, max_length=400, description="the seed's numbers")
-    direction: Literal["higher", "lower", "same"] = Field(description="B against A, as the seed found it")
-    a: Side | None = None
-    b: Side | None = None
-    metric: str | None = Field(None, description="default: the workload kind's primary metric")
-    margin_pct: float = Field(2.0, gt=0, le=100, description="smallest difference that counts, in %; "
-                                                             "a null finding's equivalence margin")
-    seed_ratio: float | None = Field(None, gt=0, description="the seed's B/A on this metric, when it gave one "
-                                     "(its tables' numbers, traced in a comment beside it)")
-    read_from_figure: bool = Field(False, description="seed_ratio was read off a figure, not stated in the text "
-                                                      "or a table: it is as precise as the plot")
-    per_link_rate: bool = Field(False, description="compare metric / link rate (utilisation of each link)")
-    graded: Literal["throughput", "latency"] | None = Field(None, description="also show Jaha's grade "
-                                                                              "(Table VI) of B/A")
-    needs_kernel_datapath: bool = Field(False, description="the finding is about a data path in the kernel "
-                                                           "(as the seed's): a userspace stand-in is not comparable")
-    not_comparable: str | None = Field(None, min_length=1, max_length=400,
-                                       description="why this lab cannot give the seed's condition")
-    calibration: str | None = Field(None, min_length=1, max_length=400, description=(
-        "why this finding set a condition of the study (a link delay derived from it): its comparison is "
-        "shown, but it is a calibration, not a check"))
-    note: str = Field("", max_length=400)
-
-    @field_validator("metric")
-    @classmethod
-    def known_metric(cls, value):
-        if value is None:
-            return value
-        from . import metrics
-
-        if value not in metrics.all_metrics():
-            raise ValueError(f"unknown metric {value!r}; `vpnlab list` shows them")
-        return value
-
-    @model_validator(mode="after")
-    def complete(self):
-        if self.not_comparable is None and (self.a is None or self.b is None):
-            raise ValueError("needs both sides, a and b (scenarios of the plan), or not_comparable: the reason")
-        if self.a is not None and self.a == self.b:
-            raise ValueError("a and b are the same scenario")
-        if self.direction == "same" and self.metric is not None:
-            from . import metrics
-
-            if not metrics.get(self.metric).positive:
-                raise ValueError(f"direction 'same' needs a metric that is never zero ({self.metric} can be): "
-                                 "equivalence is tested on the ratio B/A")
-        if self.seed_ratio is not None and self.direction != "same":
-            if (self.seed_ratio > 1) != (self.direction == "higher"):
-                raise ValueError(f"seed_ratio {self.seed_ratio:g} does not go the finding's direction "
-                                 f"({self.direction})")
-            if abs(math.log(self.seed_ratio)) <= math.log1p(self.margin_pct / 100):
-                raise ValueError(f"margin_pct ({self.margin_pct:g}) is not below the seed's difference "
-                                 f"({100 * abs(self.seed_ratio - 1):.1f}%): equivalence within it would not "
-                                 "contradict the seed")
-        return self
-
-
-class Choice(Strict):
-    """A condition vpnlab chose where the seed states none or another (a study's `choices:`), shown in
-    the report apart from what the seed states."""
-
-    what: str = Field(min_length=1, max_length=200, description="the condition")
-    seed: str = Field(min_length=1, max_length=400, description="what the seed states of it (or 'not stated')")
-    here: str = Field(min_length=1, max_length=400, description="what vpnlab chose")
-    why: str = Field("", max_length=400)
-    findings: list[str] = Field(default_factory=list, description="ids of the findings it bears on most")
-
-
-Choices = list[Choice]
-_choices = TypeAdapter(Choices)
-
-
-def parse_choices(study_text: str) -> list[Choice]:
-    """The conditions a study's text marks as vpnlab's choices."""
-    raw = yaml.safe_load(study_text) if study_text else None
-    return _choices.validate_python(raw.get("choices") or []) if isinstance(raw, dict) else []
-
-
-def _unique(findings: list[Finding]) -> list[Finding]:
-    ids = [f.id for f in findings]
-    twice = sorted({i for i in ids if ids.count(i) > 1})
-    if twice:
-        raise ValueError(f"two findings have the id {twice[0]!r}")
-    return findings
-
-
-# the type of the study file's top-level `findings` (the study loader validates it)
-Findings = Annotated[list[Finding], AfterValidator(_unique)]
-_findings = TypeAdapter(Findings)
-
-
-def parse(study_text: str) -> list[Finding]:
-    """The findings of a study's YAML text (already validated when the study loaded)."""
-    raw = yaml.safe_load(study_text) if study_text else None
-    if not isinstance(raw, dict):
-        return []
-    return _findings.validate_python(raw.get("findings") or [])
-
-
 # --- the plan check -------------------------------------------------------------------------------
 
 def plan_problems(study) -> list[str]:
     """What in a study's findings names no scenario of its plan (empty: all do)."""
-    from .plan import make_plan
-
     findings = parse(study.source_text)
     scenarios = make_plan(study).scenarios
     vpns = sorted({s.vpn.label for s in scenarios})
@@ -244,10 +106,8 @@ def plan_problems(study) -> list[str]:
                     problems.append(f"{where}.workload: no workload labelled {workload!r}; the plan has: "
                                     f"{', '.join(workloads)}")
         if finding.metric and finding.a:
-            from . import metrics
-
             kinds = {s.workload.kind for s in scenarios if s.workload.label in finding.a.workloads}
-            for kind in sorted(kinds - set(metrics.get(finding.metric).producers.split(", "))):
+            for kind in sorted(kinds - set(catalog.metric(finding.metric).producers.split(", "))):
                 problems.append(f"findings[{i}] ({finding.id}).metric: {finding.metric} is not recorded by a "
                                 f"{kind} workload")
     return problems
@@ -306,29 +166,11 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _side_rows(side: Side, rows) -> list[list]:
-    """The stored scenarios a side names, one list per workload: the VPN as labelled (or its VM twin),
-    link and workload."""
-    return [[r for r in rows if r.vpn_label in (vpn, f"{vpn} (in the VM)") and r.workload_label == workload
-             and (side.link is None or r.link_label == side.link)] for vpn, workload in side.cells]
-
-
 USERSPACE_STAND_INS = ("libipsec", "wireguard-go")  # implementations standing in for a missing kernel piece
 
 
 def _userspace(row) -> bool:
     return any(part in USERSPACE_STAND_INS for part in row.implementation.split("+"))
-
-
-def _pick(a_rows: list[list], b_rows: list[list]) -> tuple[list, list]:
-    """The scenarios to compare, per workload of each side: all measured in the same place, this host
-    before the VM (else the first of each, wherever measured; None where a workload has no scenario)."""
-    for place in ("host", "vm"):
-        a = [next((r for r in rows if r.measured_in == place), None) for rows in a_rows]
-        b = [next((r for r in rows if r.measured_in == place), None) for rows in b_rows]
-        if None not in a + b:
-            return a, b
-    return [rows[0] if rows else None for rows in a_rows], [rows[0] if rows else None for rows in b_rows]
 
 
 def _mean_by_round(sides: list[list]) -> list:
@@ -347,9 +189,6 @@ def _mean_by_round(sides: list[list]) -> list:
 def judge(store, study_text: str | None = None) -> list[Judgement]:
     """A verdict on each finding of the run's study (the last run's study text unless given), from the
     store's valid samples, Holm-corrected over the findings that have a test."""
-    from .algorithms import explain_profiles  # what two profiles of one configuration really changed
-    from .judging import settings_of, values_of
-
     if study_text is None:
         runs = store.runs()
         study_text = runs[-1]["study_text"] if runs else ""
@@ -372,8 +211,6 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
 def decide(out: list[Judgement]) -> None:
     """The verdicts of a study's judgements, their tests done: Holm over the findings compared here
     (a comparison without a test still counts), the TOSTs apart, then RULE."""
-    from .stats import holm
-
     family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION)]
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
     for j, p in zip(family, holm([j.p for j in family])):
@@ -409,12 +246,9 @@ def _label(rows: list, side: Side) -> str:
 
 def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: dict) -> Judgement:
     """One finding's scenarios, whether they compare like the seed's, and its primary test."""
-    from . import metrics
-    from .workloads import KINDS
-
     if finding.not_comparable:
         return Judgement(finding, "not comparable here", finding.not_comparable)
-    sa, sb = _pick(_side_rows(finding.a, rows), _side_rows(finding.b, rows))
+    sa, sb = pick(side_rows(finding.a, rows), side_rows(finding.b, rows))
     missing = [f"{vpn} | {side.link or '-'} | {w}" for side, picked in ((finding.a, sa), (finding.b, sb))
                for (vpn, w), r in zip(side.cells, picked) if r is None]
     if missing:
@@ -423,7 +257,7 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: 
     metric = finding.metric or (KINDS[kind].primary if kind in KINDS else None)
     places = {r.measured_in for r in sa + sb}
     j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=_label(sa, finding.a),
-                  b_label=_label(sb, finding.b), unit=metrics.get(metric).unit if metric else "",
+                  b_label=_label(sb, finding.b), unit=catalog.metric(metric).unit if metric else "",
                   measured_in=places.pop() if len(places) == 1 else "host and VM")
     failed = [r for r in sa + sb if r.status == "failed"]
     if failed:
@@ -594,10 +428,6 @@ def _size_within(j: Judgement) -> tuple[str, str]:
 def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
     """The primary test of B against A on the rounds both completed (a ratio where the metric is
     positive, else a difference), its TOST, and the seed's grade where the finding asks for one."""
-    from . import metrics
-    from .analysis import matched
-    from .stats import difference_ms, grade_range, outlier_flags, paired_log_ratio, tost_log_ratio, welch_log_ratio
-
     a, b, paired = matched(a_vals, b_vals)
     j.n_a, j.n_b = len(a), len(b)
     j.outliers = sum(outlier_flags(a)) + sum(outlier_flags(b)) if len(a) > 2 and len(b) > 2 else 0
@@ -607,7 +437,7 @@ def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
         if j.verdict != "not comparable here":
             j.reason = f"fewer than two valid values of {j.metric} on a side ({len(a)} and {len(b)}): no test"
         return
-    positive = metrics.get(j.metric).positive and min(a + b) > 0
+    positive = catalog.metric(j.metric).positive and min(a + b) > 0
     if positive:
         test = paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
         j._tost = tost_log_ratio(a, b, margin=j.finding.margin_pct / 100, alpha=ALPHA, paired=paired)
@@ -639,8 +469,6 @@ def _decide(j: Judgement, family_size: int) -> None:
 
 
 def _decide_ratio(j: Judgement, alpha: float) -> None:
-    from .stats import verdict
-
     f, test, tost = j.finding, j._test, j._tost
     margin = f.margin_pct / 100
     decision = verdict(test, j.holm_p, tost, j.tost_holm_p, threshold=margin, alpha=ALPHA, names=("A", "B"))
@@ -685,8 +513,6 @@ def _decide_ratio(j: Judgement, alpha: float) -> None:
 
 def _decide_difference(j: Judgement, alpha: float) -> None:
     """A difference B - A in the unit (a metric that can be zero): no ratio, no equivalence test."""
-    from .stats import repetitions_needed
-
     f, test = j.finding, j._test
     significant, goes_up = j.holm_p < ALPHA, test.estimate > 0
     beyond = abs(test.estimate) > f.margin_pct / 100 * abs(j.mean_a or 0)  # the margin is of A's mean
@@ -737,8 +563,6 @@ def _difference_size(j: Judgement, shown: str) -> tuple[str, str]:
 
 
 def _needed(test, margin: float, alpha: float, goal: str) -> int | None:
-    from .stats import repetitions_needed
-
     if not test.sd_round or not test.df:
         return None
     return repetitions_needed(test.sd_round, test.df, margin=margin, alpha=alpha, goal=goal, paired=test.paired)
@@ -770,8 +594,6 @@ def against_the_original(directory: Path, study_text: str | None = None, reencod
     """The report's "Against the original study": None when the study lists no findings. The findings
     are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
     conditions vpnlab chose are always the run's study file's."""
-    from pydantic import ValidationError
-
     store = read_store(Path(directory))
     try:
         runs = store.runs()
