@@ -229,7 +229,9 @@ class Runner:
         guest = vm.Guest(state, work, console, drivers)
         try:
             with watch:
-                guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
+                # the guest runs this very vpnlab, wherever it was imported from (a checkout on PYTHONPATH too)
+                guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout,
+                          {"VPNLAB_STORE_JOURNAL": "DELETE", "PYTHONPATH": str(vm.PACKAGE.parent)})
         except vm.VmError as exc:
             error = str(exc)
         finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
