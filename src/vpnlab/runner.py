@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import version, vm
 from .backend import EMULATED, IN_GUEST
 from .capabilities import Capabilities, this_machine, tool_versions
+from .catalog import unit
 from .cpu import OtherLoadSeries
 from .files import tail
 from .judging import shared_machine_flag
@@ -228,7 +229,9 @@ class Runner:
         guest = vm.Guest(state, work, console, drivers)
         try:
             with watch:
-                guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
+                # the guest runs this very vpnlab, wherever it was imported from (a checkout on PYTHONPATH too)
+                guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout,
+                          {"VPNLAB_STORE_JOURNAL": "DELETE", "PYTHONPATH": str(vm.PACKAGE.parent)})
         except vm.VmError as exc:
             error = str(exc)
         finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
@@ -376,8 +379,9 @@ class Runner:
             return  # interrupted: not a sample, nor a failure (`--resume` measures it)
         for note in attempt.notes:
             store.add_note(scenario.id, note)
-        store.record_repetition(run_id, scenario.id, rep, attempt.sample.values, attempt.sample.raw,
-                                attempt.sample.flags, round_no, position, attempt.failure)
+        values = attempt.sample.values
+        store.record_repetition(run_id, scenario.id, rep, values, attempt.sample.raw, attempt.sample.flags, round_no,
+                                position, attempt.failure, units={m: unit(m) for m in values})
         progress.advance(min(time.monotonic() - started, scenario.estimate_s() / scenario.repetitions.min))
         if attempt.failure:
             progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({scenario.label}) is not a "

@@ -16,24 +16,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .drivers import REGISTRY as DRIVERS
+from .catalog import DRIVERS
 from .drivers.base import Tunnel, TunnelEnv, wait_for
 from .errors import TunnelError
-from .metrics import declare
 from .proof import PROBE_INNER_LEN, prove
 from .testbed.state import RunState
 from .testbed.topology import Testbed
 
 SETUP_TIMEOUT_S = 30
-METRICS = (
-    declare("setup_s", "s", "from starting the daemons to the first packet through the tunnel", False,
-            level="tunnel", positive=True, producers="tunnel"),
-    declare("overhead_bytes", "B", "bytes the tunnel adds to a 1028-byte packet, measured on the WAN capture",
-            False, level="tunnel", producers="tunnel"),
-    declare("overhead_model_bytes", "B", "the same from the drivers' encapsulation arithmetic; a mismatch is "
-            "noted in `show`", False, level="tunnel", producers="tunnel"),
-    declare("tunnel_mtu", "B", "MTU of the (innermost) tunnel interface", None, level="tunnel", producers="tunnel"),
-)
 
 
 @dataclass

@@ -1,18 +1,1 @@
-"""The registry of VPN drivers: one module each, all keeping the contract in base.py."""
-
-from __future__ import annotations
-
-from .base import Driver
-from .l2tp import L2tp
-from .libreswan import Libreswan
-from .nebula import Nebula
-from .none import NoVpn
-from .ocserv import Ocserv
-from .openvpn import OpenVpn
-from .pptp import Pptp
-from .strongswan import StrongSwan
-from .tinc import Tinc
-from .wireguard import WireGuard
-
-REGISTRY: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp(),
-                                                Libreswan(), Nebula(), Tinc())}
+"""VPN drivers: one module each, all keeping the contract in base.py (catalog.py lists them)."""

@@ -11,7 +11,6 @@ its health and take itself down.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,11 +21,12 @@ import yaml
 from pydantic import ConfigDict, ValidationError, model_serializer
 
 from ..backend import SLOWDOWN
-from ..capabilities import FEATURES, Capabilities
 from ..errors import CapabilityError, TunnelError
+from ..features import FEATURES, Capabilities
 from ..files import tail, write_secret
+from ..metrics import declare
 from ..schema import NumbersAreNumbers
-from ..testbed.node import Node
+from ..testbed.contract import Node, Process
 from ..testbed.state import RunState
 from ..testbed.topology import TunnelSite
 from ..tools import Tool
@@ -122,6 +122,18 @@ class TunnelEnv:
         return f"{self.state.run_id}{self.layer}"
 
 
+# What a tunnel costs, measured once per scenario by tunnels.py.
+TUNNEL_METRICS = (
+    declare("setup_s", "s", "from starting the daemons to the first packet through the tunnel", False,
+            level="tunnel", positive=True, producers="tunnel"),
+    declare("overhead_bytes", "B", "bytes the tunnel adds to a 1028-byte packet, measured on the WAN capture",
+            False, level="tunnel", producers="tunnel"),
+    declare("overhead_model_bytes", "B", "the same from the drivers' encapsulation arithmetic; a mismatch is "
+            "noted in `show`", False, level="tunnel", producers="tunnel"),
+    declare("tunnel_mtu", "B", "MTU of the (innermost) tunnel interface", None, level="tunnel", producers="tunnel"),
+)
+
+
 @dataclass
 class Tunnel:
     """A running tunnel: its processes, how to recognise it on the wire, how to end it."""
@@ -129,7 +141,7 @@ class Tunnel:
     env: TunnelEnv
     outer: tuple[str, int | None]           # its packets on the WAN: ("udp"|"tcp"|"esp"|"gre", port)
     mtu: int | None = None
-    processes: list[tuple[Node, subprocess.Popen, Path]] = field(default_factory=list)
+    processes: list[tuple[Node, Process, Path]] = field(default_factory=list)
     cleanup_files: list[Path] = field(default_factory=list)
     control: list[tuple[str, int | None]] = field(default_factory=list)  # other channels of its own on the WAN
     encrypted: bool = True  # plain L2TP is not: its contents are readable on the WAN

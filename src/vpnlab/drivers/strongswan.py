@@ -19,13 +19,13 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
+from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
 from ..files import write_secret
 from ..testbed.node import private_run
-from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .base import Tunable
+from .base import Driver, Implementation, Tunable, Tunnel, TunnelEnv, wait_for
 from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES, IPSEC_TOOLS,
-                    IpsecOptions, configured_esp, esp_overhead, fips_problem)
+                    IpsecOptions, configured_esp, esp_algorithms, esp_overhead, fips_problem)
 from .pki import make_pki
 
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
@@ -237,8 +237,6 @@ charon {{
     def algorithms(self, options, profile, implementation=""):
         """IKEv2: strongSwan 5.9's default proposal between two strongSwan peers (AES-128-CBC,
         HMAC-SHA256-128, X25519), under fips FIPS_IKE; ESP: the configured proposal or the default one."""
-        from ..algorithms import Algorithms, esp_algorithms
-
         cipher, integrity = esp_algorithms(self.esp_proposal(options, profile))
         data = "ESP in UDP" if implementation == "libipsec" or options.udp_encap else "ESP"
         if options.compression == "on":
@@ -251,8 +249,6 @@ charon {{
 
     def negotiated(self, tunnel, options, profile):
         """charon's log ('selected proposal: IKE:...', 'ESP:...'); with kernel ESP also the kernel's state."""
-        from ..algorithms import merged, parse_charon_log, read_logs, read_xfrm
-
         kernel = read_xfrm(tunnel) if tunnel.env.implementation == "kernel" else None
         return merged(kernel, read_logs(tunnel, "charon", parse_charon_log))
 
@@ -278,3 +274,43 @@ def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, c
     for site, home in homes:
         StrongSwan._swanctl(site, home, ["--load-all"], tunnel)
     StrongSwan._swanctl(*homes[-1], ["--initiate", "--child", child, "--timeout", "20"], tunnel)
+
+
+def parse_charon_log(text: str) -> Algorithms | None:
+    """strongSwan's charon: 'selected proposal: IKE:AES_CBC_128/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/
+    CURVE_25519', 'selected proposal: ESP:AES_GCM_16_128/NO_EXT_SEQ', "authentication of 'client@vpnlab'
+    (myself) with pre-shared key successful", 'IKE_SA net[1] established' (IKEv2) or an IKEv1 SA."""
+    ike = re.findall(r"selected proposal: IKE:(\S+)", text)
+    esp = re.findall(r"selected proposal: ESP:(\S+)", text)
+    if not ike and not esp:
+        return None
+    values = {}
+    if ike:
+        transforms = ike[-1].split("/")
+        cipher, integrity = cipher_and_integrity(transforms)
+        values["control_cipher"] = cipher if integrity == AEAD else f"{cipher} {integrity}".strip()
+        group = [t for t in transforms if re.match(r"(CURVE|ECP|MODP|ECP_|X25519)", t)]
+        if group:
+            values["key_exchange"] = group_name(group[-1])
+        version = "IKEv1" if re.search(r"\bID_PROT\b|\bAGGRESSIVE\b|\bIKEv1\b", text) else "IKEv2"
+        values["control"] = version
+    auth = re.findall(r"authentication of '[^']+' with (.+?) successful", text)  # the peer's, verified
+    if auth:
+        values["authentication"] = charon_auth(auth[-1])
+    elif re.search(r"ID_PROT response \d+ \[ ID HASH", text) and re.search(r"IKE_SA \S+ established", text):
+        values["authentication"] = "PSK"  # IKEv1 main mode: a HASH, not a signature, authenticated the peer
+    if esp:
+        values["data_cipher"], values["data_integrity"] = cipher_and_integrity(esp[-1].split("/"))
+    return Algorithms(**values, source="charon log")
+
+
+def charon_auth(text: str) -> str:
+    """'pre-shared key' -> PSK; 'ECDSA_WITH_SHA256_DER' (an IKEv2 signature) -> 'ECDSA SHA-256';
+    'ECDSA-256 signature' -> 'ECDSA P-256'."""
+    if "pre-shared key" in text:
+        return "PSK"
+    m = re.search(r"(ECDSA|RSA\w*?)_WITH_SHA(\d+)", text, re.I)
+    if m:
+        return f"{m.group(1).upper()} SHA-{m.group(2)}"
+    m = re.search(r"ECDSA[-_](\d+)", text, re.I)
+    return f"ECDSA P-{m.group(1)}" if m else text
