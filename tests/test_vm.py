@@ -310,7 +310,8 @@ def run_in_vm(study_text: str, folder: Path, keep, host=lambda scenario: False, 
 
 # Remote access, one boot: netem's delay and loss; PPTP, L2TP (with and without IPsec) and libreswan
 # through a delayed link; PPTP over a shaped link against no VPN, whose baseline runs here and again
-# in the VM (its twin), which grades the VPN.
+# in the VM (its twin), which grades the VPN. PPTP with MPPE-128 runs only on the shaped link: its
+# proof and overhead are checked there (each scenario under emulation costs about half a minute).
 REMOTE_ACCESS = """
 name: vm-remote-access
 repetitions: 1
@@ -335,8 +336,8 @@ workloads:
 REMOTE_ACCESS_KEEP = {
     ("none", "wan-20ms", "ping"), ("none", "wan-loss", "ping"), ("none", "wan-loss", "udp"),
     ("none", "2mbit", "tcp"), ("pptp mppe-128", "2mbit", "tcp"),
-    *{(vpn, "wan-20ms", "ping") for vpn in ("pptp mppe-128", "pptp mppe-40 stateful", "l2tp/ipsec aes128-sha1",
-                                             "l2tp", "libreswan default psk")},
+    *{(vpn, "wan-20ms", "ping") for vpn in ("pptp mppe-40 stateful", "l2tp/ipsec aes128-sha1", "l2tp",
+                                             "libreswan default psk")},
 }
 
 
@@ -371,13 +372,18 @@ def test_pptp_l2tp_ipsec_and_libreswan_in_the_vm(remote_access):
     # the tunnels: proof passed (status done), overhead as modelled, traffic through; libreswan's
     # overhead for a 84-byte packet also tells which ESP proposal it negotiated by default
     default_esp = libreswan.overhead(libreswan.Options(), "default", "kernel", 84)
-    for label, overhead in (("pptp mppe-128", 44), ("pptp mppe-40 stateful", 44), ("l2tp/ipsec aes128-sha1", 84),
-                            ("l2tp", 38), ("libreswan default psk", default_esp)):
-        measured = values[(label, "wan-20ms", "ping", "overhead_bytes")]
+    for key, overhead in ((("pptp mppe-128", "2mbit", "tcp"), 44), (("pptp mppe-40 stateful", "wan-20ms", "ping"), 44),
+                          (("l2tp/ipsec aes128-sha1", "wan-20ms", "ping"), 84), (("l2tp", "wan-20ms", "ping"), 38),
+                          (("libreswan default psk", "wan-20ms", "ping"), default_esp)):
+        label = key[0]
+        measured = values[(*key, "overhead_bytes")]
         # PPTP's GRE acknowledgement (4 bytes) rides nearly every packet, not all (pptp.py's model)
         assert measured == overhead or (label.startswith("pptp") and measured == overhead - 4), (label, measured)
-        assert values[(label, "wan-20ms", "ping", "ping_loss_pct")] == 0, label
-        assert "measured in a VM" in notes[(label, "wan-20ms", "ping")]
+        if key[2] == "ping":
+            assert values[(*key, "ping_loss_pct")] == 0, label
+        else:  # over the 2 Mbit/s link (its share of no VPN's goodput: the next test)
+            assert values[(*key, "throughput_mbps")] > 1, label
+        assert "measured in a VM" in notes[key]
     assert "not encrypted" in notes[("l2tp", "wan-20ms", "ping")]
     assert "not encrypted" not in notes[("l2tp/ipsec aes128-sha1", "wan-20ms", "ping")]
 
@@ -476,7 +482,9 @@ def test_site_to_site_legacy_tunnels_and_two_ipsec_implementations_in_the_vm(sit
     ipsec = strongswan.overhead(strongswan.Options(esp="aes128-sha256"), "default", "kernel", 84)
     for label, overhead in (("pptp mppe-128", 44), ("l2tp/ipsec aes128-sha1", 84),
                             ("libreswan aes128-sha256 cert", ipsec), ("strongswan aes128-sha256 cert kernel", ipsec)):
-        assert values[(label, "unshaped", "ping", "overhead_bytes")] == overhead, label
+        measured = values[(label, "unshaped", "ping", "overhead_bytes")]
+        # PPTP's GRE acknowledgement (4 bytes) rides nearly every packet, not all (pptp.py's model)
+        assert measured == overhead or (label.startswith("pptp") and measured == overhead - 4), (label, measured)
         assert values[(label, "unshaped", "ping", "ping_loss_pct")] == 0, label
 
 

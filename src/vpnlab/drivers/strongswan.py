@@ -37,6 +37,10 @@ FIPS_IKE = "aes256-sha256-ecp256"
 
 PLUGINS = ("random nonce openssl aes sha1 sha2 md5 hmac gcm chapoly curve25519 kdf pem pkcs1 pkcs8 x509 "
            "pubkey revocation constraints socket-default vici updown kernel-netlink")
+# swanctl's own: without a list it loads every plugin installed (curl, ldap, pkcs11, test-vectors and
+# their libraries), which took 34 s on its first start in a VM under emulation, past its time limit.
+SWANCTL_PLUGINS = " ".join(p for p in PLUGINS.split() if p not in ("socket-default", "vici", "updown",
+                                                                   "kernel-netlink"))
 
 
 class StrongSwanOptions(IpsecOptions):
@@ -162,7 +166,10 @@ class StrongSwan(Driver):
         # kernel-netlink puts this MTU on the routes it installs (for kernel ESP towards the remote
         # subnets, for libipsec into its TUN device, whose own MTU start_charons sets).
         netlink_mtu = f"\n    kernel-netlink {{\n      mtu = {mtu}\n    }}" if mtu else ""
-        return f"""charon {{
+        return f"""swanctl {{
+  load = {SWANCTL_PLUGINS}
+}}
+charon {{
   load_modular = no
   load = {plugins}
   install_routes = yes
@@ -221,7 +228,8 @@ class StrongSwan(Driver):
     def _swanctl(site, home: Path, args: list, tunnel: Tunnel) -> str:
         argv = ["swanctl", *args, "--uri", f"unix://{home / 'charon.vici'}"]
         try:
-            return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": str(home)}).stdout
+            return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": str(home),
+                                                         "STRONGSWAN_CONF": str(home / "strongswan.conf")}).stdout
         except CommandError as exc:
             raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
 
