@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 class TrueOrFalse:
     """Stands in for true/false given where a number belongs, so that validation fails at that
-    field (pydantic would read `rate_mbit: true` as 1); the error names it (study._errors)."""
+    field (pydantic would read `rate_mbit: true` as 1); the error names it (study.validation_problems)."""
 
     def __init__(self, value: bool):
         self.value = value

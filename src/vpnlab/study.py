@@ -135,7 +135,7 @@ class Link(Strict):
 # --- workloads ---------------------------------------------------------------
 
 Workload = Annotated[Union[tuple(k.Options for k in KINDS.values())], Field(discriminator="kind")]
-_workload_adapter = TypeAdapter(Workload)
+WORKLOAD_ADAPTER = TypeAdapter(Workload)
 
 
 # --- VPN configurations ------------------------------------------------------
@@ -279,7 +279,7 @@ def _format_loc(loc: tuple) -> str:
     return out or "(top level)"
 
 
-def _errors(exc: ValidationError, prefix: str, skip_tags: bool = False) -> list[str]:
+def validation_problems(exc: ValidationError, prefix: str, skip_tags: bool = False) -> list[str]:
     lines = []
     for err in exc.errors():
         loc = list(err["loc"])
@@ -339,7 +339,7 @@ def _build_vpn(entry: _VpnEntry, where: str, problems: list[str], inner: bool = 
         try:
             options = driver.Options.model_validate(variant)
         except ValidationError as exc:
-            problems.extend(_errors(exc, where + ".options"))
+            problems.extend(validation_problems(exc, where + ".options"))
             continue
         problem = driver.check(options, entry.profile)
         if problem:
@@ -413,7 +413,7 @@ def _parse(text: str, source: str, here: bool) -> Study:
     context = {"socket_buffer_max": socket_buffer_limit()} if here else None
     placed_links = _expand("links", top.links, Link.model_validate, problems)
     links = [link for _, link in placed_links]
-    placed = _expand("workloads", top.workloads, lambda v: _workload_adapter.validate_python(v, context=context),
+    placed = _expand("workloads", top.workloads, lambda v: WORKLOAD_ADAPTER.validate_python(v, context=context),
                      problems)
     nesting = max((len(v.layers) for v in vpns), default=0)
     if nesting > MAX_LAYERS:
@@ -453,28 +453,34 @@ def _parse(text: str, source: str, here: bool) -> Study:
     )
 
 
+def read_yaml(text: str, source: str) -> Any:
+    """A study file's (or tune spec's) YAML, read as a careful parser would: nesting limited, a key
+    given twice refused; StudyError naming the source otherwise."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except (_TooDeep, _DuplicateKey) as exc:
+        raise StudyError(f"{source}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{source}: not valid YAML: {exc}") from exc
+
+
 def _load(text: str, source: str) -> "_StudyFile":
     """The file's top level, validated, within the size limits: before any sweep is expanded."""
     if len(text) > MAX_FILE_BYTES:
         raise StudyError(f"{source}: {len(text):,} characters, more than a study file may hold "
                          f"({MAX_FILE_BYTES // 1024**2} MB); sweeps are lists, not copies")
-    try:
-        raw = yaml.load(text, Loader=_Loader)
-    except (_TooDeep, _DuplicateKey) as exc:
-        raise StudyError(f"{source}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise StudyError(f"{source}: not valid YAML: {exc}") from exc
+    raw = read_yaml(text, source)
     if not isinstance(raw, dict):
         if raw is None:
             found = "the file holds nothing (empty, or only comments)"
         else:
             found = "found a list" if isinstance(raw, list) else f"found the value {shorten(raw)}"
         raise StudyError(f"{source}: (top level): expected a mapping with name, vpns, links and workloads; {found}")
-    _control_characters(raw, source)
+    refuse_control_characters(raw, source)
     try:
         top = _StudyFile.model_validate(raw)
     except ValidationError as exc:
-        raise _invalid(source, _errors(exc, "")) from exc
+        raise _invalid(source, validation_problems(exc, "")) from exc
     _check_size(top, source)
     return top
 
@@ -486,7 +492,7 @@ def _invalid(source: str, problems: list[str]) -> StudyError:
                       + (f"\n  ... and {more:,} more" if more > 0 else ""))
 
 
-def _control_characters(raw: Any, source: str) -> None:
+def refuse_control_characters(raw: Any, source: str) -> None:
     """Refuse control characters (escape sequences, NUL, line breaks in a name) anywhere they
     could colour a terminal or forge a line of vpnlab's output: in every key, in every name, label,
     id and host, and in any other text but for line breaks and tabs."""
@@ -524,7 +530,7 @@ def _vpns(entries: list, problems: list[str]) -> list[tuple[str, VpnConfig]]:
         try:
             parsed = _VpnEntry.model_validate(entry)
         except ValidationError as exc:
-            problems.extend(_errors(exc, where))
+            problems.extend(validation_problems(exc, where))
             continue
         out += [(where, vpn) for vpn in _build_vpn(parsed, where, problems)]
     return out
@@ -544,7 +550,7 @@ def _expand(section: str, entries: list[dict], validate, problems: list[str]) ->
             try:
                 out.append((where, validate(variant)))
             except ValidationError as exc:
-                problems.extend(_errors(exc, where, skip_tags=True))
+                problems.extend(validation_problems(exc, where, skip_tags=True))
                 break  # one report per entry is enough
     return out
 

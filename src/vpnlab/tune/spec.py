@@ -17,14 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from ..catalog import DRIVERS, KINDS, METRICS
 from ..errors import StudyError
 from ..schema import Strict, shorten
 from ..files import file_kind
-from ..study import Link, _control_characters, _DuplicateKey, _errors, _Loader, _TooDeep, _workload_adapter
+from ..study import WORKLOAD_ADAPTER, Link, read_yaml, refuse_control_characters, validation_problems
 
 MAX_SPEC_BYTES = 64 * 1024
 DEFAULT_BUDGET = "30m"
@@ -145,22 +144,17 @@ def load_spec(path: str | Path, budget: str | None = None) -> TuneSpec:
 
 def parse_spec(text: str, source: str = "<spec>", budget: str | None = None) -> TuneSpec:
     """Validate a spec's text (`budget`: the command line's, which wins); StudyError lists every problem."""
-    try:  # read as a study file is: nesting limited, a key given twice refused
-        raw = yaml.load(text, Loader=_Loader)
-    except (_TooDeep, _DuplicateKey) as exc:
-        raise StudyError(f"{source}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise StudyError(f"{source}: not valid YAML: {exc}") from exc
+    raw = read_yaml(text, source)  # read as a study file is: nesting limited, a key given twice refused
     if not isinstance(raw, dict):
         raise StudyError(f"{source}: (top level): expected a mapping with link, traffic, constraints and space")
-    _control_characters(raw, source)
+    refuse_control_characters(raw, source)
     try:
         top = _SpecFile.model_validate(raw)
     except ValidationError as exc:
-        raise StudyError(f"{source}: invalid tune spec\n  " + "\n  ".join(_errors(exc, ""))) from exc
+        raise StudyError(f"{source}: invalid tune spec\n  " + "\n  ".join(validation_problems(exc, ""))) from exc
     problems: list[str] = []
     link = _validated(lambda: Link.model_validate(top.link), "link", problems)
-    workload = _validated(lambda: _workload_adapter.validate_python(top.traffic.workload), "traffic.workload",
+    workload = _validated(lambda: WORKLOAD_ADAPTER.validate_python(top.traffic.workload), "traffic.workload",
                           problems, skip_tags=True)
     metric, higher = _metric(top, workload, problems)
     space = _space(top, problems)
@@ -182,7 +176,7 @@ def _validated(make, where: str, problems: list[str], skip_tags: bool = False):
     try:
         return make()
     except ValidationError as exc:
-        problems.extend(_errors(exc, where, skip_tags=skip_tags))
+        problems.extend(validation_problems(exc, where, skip_tags=skip_tags))
         return None
 
 
@@ -249,7 +243,7 @@ def _entry(item: str | dict, where: str, problems: list[str]) -> SpaceEntry | No
             try:
                 driver.Options.model_validate({key: value})
             except ValidationError as exc:
-                problems.extend(_errors(exc, where))
+                problems.extend(validation_problems(exc, where))
                 break
         else:
             values[key] = given
