@@ -51,6 +51,8 @@ class Scenario:
     run_workload: object = None   # the workload's options as run, likewise
     hosts: dict | None = None     # on real hosts: the pair it runs on, role -> inventory host
     pin: bool = True              # its tunnel ends on cores of their own, where there are enough (placement.py)
+    peers: int | None = None      # topology mesh: how many peers, and the idle window of its control bytes
+    idle_window_s: float = 0
 
     @property
     def link_as_run(self) -> Link:
@@ -91,6 +93,8 @@ class Scenario:
             "link": link,
             "workload": self.workload.model_dump(mode="json"),
         }
+        if self.topology == "mesh":
+            key["mesh"] = {"peers": self.peers, "idle_window_s": self.idle_window_s}
         return key | {"vm_twin": True} if self.vm_twin else key
 
     @cached_property
@@ -108,7 +112,7 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        return f"{self.vpn_label} | {self.link.label} | {self.workload.label}"
+        return f"{self.vpn_label} | {self.link.label} | {self.workload.full_label}"
 
     @property
     def group(self) -> tuple:
@@ -196,7 +200,8 @@ def make_plan(study: Study) -> Plan:
                     link = link.model_copy(update={"name": f"{link.label} ({', '.join(pair.values())})"})
                 for workload in study.workloads:
                     scenarios.append(Scenario(0, study.topology, vpn, link, workload, study.repetitions, hosts=pair,
-                                              pin=study.pin_tunnel_ends))
+                                              pin=study.pin_tunnel_ends, peers=study.peers,
+                                              idle_window_s=study.idle_window_s))
     for i, scenario in enumerate(scenarios):
         scenario.index = i
     return Plan(study, scenarios)

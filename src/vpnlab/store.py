@@ -394,7 +394,7 @@ class Store:
                 (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
                  scenario.vpn_label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
                  "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
-                 link.jitter_ms, link.loss_pct, workload.kind, workload.label,
+                 link.jitter_ms, link.loss_pct, workload.kind, workload.full_label,
                  json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
                  scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else ""),
             )
