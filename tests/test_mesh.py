@@ -67,6 +67,79 @@ def test_every_peer_reaches_every_other_through_the_core_on_shaped_links(state):
     for peer in bed.peers:
         assert "rate 100Mbit" in peer.run(["tc", "qdisc", "show", "dev", "w0"]).stdout
     assert "rate 100Mbit" in bed.core.run(["tc", "qdisc", "show", "dev", "p2"]).stdout
-    assert bed.wan_bytes() > 0
+    assert bed.wan_sent_bytes() > 0
     bed.destroy()
     assert not set(names) & our_namespaces()
+
+
+def stored(out, sql, *args):
+    import sqlite3
+
+    db = sqlite3.connect(out / "results.sqlite")
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+ALL_TO_ALL = """\
+name: mesh-all
+topology: mesh
+peers: 3
+idle_window_s: 2
+repetitions: 1
+order: listed
+vpns: [{driver: none}, VPN]
+links: [{rate_mbit: 50}]
+workloads: [{kind: tcp, duration_s: 2, omit_s: 0, pairs: all}]
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("vpn", ["{driver: wireguard}", "{driver: nebula}"])
+def test_all_to_all_tcp_through_a_mesh_stores_every_pair(no_leftovers, tmp_path, vpn):
+    import json
+
+    from conftest import run_here
+
+    plan = run_here(parse_study(ALL_TO_ALL.replace("VPN", vpn)), tmp_path)
+    assert stored(tmp_path, "SELECT failure FROM repetitions") == [(None,), (None,)]
+    for scenario in plan.scenarios:
+        (raw,), = stored(tmp_path, "SELECT output FROM raw_outputs WHERE scenario_id = ? AND tool = 'pairs'",
+                         scenario.id)
+        pairs = json.loads(raw)
+        assert sorted(pairs) == ["0->1", "0->2", "1->0", "1->2", "2->0", "2->1"]
+        values = dict(stored(tmp_path, "SELECT metric, value FROM samples WHERE scenario_id = ?", scenario.id))
+        each = [p["throughput_mbps"] for p in pairs.values()]
+        assert min(each) > 1 and values["throughput_mbps"] == pytest.approx(sum(each))
+        assert values["worst_pair_throughput_mbps"] == min(each)
+        assert values["throughput_mbps"] < 2 * 3 * 50  # each link carries at most its rate each way
+        if scenario.vpn.layers:
+            assert 0 < values["join_s"] < 10
+            # measured on the pair's WAN links, where the proof of tunnel found nothing in clear
+            assert values["overhead_bytes"] == values["overhead_model_bytes"]
+            assert values["idle_control_bytes_per_s"] >= 0
+        else:
+            assert "join_s" not in values
+
+
+TO_ONE = ALL_TO_ALL.replace("vpns: [{driver: none}, VPN]", "vpns: [VPN]").replace(
+    "{kind: tcp, duration_s: 2, omit_s: 0, pairs: all}", "{kind: ping, count: 10, interval_s: 0.05, pairs: to-one}")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("vpn", ["{driver: tinc}", "{driver: openvpn}"], ids=["tinc-meta", "openvpn-hub"])
+def test_tinc_and_a_hub_and_spoke_vpn_join_every_peer(no_leftovers, tmp_path, vpn):
+    import json
+
+    from conftest import run_here
+
+    plan = run_here(parse_study(TO_ONE.replace("VPN", vpn)), tmp_path)
+    assert stored(tmp_path, "SELECT failure FROM repetitions") == [(None,)]
+    (raw,), = stored(tmp_path, "SELECT output FROM raw_outputs WHERE tool = 'pairs'")
+    pairs = json.loads(raw)
+    assert sorted(pairs) == ["1->0", "2->0"] and all(p["ping_loss_pct"] == 0 for p in pairs.values())
+    values = dict(stored(tmp_path, "SELECT metric, value FROM samples"))
+    assert values["worst_pair_rtt_avg_ms"] == max(p["rtt_avg_ms"] for p in pairs.values())
+    assert values["overhead_bytes"] == values["overhead_model_bytes"] and values["join_s"] > 0
+    assert plan.scenarios[0].topology == "mesh"

@@ -19,6 +19,7 @@ from .capabilities import Capabilities
 from .drivers import REGISTRY as DRIVERS
 from .errors import CapabilityError
 from .study import Link, RepetitionRule, Study, VpnConfig
+from .testbed.mesh import MESH_SETTLE_S
 from .workloads import KINDS, background
 
 # Per repetition (each brings its own testbed and tunnel up), measured here: namespaces + veth +
@@ -132,7 +133,8 @@ class Scenario:
         mix = self.link.background
         if mix and rate:  # the workload gets what the background leaves of the link
             rate = max(rate - mix.offered_kbit / 1000, rate / 10)
-        return self.kind.estimate_s(self.workload_as_run, rate)
+        mesh = self.idle_window_s + MESH_SETTLE_S if self.topology == "mesh" else 0
+        return self.kind.estimate_s(self.workload_as_run, rate) + mesh
 
     def estimate_s(self, in_vm: bool = False, most: bool = False, repetitions: int | None = None) -> float:
         """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after

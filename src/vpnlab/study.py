@@ -614,6 +614,8 @@ def _check_mesh(top: "_StudyFile", vpns: list, workloads: list, problems: list[s
         problems.append(f"peers: topology 'mesh' needs how many peers ({MIN_PEERS} to {MAX_PEERS})")
     if top.hosts is not None:
         problems.append("hosts: a mesh runs in namespaces on one machine (or its VM), not on real hosts")
+    problems += [f"{where}.kind: a mesh runs {', '.join(k for k, kind in KINDS.items() if kind.in_mesh)}, not "
+                 f"{workload.kind}" for where, workload in workloads if not KINDS[workload.kind].in_mesh]
     for where, vpn in vpns:
         driver = DRIVERS[vpn.driver]
         if vpn.inner:

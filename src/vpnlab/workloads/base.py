@@ -66,6 +66,7 @@ class WorkloadContext:
     log_dir: Path
     services: dict = field(default_factory=dict)  # servers started once per testbed, stopped with it
     server_info: dict = field(default_factory=dict)  # what clients need to reach them (keys, CA)
+    port_offset: int = 0  # added to its servers' ports: each pair of a mesh measured at once has its own
 
     def stop_services(self) -> None:
         for node, proc in self.services.values():
@@ -85,6 +86,7 @@ class WorkloadKind:
     series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series
     loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
     runs_on_hosts: ClassVar[bool] = False        # all it runs goes through the testbed's nodes (real hosts too)
+    in_mesh: ClassVar[bool] = False              # runs between a mesh's pairs, several at once (its own ports)
 
     def needs(self, options: WorkloadOptions) -> tuple[str, ...]:
         """The programs this configuration runs (default: all the kind's)."""
