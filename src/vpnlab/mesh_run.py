@@ -1,7 +1,8 @@
 """One repetition of a mesh scenario (topology `mesh`, testbed/mesh.py): the peers and their links, the
 VPN joining all but the last peer, the last one's join timed, the proof of tunnel on the measured pair,
 the overlay's idle control bytes, then the workload between one pair, every pair at once, or all to
-one, each pair's values kept and the aggregate and the worst pair stored.
+one, each pair's values kept and the aggregate and the worst pair stored. A workload that loads the
+path has the measured (first) pair's round trip taken meanwhile (rtt_under_load_ms: ping under load).
 
 Pairs are ordered (source -> sink): `all` is N*(N-1) flows at once (every peer sends to every other,
 so each link carries N-1 flows each way), `to-one` the N-1 other peers to peer 0 at once, `one` peer 1
@@ -21,6 +22,7 @@ from .drivers import REGISTRY as DRIVERS
 from .drivers.base import TunnelEnv, wait_for
 from .errors import TunnelError, VpnlabError
 from .metrics import get as metric
+from .observers import LoadedRtt
 from .proof import prove
 from .repetition import Attempt
 from .testbed.mesh import MeshTestbed, PairView
@@ -62,9 +64,11 @@ def run_mesh_repetition(scenario, state: RunState, log_dir: Path, arrivals: str 
         for ctx in contexts:
             ctx.log_dir.mkdir(exist_ok=True)
             scenario.kind.prepare(scenario.workload_as_run, ctx)
+        loaded = LoadedRtt(measured[0], log_dir) if scenario.kind.loads_path else None  # ping under load
         try:
-            results = measure_pairs(scenario, contexts)
+            results = measure_pairs(scenario, contexts, loaded)
             attempt.sample.values, attempt.sample.raw["pairs"] = combine(scenario.kind, results)
+            attempt.sample.values |= loaded.finish(None)[0] if loaded else {}
             attempt.sample.flags = sorted({f"pair {label}: {flag}" for label, m in results.items() for flag in m.flags})
         except (VpnlabError, subprocess.SubprocessError) as exc:
             attempt.failure = str(exc)
@@ -129,8 +133,11 @@ def idle_control_rate(bed: MeshTestbed, window_s: float) -> float:
     return (bed.wan_sent_bytes() - before) / window_s
 
 
-def measure_pairs(scenario, contexts: list[WorkloadContext]) -> dict[str, Measurement]:
-    """The workload on every pair at once, each in a thread of its own (the tools run as processes)."""
+def measure_pairs(scenario, contexts: list[WorkloadContext], loaded: LoadedRtt | None) -> dict[str, Measurement]:
+    """The workload on every pair at once, each in a thread of its own (the tools run as processes),
+    with the first pair's round trip measured meanwhile where the workload loads the path."""
+    if loaded:
+        loaded.start()
     with ThreadPoolExecutor(max_workers=len(contexts)) as pool:
         futures = {ctx.bed.label: pool.submit(scenario.kind.run, scenario.workload_as_run, ctx) for ctx in contexts}
         return {label: future.result() for label, future in futures.items()}
