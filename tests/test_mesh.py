@@ -143,3 +143,32 @@ def test_tinc_and_a_hub_and_spoke_vpn_join_every_peer(no_leftovers, tmp_path, vp
     assert values["worst_pair_rtt_avg_ms"] == max(p["rtt_avg_ms"] for p in pairs.values())
     assert values["overhead_bytes"] == values["overhead_model_bytes"] and values["join_s"] > 0
     assert plan.scenarios[0].topology == "mesh"
+
+
+def test_the_export_carries_each_pair_beside_the_sample(tmp_path):
+    """The long export's rows for a mesh sample: the sample's own (pair blank) and each pair's from its raw `pairs`;
+    a failed repetition's pairs stay out as its samples do."""
+    import csv
+    import io
+    import json
+
+    from vpnlab import export
+    from vpnlab.plan import make_plan
+    from vpnlab.store import Store
+
+    plan = make_plan(parse_study(MESH.replace("{kind: ping}", "{kind: tcp, pairs: to-one}")))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={}, study_name="m",
+                          study_text=MESH)
+    scenario = plan.scenarios[1]
+    store.add_scenario(scenario)
+    pairs = {"1->0": {"throughput_mbps": 40.0}, "2->0": {"throughput_mbps": 30.0}}
+    store.record_repetition(run, scenario.id, 1, {"throughput_mbps": 70.0, "worst_pair_throughput_mbps": 30.0},
+                            {"pairs": json.dumps(pairs)}, [], 1, 0)
+    store.record_repetition(run, scenario.id, 2, {}, {"pairs": json.dumps(pairs)}, [], 2, 0, failure="died")
+    out = io.StringIO()
+    export.write(store, "csv", out, "samples")
+    found = sorted((r["repetition"], r["pair"], r["metric"], float(r["value"])) for r in csv.DictReader(io.StringIO(
+        out.getvalue())))
+    assert found == [("1", "", "throughput_mbps", 70.0), ("1", "", "worst_pair_throughput_mbps", 30.0),
+                     ("1", "1->0", "throughput_mbps", 40.0), ("1", "2->0", "throughput_mbps", 30.0)]

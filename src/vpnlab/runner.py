@@ -44,6 +44,9 @@ VM_SCENARIO_MARGIN_S = 60
 # tool versions): seconds on a quiet machine, but over 90 s under emulation with other work on the cores.
 VM_GUEST_SETUP_S = 180
 FAILURES_IN_A_ROW = 2   # a scenario whose repetitions fail this often in a row has failed
+# Where this vpnlab's package lives: the guest imports it from there, so it runs the code the host runs
+# (not another copy that the guest's Python would find first, such as an installed one).
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -229,7 +232,8 @@ class Runner:
         guest = vm.Guest(state, work, console, drivers)
         try:
             with watch:
-                guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout, {"VPNLAB_STORE_JOURNAL": "DELETE"})
+                guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout,
+                          {"VPNLAB_STORE_JOURNAL": "DELETE", "PYTHONPATH": str(PACKAGE_ROOT)})
         except vm.VmError as exc:
             error = str(exc)
         finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
