@@ -209,3 +209,21 @@ def test_a_peer_daemon_killed_mid_measurement_fails_the_repetition(no_leftovers,
     (failure,), (again,) = stored(tmp_path, "SELECT failure FROM repetitions ORDER BY repetition")
     assert failure.startswith("the tunnel died during the measurement: l0-nebula-peer2 exited"), failure
     assert again is None  # the runner measured it again, on a mesh of its own
+
+
+def test_pairs_and_how_their_values_combine():
+    from vpnlab.mesh_run import combine, pairs_of
+    from vpnlab.workloads import KINDS
+    from vpnlab.workloads.base import Measurement
+
+    assert pairs_of("one", 4) == [(1, 2)] and pairs_of("to-one", 4) == [(1, 0), (2, 0), (3, 0)]
+    assert len(pairs_of("all", 5)) == 20 and (0, 0) not in pairs_of("all", 5)
+    tcp = {"1->0": Measurement({"throughput_mbps": 40.0, "retransmits": 3.0}),
+           "2->0": Measurement({"throughput_mbps": 30.0, "retransmits": 1.0})}
+    values, raw = combine(KINDS["tcp"], tcp)
+    assert values == {"throughput_mbps": 70.0, "retransmits": 4.0, "worst_pair_throughput_mbps": 30.0}
+    ping = {"1->0": Measurement({"rtt_avg_ms": 20.0, "ping_loss_pct": 0.0}),
+            "2->0": Measurement({"rtt_avg_ms": 30.0, "ping_loss_pct": 10.0})}
+    values, _ = combine(KINDS["ping"], ping)
+    assert values == {"rtt_avg_ms": 25.0, "ping_loss_pct": 5.0, "worst_pair_rtt_avg_ms": 30.0}
+    assert "worst_pair_rtt_avg_ms" not in combine(KINDS["ping"], {"1->2": ping["1->0"]})[0]

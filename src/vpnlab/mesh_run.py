@@ -31,6 +31,7 @@ from .tunnels import SETUP_TIMEOUT_S, TunnelStage, overhead_model
 from .workloads.base import Measurement, WorkloadContext
 
 ONE_PAIR = (1, 2)
+SUMMED_UNITS = ("Mbit/s", "kbit/s", "segments", "count")  # over a mesh's pairs: what all of them carried, lost
 WARM_UP_PINGS = 5  # per pair: keys, lighthouse look-ups and path-MTU discovery start with a pair's first packet
 
 
@@ -144,14 +145,14 @@ def measure_pairs(scenario, contexts: list[WorkloadContext], loaded: LoadedRtt |
 
 
 def combine(kind, results: dict[str, Measurement]) -> tuple[dict[str, float], str]:
-    """The sample's values: each metric summed over the pairs if it is a rate (what the mesh carried
-    in all), else their mean; the primary metric's worst pair as `worst_pair_<metric>`. And every
+    """The sample's values: each metric summed over the pairs if it is a rate or a count (what the mesh
+    carried in all), else their mean; the primary metric's worst pair as `worst_pair_<metric>`. And every
     pair's own values, as JSON (the per-pair samples)."""
     per_pair = {label: m.values for label, m in results.items()}
     values = {}
     for name in {n for v in per_pair.values() for n in v}:
         found = [v[name] for v in per_pair.values() if name in v]
-        values[name] = sum(found) if metric(name).unit == "Mbit/s" else sum(found) / len(found)
+        values[name] = sum(found) if metric(name).unit in SUMMED_UNITS else sum(found) / len(found)
     primary = kind.primary
     found = [v[primary] for v in per_pair.values() if primary in v]
     if found and len(per_pair) > 1:
