@@ -212,6 +212,10 @@ DRIVER_VPNS = """
     options: {esp: [aes128gcm16, aes256gcm16, chacha20poly1305, aes128-sha1, aes256-sha256, 3des-sha1]}
   - driver: ocserv
     options: {transport: [dtls, tls]}
+  - driver: yggdrasil
+    options: {peering: [tls, tcp]}
+  - driver: softether
+    options: {transport: [tcp, udp]}
 """
 
 

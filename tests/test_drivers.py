@@ -37,6 +37,12 @@ VPNS = """
   - driver: tinc
   - driver: tinc
     options: {cipher: aes-128-cbc, digest: sha1, compression: 10}
+  - driver: yggdrasil
+  - driver: yggdrasil
+    options: {peering: tcp}
+  - driver: softether
+  - driver: softether
+    options: {compression: true, connections: 2}
 """
 
 NESTED = """
@@ -93,7 +99,7 @@ def check(scenarios, values):
 @pytest.mark.parametrize("topology", ["remote-access", "site-to-site"])
 def test_every_driver(tmp_path, topology, no_leftovers):
     scenarios, values = run_study(tmp_path, topology, VPNS)
-    assert len(scenarios) == 15
+    assert len(scenarios) == 19
     check(scenarios, values)
 
 

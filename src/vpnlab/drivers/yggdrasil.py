@@ -1,0 +1,175 @@
+"""Yggdrasil 0.4.7: two nodes peered explicitly over the WAN, the testbed's IPv4 carried in VXLAN
+between their Yggdrasil addresses.
+
+Yggdrasil routes only IPv6: each node's 200::/7 address (and its 300::/64 subnet), derived from
+its ed25519 key. 0.4 removed 0.3's tunnel routing, which had carried IPv4 between nodes, and this
+kernel has no IPv4-in-IPv6 tunnel (ip6tnl, sit, GRE), so the driver puts the testbed's IPv4
+(what every workload speaks) in a VXLAN between the two Yggdrasil addresses: 70 bytes per packet
+that a purely IPv6 application would not pay, counted in the overhead model.
+
+The peering is TLS over TCP (`peering: tcp` leaves the TLS out); multicast discovery is off and the
+listening end accepts only the other end's key. Yggdrasil has no cipher to choose: every packet is
+sealed end to end with NaCl box (X25519, XSalsa20-Poly1305) under keys from the nodes' ed25519
+keys, and the TLS of a peering is Go's TLS 1.3 with Go's own choice (seen in the ServerHello here:
+TLS_AES_128_GCM_SHA256 with X25519; Go prefers ChaCha20-Poly1305 on a CPU without AES instructions).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ..algorithms import AEAD, Algorithms
+from ..testbed.node import Node
+from ..tools import Tool
+from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
+
+VXLAN_PORT = 4789
+VXLAN = 40 + 8 + 8 + 14  # IPv6, UDP, VXLAN header, the inner Ethernet header
+# ironwood's frame on a peering: 2 bytes of length, its type, the source route (to a direct peer only
+# its terminating 0; a session's first packets, sent before the path lookup answers, go along the
+# tree without it), source and destination keys, the traffic kind
+FRAME = 2 + 1 + 1 + 32 + 32 + 1
+# its session layer: type, two key sequence numbers (one byte each while below 128), the nonce (a
+# varint after them), the sender's next public key and the Poly1305 tag inside the box; and
+# Yggdrasil's own type byte in front of the IPv6 packet
+SESSION = 1 + 1 + 1 + 32 + 16 + 1
+OUTER = {"tls": 20 + 32 + 5 + 1 + 16, "tcp": 20 + 32}  # IPv4, TCP with timestamps; TLS 1.3 record, type, tag
+DEFAULT_MTU = 1500  # what the sites' links carry: the peering is a TCP stream, which any size fits
+NO_CIPHER_CHOICE = ("Yggdrasil has no cipher to choose: every packet is sealed end to end with NaCl box "
+                    "(X25519, XSalsa20-Poly1305), fixed by the protocol")
+
+
+@dataclass
+class YggdrasilTunnel(Tunnel):
+    """Its VXLAN devices outlive the daemons: down() deletes them."""
+
+    devices: list[tuple[Node, str]] = field(default_factory=list)
+
+    def down(self) -> None:
+        super().down()
+        for node, device in self.devices:
+            node.run(["ip", "link", "del", device], check=False)
+        self.devices.clear()
+
+
+class YggdrasilOptions(Options):
+    """Where the nodes peer; there is no cipher, key exchange or integrity to choose (NO_CIPHER_CHOICE)."""
+
+    peering: Literal["tls", "tcp"] = Field("tls", description="the peering's transport: TLS over TCP, or plain TCP")
+    port: int = Field(12345, ge=1, le=65535, description="the listening node's TCP port")
+    mtu: int | None = Field(None, ge=1280, le=9000, description=f"the IPv4 tunnel's, by hand; default {DEFAULT_MTU}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def no_cipher(cls, data):
+        chosen = [key for key in ("cipher", "auth", "digest", "encryption") if isinstance(data, dict) and key in data]
+        if chosen:
+            raise ValueError(f"{chosen[0]}: {NO_CIPHER_CHOICE}")
+        return data
+
+
+class Yggdrasil(Driver):
+    name = "yggdrasil"
+    summary = "Yggdrasil mesh (NaCl box end to end, peered over TLS/TCP), IPv4 in VXLAN over its IPv6"
+    tools = (Tool("yggdrasil", "yggdrasil", ("yggdrasil", "-version")),)
+    Options = YggdrasilOptions
+
+    def check(self, options, profile):
+        if profile == "fips":
+            return ("profile: Yggdrasil has no FIPS 140 configuration (its cryptography is fixed: NaCl box with "
+                    "X25519 and XSalsa20-Poly1305 under ed25519 node keys, none of them FIPS-approved)")
+        return None
+
+    def describe(self, options, profile):
+        parts = ["yggdrasil", *(["tcp"] if options.peering == "tcp" else []), *([f"mtu-{options.mtu}"] if options.mtu else [])]
+        return " ".join(parts)
+
+    def implementations(self, options):
+        return [Implementation("yggdrasil", features=("tun",), tools=("yggdrasil",))]
+
+    def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
+        mtu = env.mtu(options, DEFAULT_MTU)
+        tunnel = YggdrasilTunnel(env, ("tcp", options.port), mtu)
+        configs = self._configs(left, right, options, env, mtu)
+        addresses = {}
+        for site in (right, left):  # the listener first: the other end then connects at once
+            config = env.on(site.node, env.secret_file(f"yggdrasil-{site.node.role}.conf",
+                                                       json.dumps(configs[site.node.role])))
+            addresses[site.node.role] = site.node.run(["yggdrasil", "-useconffile", config, "-address"]).stdout.strip()
+            log = env.log(f"yggdrasil-{site.node.role}")
+            proc = site.node.spawn(["yggdrasil", "-useconffile", config, "-logto", "stdout"], log, what="yggdrasil")
+            tunnel.processes.append((site.node, proc, log))
+            if site is right:
+                wait_for(lambda: right.node.listening(options.port), 15, "yggdrasil to listen", tunnel)
+        wait_for(lambda: left.node.run(["ping", "-6", "-n", "-c", "1", "-W", "0.2", addresses[right.node.role]],
+                                       check=False, timeout=5).returncode == 0,
+                 30, "the two Yggdrasil nodes to reach each other", tunnel)
+        for site, peer, end in ((left, right, "a"), (right, left, "b")):
+            vxlan = f"vx{env.unique}{end}"
+            tunnel.devices.append((site.node, vxlan))
+            site.node.ip(f"link add {vxlan} type vxlan id 1 local {addresses[site.node.role]} "
+                         f"remote {addresses[peer.node.role]} dstport {VXLAN_PORT} nolearning",
+                         f"addr add {site.tunnel_ip}/24 dev {vxlan}", f"link set {vxlan} mtu {mtu} up",
+                         # an Ethernet segment, not a point-to-point link: the networks behind via the other end
+                         *(f"route replace {net} via {peer.tunnel_ip} dev {vxlan}" for net in peer.subnets))
+        return tunnel
+
+    @staticmethod
+    def _configs(left, right, options, env: TunnelEnv, mtu: int) -> dict[str, dict]:
+        """Each node's configuration, by its role: fresh keys, the one explicit peering over the WAN,
+        only the other's key accepted, no multicast discovery, no admin socket, a TUN named uniquely
+        machine-wide (as wireguard's), with room for the VXLAN around the tunnel's packets."""
+        configs = {site.node.role: json.loads(site.node.run(["yggdrasil", "-genconf", "-json"]).stdout)
+                   for site in (left, right)}
+        uri = f"{options.peering}://{right.underlay_ip}:{options.port}"
+        for site, peer, end in ((left, right, "a"), (right, left, "b")):
+            configs[site.node.role].update(
+                Peers=[uri] if site is left else [], InterfacePeers={}, Listen=[uri] if site is right else [],
+                AllowedPublicKeys=[configs[peer.node.role]["PublicKey"]], MulticastInterfaces=[], AdminListen="none",
+                NodeInfoPrivacy=True, NodeInfo={}, IfName=f"vy{env.unique}{end}", IfMTU=mtu + VXLAN)
+        return configs
+
+    def overhead(self, options, profile, implementation, inner_len: int) -> int:
+        """For a packet of a young session, as the probes after set-up are: the session's nonce is a
+        varint, 1 byte for its first 127 packets, one more at each further 7 bits."""
+        return OUTER[options.peering] + FRAME + SESSION + 1 + VXLAN
+
+    def full_packet_overhead(self, options, profile, implementation, mtu: int) -> int:
+        return self.overhead(options, profile, implementation, mtu) + 3  # a nonce of up to 2^28 packets
+
+    # -- algorithms (algorithms.py) --------------------------------------------
+    def algorithms(self, options, profile, implementation=""):
+        """Fixed by the software: the nodes' ed25519 keys (converted to X25519) key NaCl box
+        (XSalsa20-Poly1305) end to end; the TLS 1.3 peering is Go's crypto/tls with its defaults
+        (X25519, AES-128-GCM on a CPU with AES instructions) and self-signed ed25519 certificates."""
+        tls = options.peering == "tls"
+        return Algorithms(control="Yggdrasil over TLS 1.3" if tls else "Yggdrasil over TCP",
+                          key_exchange="X25519", authentication="Ed25519 node keys",
+                          control_cipher="AES-128-GCM" if tls else "none",
+                          data=f"Yggdrasil session over {options.peering.upper()}",
+                          data_cipher="XSalsa20-Poly1305", data_integrity=AEAD, source="yggdrasil driver")
+
+    def negotiated(self, tunnel, options, profile):
+        """Yggdrasil logs the peering's protocol ('Connected outbound TLS: ...') and nothing of its
+        ciphers: the session's are fixed by the software (as WireGuard's), the TLS suite Go chose is
+        not read (left empty)."""
+        found = next(filter(None, (parse_yggdrasil_log(log.read_text(errors="replace"))
+                                   for _, _, log in tunnel.processes)), None)
+        if found is None:
+            return None
+        return replace(self.algorithms(options, profile), control=found.control, control_cipher="",
+                       source="yggdrasil log (the peering); the session's algorithms fixed by the software")
+
+
+def parse_yggdrasil_log(text: str) -> Algorithms | None:
+    """'Connected TLS: <key>@<address>, source ...' -> the peering's protocol."""
+    match = re.search(r"Connected (?:outbound |inbound )?(TLS|TCP):", text)
+    if not match:
+        return None
+    return Algorithms(control="Yggdrasil over TLS 1.3" if match[1] == "TLS" else "Yggdrasil over TCP",
+                      source="yggdrasil log")
