@@ -128,8 +128,9 @@ TO_ONE = ALL_TO_ALL.replace("vpns: [{driver: none}, VPN]", "vpns: [VPN]").replac
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("vpn", ["{driver: tinc}", "{driver: openvpn}"], ids=["tinc-meta", "openvpn-hub"])
-def test_tinc_and_a_hub_and_spoke_vpn_join_every_peer(no_leftovers, tmp_path, vpn):
+@pytest.mark.parametrize("vpn", ["{driver: tinc}", "{driver: openvpn}", "{driver: yggdrasil}", "{driver: softether}"],
+                         ids=["tinc-meta", "openvpn-hub", "yggdrasil", "softether-hub"])
+def test_tinc_yggdrasil_and_hub_and_spoke_vpns_join_every_peer(no_leftovers, tmp_path, vpn):
     import json
 
     from conftest import run_here
