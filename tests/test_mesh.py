@@ -28,6 +28,9 @@ MESH = "name: m\ntopology: mesh\npeers: 3\nvpns: [{driver: none}, {driver: wireg
     (MESH.replace("topology: mesh\npeers: 3\n", "").replace("{kind: ping}", "{kind: ping, pairs: all}"),
      "workloads[0].pairs: only for topology 'mesh'"),
     (MESH.replace("{kind: ping}", "{kind: ping, pairs: some}"), "workloads[0].pairs: Input should be 'one'"),
+    (MESH.replace("{driver: wireguard}", "{driver: openvpn, options: {port: 65535}}"),
+     "vpns[1].options.port: a hub listens on 2 ports from it, past 65535"),
+    (MESH.replace("{kind: ping}", "{kind: transfer}"), "workloads[0].kind: a mesh runs tcp, ping, udp, not transfer"),
 ])
 def test_bad_mesh_specs_are_refused_naming_the_field(text, expect):
     with pytest.raises(StudyError) as caught:

@@ -620,6 +620,8 @@ def _check_mesh(top: "_StudyFile", vpns: list, workloads: list, problems: list[s
         driver = DRIVERS[vpn.driver]
         if vpn.inner:
             problems.append(f"{where}.inner: a mesh has one tunnel layer")
+        elif driver.mesh == "hub" and top.peers and getattr(vpn.options, "port", 0) + top.peers - 2 > 65535:
+            problems.append(f"{where}.options.port: a hub listens on {top.peers - 1} ports from it, past 65535")
         elif not driver.baseline and driver.mesh is None:
             capable = sorted(name for name, d in DRIVERS.items() if d.mesh)
             problems.append(f"{where}.driver: '{vpn.driver}' cannot join a mesh (it declares neither a full mesh nor "

@@ -33,12 +33,12 @@ METRICS = (
     declare("overhead_model_bytes", "B", "the same from the drivers' encapsulation arithmetic; a mismatch is "
             "noted in `show`", False, level="tunnel", producers="tunnel"),
     declare("tunnel_mtu", "B", "MTU of the (innermost) tunnel interface", None, level="tunnel", producers="tunnel"),
-    # a mesh's (mesh_run.py)
+    # a mesh's (mesh_run.py): with the workload's values, so that `show` tabulates them against no VPN
     declare("join_s", "s", "mesh: from starting the last peer's daemon to its first ping answered by peer 0 through "
-            "the overlay", False, level="tunnel", positive=True, producers="mesh"),
+            "the overlay", False, positive=True, producers="mesh"),
     declare("idle_control_bytes_per_s", "B/s", "mesh: bytes all peers sent on their WAN links per second while idle "
             "(the overlay's keepalives, look-ups, meta traffic), over the study's idle_window_s", False,
-            level="tunnel", producers="mesh"),
+            judged="added", producers="mesh"),
     declare("worst_pair_throughput_mbps", "Mbit/s", "mesh, pairs all or to-one: the slowest pair's goodput (the "
             "sample's throughput_mbps is all pairs' sum)", True, positive=True, producers="mesh"),
     declare("worst_pair_rtt_avg_ms", "ms", "mesh, pairs all or to-one: the slowest pair's mean round-trip time (the "

@@ -262,7 +262,7 @@ class Driver:
             others = [str(hub_subnet(j)) for j in spokes if j != k]
             hub_end = TunnelSite(hub.node, hub.underlay_ip, ends[k][0], others, None)
             spoke_end = TunnelSite(sites[k].node, sites[k].underlay_ip, ends[k][1], [], None)
-            own = TunnelEnv(env.state, k, env.log_dir, env.implementation)
+            own = TunnelEnv(env.state, k, env.log_dir, env.implementation)  # k tags its names, logs and secrets
             port = {"port": options.port + k - 1} if "port" in type(options).model_fields else {}
             tunnels.append(self.up(spoke_end, hub_end, options.model_copy(update=port), profile, own))
 
