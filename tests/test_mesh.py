@@ -176,6 +176,13 @@ def test_the_export_carries_each_pair_beside_the_sample(tmp_path):
         out.getvalue())))
     assert found == [("1", "", "throughput_mbps", 70.0), ("1", "", "worst_pair_throughput_mbps", 30.0),
                      ("1", "1->0", "throughput_mbps", 40.0), ("1", "2->0", "throughput_mbps", 30.0)]
+    store.finish_run(run, "completed")
+    store.close()
+    from vpnlab.report import build, render
+
+    report = build(tmp_path)  # the report's table of pairs: the worst first
+    assert [(m["workload"], m["pairs"]) for m in report.mesh_pairs] == [("tcp-pairs-to-one", "2->0 30, 1->0 40")]
+    assert "Mesh: each pair" in render(tmp_path) and "2-&gt;0 30, 1-&gt;0 40" in render(tmp_path)
 
 
 @pytest.mark.integration

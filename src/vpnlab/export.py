@@ -37,14 +37,11 @@ def rows(store: Store) -> list[dict]:
     samples = store.samples()
     out = [_row(scenarios[sample.scenario_id], sample, sample.metric, sample.value, sample.unit, "")
            for sample in samples]
-    valid = {(sample.scenario_id, sample.repetition): sample for sample in samples}
-    for raw in store.raw_outputs("pairs"):
-        sample = valid.get((raw["scenario_id"], raw["repetition"]))
-        if sample is None:
-            continue  # a failed repetition's
-        for pair, values in sorted(json.loads(raw["output"]).items()):
-            out += [_row(scenarios[sample.scenario_id], sample, metric, value, get_metric(metric).unit, pair)
-                    for metric, value in sorted(values.items())]
+    of = {(sample.scenario_id, sample.repetition): sample for sample in samples}
+    for scenario_id, repetition, pair, values in store.pair_values():
+        sample = of[(scenario_id, repetition)]
+        out += [_row(scenarios[scenario_id], sample, metric, value, get_metric(metric).unit, pair)
+                for metric, value in sorted(values.items())]
     return out
 
 

@@ -606,6 +606,16 @@ class Store:
         return self.db.execute("SELECT * FROM raw_outputs WHERE tool=? AND repetition > 0 ORDER BY scenario_id,"
                                " repetition", (tool,)).fetchall()
 
+    def pair_values(self) -> list[tuple[str, int, str, dict[str, float]]]:
+        """Each mesh pair's own values in the valid repetitions (their raw output `pairs`, by mesh_run):
+        (scenario, repetition, pair "a->b", metric -> value), in order."""
+        rows = self.db.execute(
+            "SELECT o.scenario_id, o.repetition, o.output FROM raw_outputs o JOIN scenarios sc ON sc.id = o.scenario_id"
+            " JOIN repetitions r ON r.scenario_id = o.scenario_id AND r.repetition = o.repetition"
+            f" WHERE o.tool = 'pairs' AND {VALID} ORDER BY o.scenario_id, o.repetition").fetchall()
+        return [(sid, rep, pair, values) for sid, rep, output in rows
+                for pair, values in sorted(json.loads(output).items())]
+
     def raw_output(self, scenario_id: str, repetition: int, tool: str) -> str | None:
         row = self.db.execute("SELECT output FROM raw_outputs WHERE scenario_id=? AND repetition=? AND tool=?",
                               (scenario_id, repetition, tool)).fetchone()
