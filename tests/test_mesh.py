@@ -238,3 +238,10 @@ def test_pairs_and_how_their_values_combine():
     values, _ = combine(KINDS["ping"], ping)
     assert values == {"rtt_avg_ms": 25.0, "ping_loss_pct": 5.0, "worst_pair_rtt_avg_ms": 30.0}
     assert "worst_pair_rtt_avg_ms" not in combine(KINDS["ping"], {"1->2": ping["1->0"]})[0]
+
+
+def test_pings_wait_for_a_reply_as_long_as_the_link_takes():
+    from vpnlab.mesh_run import answer_deadline
+
+    assert answer_deadline(Link()) == 1 and answer_deadline(Link(delay_ms=100, jitter_ms=20)) == 2
+    assert answer_deadline(Link(delay_ms=1000)) == 5

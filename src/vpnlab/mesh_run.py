@@ -13,6 +13,7 @@ which a hub-and-spoke VPN connects through its hub).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from .workloads.base import Measurement, WorkloadContext
 
 ONE_PAIR = (1, 2)
 SUMMED_UNITS = ("Mbit/s", "kbit/s", "segments", "count")  # over a mesh's pairs: what all of them carried, lost
+PING_GAP_S = 0.05        # between the join's pings until one is answered: the join time's resolution
 WARM_UP_PINGS = 5  # per pair: keys, lighthouse look-ups and path-MTU discovery start with a pair's first packet
 
 
@@ -73,7 +75,8 @@ def run_mesh_repetition(scenario, state: RunState, log_dir: Path, arrivals: str 
             attempt.sample.flags = sorted({f"pair {label}: {flag}" for label, m in results.items() for flag in m.flags})
         except (VpnlabError, subprocess.SubprocessError) as exc:
             attempt.failure = str(exc)
-        attempt.failure = still_carrying(stage, measured[0]) or attempt.failure
+        deadline = answer_deadline(scenario.link_as_run)
+        attempt.failure = still_carrying(stage, measured[0], deadline) or attempt.failure
         attempt.sample.values |= stage.values
         attempt.notes = stage.notes + ["a mesh measures no CPU cost: its peers share the cores"]
     except (VpnlabError, subprocess.SubprocessError) as exc:
@@ -100,15 +103,25 @@ def join(stage: TunnelStage, bed: MeshTestbed, scenario, state: RunState, log_di
     joining = time.monotonic()
     mesh.join()
     stage.tunnels.extend(t for t in mesh.tunnels if t not in stage.tunnels)  # hub and spoke: the last spoke's
-    wait_for(lambda: answered(last, mesh.addresses[0]), SETUP_TIMEOUT_S, f"the last peer's first packet through "
-             f"{scenario.vpn.label}", stage.tunnels[-1], interval=0)
+    deadline = answer_deadline(scenario.link_as_run)
+    wait_for(lambda: answered(last, mesh.addresses[0], deadline), SETUP_TIMEOUT_S, f"the last peer's first packet through "
+             f"{scenario.vpn.label}", stage.tunnels[-1], interval=0)  # (answered pings on until a reply)
     stage.values["join_s"] = time.monotonic() - joining
     stage.values["setup_s"] = time.monotonic() - started
     return mesh
 
 
-def answered(node, address: str, wait_s: float = 0.2) -> bool:
-    return node.run(["ping", "-n", "-c", "1", "-W", wait_s, address], check=False, timeout=5).returncode == 0
+def answer_deadline(link) -> int:
+    """How long pings may wait for their first reply: a second and two round trips (a handshake's and the
+    ping's) of the link as run, in whole seconds (ping's -w takes no fraction)."""
+    return 1 + math.ceil(4 * (link.delay_ms + link.jitter_ms) / 1000)
+
+
+def answered(node, address: str, deadline_s: int) -> bool:
+    """Does `address` answer a ping within the deadline? One every PING_GAP_S until the first reply, which
+    ends it: the time to a reply is the path's (a long round trip included), not a fixed wait's."""
+    argv = ["ping", "-n", "-c", "1", "-i", PING_GAP_S, "-w", deadline_s, address]
+    return node.run(argv, check=False, timeout=deadline_s + 5).returncode == 0
 
 
 def prove_pair(stage: TunnelStage, view: PairView, scenario, log_dir: Path) -> None:
@@ -161,11 +174,11 @@ def combine(kind, results: dict[str, Measurement]) -> tuple[dict[str, float], st
     return values, json.dumps(per_pair, sort_keys=True)
 
 
-def still_carrying(stage: TunnelStage, view: PairView) -> str | None:
+def still_carrying(stage: TunnelStage, view: PairView, deadline_s: int) -> str | None:
     """None if every daemon runs and the measured pair still exchanges a packet, else what is wrong."""
     problem = stage.health()
     if problem:
         return f"the tunnel died during the measurement: {problem}"
-    if any(answered(view.source, view.sink_ip, 1) for _ in range(3)):
+    if answered(view.source, view.sink_ip, deadline_s):
         return None
     return f"after the measurement no packet crossed from peer {view.a} to peer {view.b} any more"
