@@ -38,7 +38,7 @@ LIBRARY_PROBES = {"ldconfig", "gcc", "ld"}
 
 
 def _declared() -> set[str]:
-    from vpnlab.tools import declared
+    from vpnlab.catalog import declared
 
     return set(declared(runpy.run_path(str(Path(__file__).parent / "needs.py"))["TOOLS"]))
 

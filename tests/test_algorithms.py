@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+from vpnlab import algorithm_report as report
 from vpnlab import algorithms as alg
 from vpnlab.algorithms import AEAD
-from vpnlab.drivers import REGISTRY as DRIVERS
+from vpnlab.drivers import ipsec, libreswan, ocserv, openvpn, ppp, strongswan
+from vpnlab.catalog import DRIVERS
 from vpnlab.labels import for_scenarios
 from vpnlab.plan import make_plan
 from vpnlab.store import Store
@@ -82,6 +84,15 @@ def test_every_fips_profile_declares_only_approved_algorithms():
             assert found == [], name
 
 
+def test_the_options_a_fips_profile_allows_follow_the_one_fips_rule():
+    """Each driver takes its FIPS-approved options from algorithms.fips_approved, in its own names."""
+    assert ipsec.FIPS_ESP == {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes128gcm16",
+                              "aes256gcm16"}
+    assert openvpn.FIPS_CIPHERS == {"AES-128-GCM", "AES-256-GCM", "AES-128-CBC", "AES-256-CBC"}
+    assert openvpn.FIPS_AUTH == {"SHA1", "SHA256", "SHA512"}
+    assert not alg.fips_approved("3DES-CBC HMAC-MD5-96") and alg.fips_approved("AES-256-GCM")
+
+
 def test_broken_or_deprecated_algorithms_are_named_whatever_the_profile(tmp_path):
     study = parse_study("""
 name: w
@@ -95,7 +106,7 @@ workloads: [{kind: ping}]
     store = Store.open_dir(tmp_path)
     for scenario in make_plan(study).scenarios:
         store.add_scenario(scenario)
-    weak = {row.vpn_label: [w.split(":")[0] for w in alg.weak_in(row)] for row in store.scenarios()}
+    weak = {row.vpn_label: [w.split(":")[0] for w in report.weak_in(row)] for row in store.scenarios()}
     store.close()
     assert weak["pptp mppe-128"] == ["MS-CHAP", "RC4"]  # authentication, then the data cipher
     assert weak["openvpn bf-cbc-sha1 udp"] == ["BF"]
@@ -110,13 +121,13 @@ def log(name: str) -> str:
 
 
 def test_openvpn_log():
-    default = alg.parse_openvpn_log(log("openvpn-default.log"))
+    default = openvpn.parse_log(log("openvpn-default.log"))
     assert default.values() == {"control": "TLS 1.3", "control_cipher": "AES-256-GCM", "key_exchange": "X25519",
                                 "authentication": "ECDSA P-256 SHA-256", "data_cipher": "AES-256-GCM",
                                 "data_integrity": AEAD}
-    assert alg.parse_openvpn_log(log("openvpn-fips.log")).key_exchange == "ECDH P-256"
+    assert openvpn.parse_log(log("openvpn-fips.log")).key_exchange == "ECDH P-256"
     # before --tls-groups: OpenSSL 3 ignored --ecdh-curve, and the fips profile ran X25519
-    ignored = alg.parse_openvpn_log(log("openvpn-fips-ecdh-curve-ignored.log"))
+    ignored = openvpn.parse_log(log("openvpn-fips-ecdh-curve-ignored.log"))
     assert alg.mismatches(declared("openvpn", "fips"), ignored) == [
         "key exchange: declared ECDH P-256, negotiated X25519"]
     cases = {"openvpn-aes-128-cbc-sha256.log": ("AES-128-CBC", "HMAC-SHA256"),
@@ -124,71 +135,71 @@ def test_openvpn_log():
              "openvpn-des-ede3-cbc-md5.log": ("3DES-CBC", "HMAC-MD5"),
              "openvpn-chacha20-poly1305-tcp.log": ("ChaCha20-Poly1305", AEAD)}
     for name, data in cases.items():
-        found = alg.parse_openvpn_log(log(name))
+        found = openvpn.parse_log(log(name))
         assert (found.data_cipher, found.data_integrity) == data, name
     for name, options in (("openvpn-default.log", {}), ("openvpn-fips.log", {"profile": "fips"}),
                           ("openvpn-aes-128-cbc-sha256.log", {"cipher": "AES-128-CBC", "auth": "SHA256"}),
                           ("openvpn-chacha20-poly1305-tcp.log", {"cipher": "CHACHA20-POLY1305", "transport": "tcp"})):
         profile = options.pop("profile", "default")
-        assert alg.mismatches(declared("openvpn", profile, **options), alg.parse_openvpn_log(log(name))) == [], name
-    assert alg.parse_openvpn_log("no such lines") is None
+        assert alg.mismatches(declared("openvpn", profile, **options), openvpn.parse_log(log(name))) == [], name
+    assert openvpn.parse_log("no such lines") is None
 
 
 def test_charon_log():
-    found = alg.parse_charon_log(log("charon-default-psk.log"))
+    found = strongswan.parse_charon_log(log("charon-default-psk.log"))
     assert found.values() == {"control": "IKEv2", "control_cipher": "AES-128-CBC HMAC-SHA256-128",
                               "key_exchange": "X25519", "authentication": "PSK", "data_cipher": "AES-128-GCM",
                               "data_integrity": AEAD}
-    fips = alg.parse_charon_log(log("charon-fips-psk.log"))
+    fips = strongswan.parse_charon_log(log("charon-fips-psk.log"))
     assert (fips.key_exchange, fips.control_cipher, fips.data_cipher) == \
         ("ECDH P-256", "AES-256-CBC HMAC-SHA256-128", "AES-256-GCM")
-    des = alg.parse_charon_log(log("charon-3des-sha1-psk.log"))
+    des = strongswan.parse_charon_log(log("charon-3des-sha1-psk.log"))
     assert (des.data_cipher, des.data_integrity) == ("3DES-CBC", "HMAC-SHA1-96")
-    assert alg.parse_charon_log(log("charon-chacha20poly1305-psk.log")).data_cipher == "ChaCha20-Poly1305"
-    assert alg.parse_charon_log(log("charon-default-cert.log")).authentication == "ECDSA SHA-256"
+    assert strongswan.parse_charon_log(log("charon-chacha20poly1305-psk.log")).data_cipher == "ChaCha20-Poly1305"
+    assert strongswan.parse_charon_log(log("charon-default-cert.log")).authentication == "ECDSA SHA-256"
     for name, profile, options in (("charon-default-psk.log", "default", {}), ("charon-fips-psk.log", "fips", {}),
                                    ("charon-3des-sha1-psk.log", "default", {"esp": "3des-sha1"}),
                                    ("charon-default-cert.log", "default", {"auth": "cert"}),
                                    ("charon-fips-aes256-sha256-cert.log", "fips",
                                     {"auth": "cert", "esp": "aes256-sha256"})):
         assert alg.mismatches(declared("strongswan", profile, "libipsec", **options),
-                              alg.parse_charon_log(log(name))) == [], name
+                              strongswan.parse_charon_log(log(name))) == [], name
 
 
 def test_pluto_log():
-    default = alg.parse_pluto_log(log("pluto-default-psk.log"))
+    default = libreswan.parse_log(log("pluto-default-psk.log"))
     assert default.values() == {"control": "IKEv2", "control_cipher": "AES-256-GCM", "key_exchange": "MODP-2048",
                                 "authentication": "PSK", "data_cipher": "AES-256-GCM", "data_integrity": AEAD}
-    fips = alg.parse_pluto_log(log("pluto-fips-cert.log"))
+    fips = libreswan.parse_log(log("pluto-fips-cert.log"))
     assert (fips.key_exchange, fips.control_cipher, fips.authentication) == \
         ("ECDH P-256", "AES-256-CBC HMAC-SHA256-128", "ECDSA P-256 SHA-512")
-    des = alg.parse_pluto_log(log("pluto-3des-sha1-psk.log"))
+    des = libreswan.parse_log(log("pluto-3des-sha1-psk.log"))
     assert (des.data_cipher, des.data_integrity) == ("3DES-CBC", "HMAC-SHA1-96")
     for name, profile, options in (("pluto-default-psk.log", "default", {}),
                                    ("pluto-fips-cert.log", "fips", {"auth": "cert"}),
                                    ("pluto-3des-sha1-psk.log", "default", {"esp": "3des-sha1"})):
-        assert alg.mismatches(declared("libreswan", profile, **options), alg.parse_pluto_log(log(name))) == [], name
+        assert alg.mismatches(declared("libreswan", profile, **options), libreswan.parse_log(log(name))) == [], name
 
 
 def test_pppd_log():
-    pptp = alg.parse_pppd_log(log("pppd-pptp-mppe-128.log"))
+    pptp = ppp.parse_pppd_log(log("pppd-pptp-mppe-128.log"))
     assert pptp.values() == {"authentication": "MS-CHAPv2", "data_cipher": "RC4-128 (MPPE stateless)",
                              "data_integrity": "none"}
     assert alg.mismatches(declared("pptp"), pptp) == []
     assert alg.mismatches(declared("pptp", mppe="40"), pptp) == [
         "data cipher: declared RC4-40 (MPPE stateless), negotiated RC4-128 (MPPE stateless)"]
-    plain = alg.parse_pppd_log(log("pppd-l2tp-plain.log"))  # no MPPE: L2TP's data crosses in clear
+    plain = ppp.parse_pppd_log(log("pppd-l2tp-plain.log"))  # no MPPE: L2TP's data crosses in clear
     assert (plain.authentication, plain.data_cipher) == ("MS-CHAPv2", "none")
     assert alg.mismatches(declared("l2tp", ipsec=False), plain) == []
 
 
 def test_openconnect_log():
-    dtls = alg.parse_openconnect_log(log("openconnect-dtls.log"))
+    dtls = ocserv.parse_log(log("openconnect-dtls.log"))
     assert dtls.values() == {"control": "TLS 1.2", "key_exchange": "ECDH P-256", "authentication": "ECDSA SHA-256",
                              "control_cipher": "AES-256-GCM", "data": "DTLS 1.2 (PSK from the TLS session)",
                              "data_cipher": "AES-256-GCM", "data_integrity": AEAD}
-    assert alg.parse_openconnect_log(log("openconnect-dtls-fips.log")).values() == dtls.values()
-    tls = alg.parse_openconnect_log(log("openconnect-tls.log"))
+    assert ocserv.parse_log(log("openconnect-dtls-fips.log")).values() == dtls.values()
+    tls = ocserv.parse_log(log("openconnect-tls.log"))
     assert (tls.data, tls.data_cipher) == ("TLS 1.2 (CSTP)", "AES-256-GCM")
     assert alg.mismatches(declared("ocserv", transport="tls"), tls) == []
     # DTLS that never came up: the data went over TLS, which differs from what was declared
@@ -271,7 +282,7 @@ def test_record_flags_a_negotiated_value_that_differs(tmp_path):
     scenario.implementations = ["openvpn"]
     stage = SimpleNamespace(tunnels=[fake_tunnel(tmp_path, ("client", "openvpn-fips-ecdh-curve-ignored.log"))])
     sample = SimpleNamespace(raw={}, flags=[])
-    alg.record(stage, scenario, sample)
+    report.record(stage, scenario, sample)
     layers = json.loads(sample.raw[alg.TOOL])
     assert layers[0]["declared"]["key_exchange"] == "ECDH P-256"
     assert layers[0]["negotiated"]["key_exchange"] == "X25519"
@@ -279,7 +290,7 @@ def test_record_flags_a_negotiated_value_that_differs(tmp_path):
                             "key exchange: declared ECDH P-256, negotiated X25519"]
     stage.tunnels = [fake_tunnel(tmp_path, ("client", "openvpn-fips.log"))]
     sample = SimpleNamespace(raw={}, flags=[])
-    alg.record(stage, scenario, sample)
+    report.record(stage, scenario, sample)
     assert sample.flags == [] and json.loads(sample.raw[alg.TOOL])[0]["negotiated"]["key_exchange"] == "ECDH P-256"
 
 
@@ -321,7 +332,7 @@ def profile_store(tmp_path, fips_log=None) -> Path:
                 if fips_log and scenario.vpn.driver == "openvpn" and scenario.vpn.profile == "fips":
                     name = fips_log
                 sample = SimpleNamespace(raw=raw, flags=flags)
-                alg.record(SimpleNamespace(tunnels=[fake_tunnel(tmp_path, ("client", name))]), scenario, sample)
+                report.record(SimpleNamespace(tunnels=[fake_tunnel(tmp_path, ("client", name))]), scenario, sample)
             store.record_repetition(run, scenario.id, rep, {"throughput_mbps": 90.0 + rep + position}, raw, flags,
                                     rep, position)
     store.finish_run(run, "done")
@@ -333,7 +344,7 @@ def test_table_and_what_each_profile_changed(tmp_path):
     store = Store.open_dir(profile_store(tmp_path))
     try:
         scenarios = store.scenarios()
-        section = alg.table(store, scenarios, for_scenarios(scenarios))
+        section = report.table(store, scenarios, for_scenarios(scenarios))
     finally:
         store.close()
     rows = {row["vpn"]: row for row in section.rows}
@@ -355,7 +366,7 @@ def test_a_fips_profile_that_ran_a_non_fips_algorithm_is_marked(tmp_path):
     store = Store.open_dir(profile_store(tmp_path, fips_log="openvpn-fips-ecdh-curve-ignored.log"))
     try:
         scenarios = store.scenarios()
-        section = alg.table(store, scenarios, for_scenarios(scenarios))
+        section = report.table(store, scenarios, for_scenarios(scenarios))
         flagged = {r.flags for r in store.samples() if r.flags}
     finally:
         store.close()

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.study import Link
 from vpnlab.testbed.topology import Layout, Testbed
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 def up(state, tmp_path, driver_name, rate_mbit, **options):
     bed = Testbed.build(state, Layout.for_topology("remote-access", 1), Link(rate_mbit=rate_mbit), tag="a")
-    driver = REGISTRY[driver_name]
+    driver = DRIVERS[driver_name]
     opts = driver.Options(**options)
     left, right = bed.tunnel_sites(0)
     started = time.monotonic()

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from vpnlab.catalog import TRAFFIC_TOOLS
 from vpnlab.cpu import SATURATED_PCT, TICK, CpuMeter, OtherLoadSeries
 
 pytestmark = pytest.mark.integration
@@ -63,8 +64,9 @@ def test_one_busy_thread_is_named_as_the_bound(namespace):
 
 def test_a_workloads_client_beside_a_tunnel_end_is_not_counted_as_the_vpn(namespace):
     """In remote-access a transfer's curl runs in the client-side tunnel end's namespace: its CPU is
-    the workload's, not the VPN daemons' (counted there before, and could be named as their bound)."""
-    meter = CpuMeter([namespace], [])
+    the workload's, not the VPN daemons' (counted there before, and could be named as their bound).
+    The meter is told the workloads' programs as measure.py tells it: the catalog's."""
+    meter = CpuMeter([namespace], [], traffic=TRAFFIC_TOOLS)
     client = subprocess.Popen(["ip", "netns", "exec", namespace, "curl", "-s", "file:///dev/zero", "-o", "/dev/null"])
     try:
         subprocess.run(["sleep", "1"])

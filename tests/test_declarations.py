@@ -6,9 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vpnlab import metrics
-from vpnlab.drivers import REGISTRY as DRIVERS
-from vpnlab.workloads import KINDS
+from vpnlab import catalog
+from vpnlab.catalog import DRIVERS, KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,14 +38,16 @@ def test_recorded_versions_are_versions():
 
 
 def test_metric_registry_is_consistent_and_the_readme_table_is_generated_from_it():
-    registry = metrics.all_metrics()
+    registry = catalog.METRICS
     for kind in KINDS.values():
         assert kind.primary in {m.name for m in kind.metrics}, kind.kind
         for metric, _ in kind.graded:
             assert registry[metric].graded, metric
         assert set(kind.plotted) <= set(registry), kind.kind
-    assert metrics.markdown_table() in (ROOT / "README.md").read_text(), \
+    assert catalog.markdown_table() in (ROOT / "README.md").read_text(), \
         "README's metric table differs from the registry: paste `python -m vpnlab.metrics` into it"
+    printed = subprocess.run([sys.executable, "-m", "vpnlab.metrics"], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == catalog.markdown_table()
 
 
 def test_one_baseline_driver_and_no_module_names_it():

@@ -1,5 +1,16 @@
-"""Where nodes, the WAN and tunnel layers sit, and what each tunnel end routes."""
+"""Where nodes, the WAN and tunnel layers sit, and what each tunnel end routes; and the code's own
+layout: vpnlab's imports point one way, and both kinds of node keep the node contract."""
 
+import ast
+import functools
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+from vpnlab.hosts.node import RemoteNode
+from vpnlab.testbed import contract
 from vpnlab.testbed.node import Node
 from vpnlab.testbed.topology import Layout
 from vpnlab.testbed.topology import Testbed as Bed
@@ -55,3 +66,165 @@ def test_nested_site_to_site_puts_the_inner_tunnel_on_the_outer_gateways_lans():
 def test_baseline_has_no_tunnel_layers():
     assert Layout.for_topology("site-to-site", 0).tunnels == []
     assert Layout.for_topology("remote-access", 0).roles == ["client", "gw", "server"]
+
+
+# --- the code's own layout: imports point one way, both nodes keep one contract -----------------
+
+SRC = Path(__file__).parent.parent / "src"
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the vpnlab package (a package by its __init__)."""
+    out = {}
+    for path in (SRC / "vpnlab").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(modules: dict[str, Path]) -> list[tuple[str, list[str], bool, int]]:
+    """(module, vpnlab modules one import statement names, whether it sits inside a function, line)."""
+    return _parsed_imports(SRC, tuple(sorted(modules.items())))
+
+
+@functools.cache
+def _parsed_imports(src: Path, modules: tuple) -> list[tuple[str, list[str], bool, int]]:
+    known, out = dict(modules), []
+    for name, path in modules:
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node, inside in _import_statements(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            named = [t for t in targets if t in known and t != name]
+            if named:
+                out.append((name, named, inside, node.lineno))
+    return out
+
+
+def _import_statements(tree: ast.AST):
+    """Every import statement of a module, and whether it sits inside a function."""
+    stack = [(tree, False)]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, inside
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        stack.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
+def test_no_vpnlab_import_inside_a_function_outside_the_cli():
+    modules = _modules()
+    hidden = [f"{modules[name].relative_to(SRC)}:{line}" for name, _, inside, line in _imports(modules)
+              if inside and not name.startswith("vpnlab.cli")]
+    assert not hidden, f"vpnlab imports inside functions (move them to the top; a cycle means a layer is wrong): {hidden}"
+
+
+def test_no_import_cycle_among_vpnlab_modules():
+    modules = _modules()
+    edges = {name: set() for name in modules}
+    for name, named, _, _ in _imports(modules):
+        edges[name].update(named)
+    cycles = [c for c in _strongly_connected(edges) if len(c) > 1]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components, iteratively (the graph is a few hundred edges)."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                out.append(sorted(component))
+    return out
+
+
+def test_the_import_checks_catch_a_local_import_and_a_cycle(tmp_path, monkeypatch):
+    """The two checks above on a package made to break both rules."""
+    package = tmp_path / "vpnlab"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from .sub import b\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("def late():\n    from .. import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    with pytest.raises(AssertionError, match=r"vpnlab/sub/b.py:2"):
+        test_no_vpnlab_import_inside_a_function_outside_the_cli()
+    with pytest.raises(AssertionError, match=r"vpnlab.a.*vpnlab.sub.b"):
+        test_no_import_cycle_among_vpnlab_modules()
+
+
+def _contract_problems(implementation) -> list[str]:
+    """What `implementation` lacks of the node contract: a method, its parameters (names, kinds,
+    defaults) or an attribute."""
+    problems = []
+    for name, member in vars(contract.Node).items():
+        if not inspect.isfunction(member) or name.startswith("_"):
+            continue
+        found = getattr(implementation, name, None)
+        if not callable(found):
+            problems.append(f"no {name}")
+            continue
+        wanted = [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
+        if [(p.name, p.kind, p.default) for p in inspect.signature(found).parameters.values()] != wanted:
+            problems.append(f"{name}{inspect.signature(found)}, not {name}{inspect.signature(member)}")
+    attributes = set(getattr(implementation, "__dataclass_fields__", {})) | set(dir(implementation))
+    problems += [f"no attribute {name}" for name in inspect.get_annotations(contract.Node) if name not in attributes]
+    return problems
+
+
+@pytest.mark.parametrize("implementation", [Node, RemoteNode], ids=["namespace", "remote"])
+def test_both_nodes_keep_the_node_contract(implementation):
+    assert {"run", "ip", "tc", "spawn", "stop", "listening", "read_net", "sysctl", "exists", "place",
+            "record_file", "remove_file"} <= set(vars(contract.Node))
+    assert _contract_problems(implementation) == []
+
+
+def test_the_contract_check_catches_a_node_that_drifted():
+    class Drifted(Node):
+        def stop(self, proc, grace: float = 5.0) -> None:  # another default
+            pass
+
+        def exists(self, path, follow) -> bool:  # another parameter
+            return True
+
+    problems = _contract_problems(Drifted)
+    assert [p.split("(")[0] for p in problems] == ["stop", "exists"], problems
+
+    class Bare:
+        role = "client"
+
+    assert {"no run", "no place", "no attribute namespace", "no attribute python"} <= set(_contract_problems(Bare))

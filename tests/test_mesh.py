@@ -4,15 +4,29 @@ daemons; bad mesh specs refused before anything starts."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import sqlite3
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
-from conftest import our_namespaces
+from conftest import our_namespaces, run_here
+from vpnlab import export
+from vpnlab.catalog import KINDS
 from vpnlab.errors import StudyError
+from vpnlab.mesh_run import answer_deadline, combine, pairs_of
+from vpnlab.plan import make_plan
+from vpnlab.report import build, render
+from vpnlab.store import Store
 from vpnlab.study import Link, parse_study
+from vpnlab.testbed import netns
 from vpnlab.testbed.mesh import MeshTestbed, PairView
+from vpnlab.workloads.base import Measurement
 
 MESH = "name: m\ntopology: mesh\npeers: 3\nvpns: [{driver: none}, {driver: wireguard}]\nworkloads: [{kind: ping}]\n"
 
@@ -47,7 +61,6 @@ def test_bad_mesh_spec_exits_2_through_the_cli(tmp_path):
 
 
 def test_a_mesh_study_plans_its_peers_and_pairs_into_the_scenario_id():
-    from vpnlab.plan import make_plan
 
     one, five = (make_plan(parse_study(MESH.replace("peers: 3", f"peers: {n}"))) for n in (3, 5))
     assert one.scenarios[0].peers == 3 and five.scenarios[0].peers == 5
@@ -76,7 +89,6 @@ def test_every_peer_reaches_every_other_through_the_core_on_shaped_links(state):
 
 
 def stored(out, sql, *args):
-    import sqlite3
 
     db = sqlite3.connect(out / "results.sqlite")
     try:
@@ -101,9 +113,7 @@ workloads: [{kind: tcp, duration_s: 2, omit_s: 0, pairs: all}]
 @pytest.mark.integration
 @pytest.mark.parametrize("vpn", ["{driver: wireguard}", "{driver: nebula}"])
 def test_all_to_all_tcp_through_a_mesh_stores_every_pair(no_leftovers, tmp_path, vpn):
-    import json
 
-    from conftest import run_here
 
     plan = run_here(parse_study(ALL_TO_ALL.replace("VPN", vpn)), tmp_path)
     assert stored(tmp_path, "SELECT failure FROM repetitions") == [(None,), (None,)]
@@ -134,9 +144,7 @@ TO_ONE = ALL_TO_ALL.replace("vpns: [{driver: none}, VPN]", "vpns: [VPN]").replac
 @pytest.mark.parametrize("vpn", ["{driver: tinc}", "{driver: openvpn}", "{driver: yggdrasil}", "{driver: softether}"],
                          ids=["tinc-meta", "openvpn-hub", "yggdrasil", "softether-hub"])
 def test_tinc_yggdrasil_and_hub_and_spoke_vpns_join_every_peer(no_leftovers, tmp_path, vpn):
-    import json
 
-    from conftest import run_here
 
     plan = run_here(parse_study(TO_ONE.replace("VPN", vpn)), tmp_path)
     assert stored(tmp_path, "SELECT failure FROM repetitions") == [(None,)]
@@ -152,13 +160,6 @@ def test_tinc_yggdrasil_and_hub_and_spoke_vpns_join_every_peer(no_leftovers, tmp
 def test_the_export_carries_each_pair_beside_the_sample(tmp_path):
     """The long export's rows for a mesh sample: the sample's own (pair blank) and each pair's from its raw `pairs`;
     a failed repetition's pairs stay out as its samples do."""
-    import csv
-    import io
-    import json
-
-    from vpnlab import export
-    from vpnlab.plan import make_plan
-    from vpnlab.store import Store
 
     plan = make_plan(parse_study(MESH.replace("{kind: ping}", "{kind: tcp, pairs: to-one}")))
     store = Store.open_dir(tmp_path)
@@ -178,7 +179,6 @@ def test_the_export_carries_each_pair_beside_the_sample(tmp_path):
                      ("1", "1->0", "throughput_mbps", 40.0), ("1", "2->0", "throughput_mbps", 30.0)]
     store.finish_run(run, "completed")
     store.close()
-    from vpnlab.report import build, render
 
     report = build(tmp_path)  # the report's table of pairs: the worst first
     assert [(m["workload"], m["pairs"]) for m in report.mesh_pairs] == [("tcp-pairs-to-one", "2->0 30, 1->0 40")]
@@ -188,11 +188,6 @@ def test_the_export_carries_each_pair_beside_the_sample(tmp_path):
 @pytest.mark.integration
 def test_a_peer_daemon_killed_mid_measurement_fails_the_repetition(no_leftovers, tmp_path):
     """Peer 2's nebula, killed while peer 1 sends to it, fails the repetition with the daemon's exit."""
-    import threading
-    import time
-
-    from conftest import run_here
-    from vpnlab.testbed import netns
 
     before = our_namespaces()
     study = ALL_TO_ALL.replace("vpns: [{driver: none}, VPN]", "vpns: [{driver: nebula}]").replace(
@@ -223,9 +218,6 @@ def test_a_peer_daemon_killed_mid_measurement_fails_the_repetition(no_leftovers,
 
 
 def test_pairs_and_how_their_values_combine():
-    from vpnlab.mesh_run import combine, pairs_of
-    from vpnlab.workloads import KINDS
-    from vpnlab.workloads.base import Measurement
 
     assert pairs_of("one", 4) == [(1, 2)] and pairs_of("to-one", 4) == [(1, 0), (2, 0), (3, 0)]
     assert len(pairs_of("all", 5)) == 20 and (0, 0) not in pairs_of("all", 5)
@@ -241,7 +233,6 @@ def test_pairs_and_how_their_values_combine():
 
 
 def test_pings_wait_for_a_reply_as_long_as_the_link_takes():
-    from vpnlab.mesh_run import answer_deadline
 
     assert answer_deadline(Link()) == 1 and answer_deadline(Link(delay_ms=100, jitter_ms=20)) == 2
     assert answer_deadline(Link(delay_ms=1000)) == 5

@@ -5,7 +5,7 @@ tests/test_vm.py IPComp)."""
 import pytest
 
 from vpnlab.capabilities import Capabilities
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.libreswan import Libreswan
 from vpnlab.drivers.strongswan import StrongSwan
 from vpnlab.errors import CapabilityError, StudyError
@@ -21,7 +21,7 @@ def study(vpns: str) -> str:
 
 @pytest.mark.parametrize("driver", IPSEC)
 def test_compression_is_off_unless_asked_and_reads_yaml_on_and_off(driver):
-    d = REGISTRY[driver]
+    d = DRIVERS[driver]
     assert d.Options().compression == "off"
     # YAML 1.1 reads a bare on/off as a boolean: both spellings mean the same
     parsed = parse_study(study(f"  - {{driver: {driver}, options: {{compression: [off, on]}}}}"))
@@ -33,7 +33,7 @@ def test_compression_is_off_unless_asked_and_reads_yaml_on_and_off(driver):
 
 @pytest.mark.parametrize("driver", IPSEC)
 def test_ipcomp_is_allowed_under_fips_but_the_esp_rule_still_holds(driver):
-    d = REGISTRY[driver]
+    d = DRIVERS[driver]
     # DEFLATE is not a cryptographic algorithm: FIPS 140 neither approves nor forbids it
     assert d.check(d.Options(compression="on"), "fips") is None
     assert d.check(d.Options(compression="on", esp="aes128-sha256"), "fips") is None
@@ -41,7 +41,7 @@ def test_ipcomp_is_allowed_under_fips_but_the_esp_rule_still_holds(driver):
 
 
 def test_strongswan_ipcomp_needs_kernel_esp():
-    d = REGISTRY["strongswan"]
+    d = DRIVERS["strongswan"]
     # kernel-libipsec cannot allocate a CPI: charon would log "IPComp disabled" and send uncompressed
     with pytest.raises(StudyError, match=r"vpns\[0\]\.options\.compression: IPComp needs kernel ESP"):
         parse_study(study("  - {driver: strongswan, options: {implementation: libipsec, compression: on}}"))
@@ -56,7 +56,7 @@ def test_strongswan_ipcomp_needs_kernel_esp():
 def test_overhead_model_is_the_same_with_ipcomp():
     # an incompressible packet (the proof's random probe) is sent without an IPComp header (RFC 3173)
     for driver, impl in (("strongswan", "kernel"), ("strongswan", "libipsec"), ("libreswan", "kernel")):
-        d = REGISTRY[driver]
+        d = DRIVERS[driver]
         for esp in ("aes128-sha256", "aes256gcm16"):
             assert (d.overhead(d.Options(esp=esp, compression="on"), "default", impl, 1028)
                     == d.overhead(d.Options(esp=esp), "default", impl, 1028))
@@ -86,7 +86,7 @@ def test_the_drivers_configure_ipcomp_and_mtu():
     ("wireguard", {"mtu": 1400}),
 ])
 def test_new_options_leave_the_ids_of_old_scenarios_alone(driver, options):
-    d = REGISTRY[driver]
+    d = DRIVERS[driver]
     dumped = d.Options().model_dump(mode="json")
     assert "compression" not in dumped or driver == "openvpn"
     assert "mtu" not in dumped
@@ -107,7 +107,7 @@ def test_mtu_options_by_hand_and_their_labels():
 
 
 def fits(driver, impl, path, **options):
-    d = REGISTRY[driver]
+    d = DRIVERS[driver]
     return fitting_mtu(d, d.Options(**options), "default", impl, path)
 
 
@@ -133,7 +133,7 @@ def test_inner_mtu_is_the_outer_ones_less_the_inner_overhead():
 ])
 @pytest.mark.parametrize("path", [1500, 1448, 1420, 1386, 1280])
 def test_the_automatic_mtu_is_the_largest_that_fits(driver, impl, options, path):
-    d = REGISTRY[driver]
+    d = DRIVERS[driver]
     opts = d.Options(**options)
     mtu = fitting_mtu(d, opts, "default", impl, path)
     assert mtu + d.full_packet_overhead(opts, "default", impl, mtu) <= path

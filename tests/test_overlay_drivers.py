@@ -16,7 +16,7 @@ from hosts_harness import lab  # noqa: F401  (the fixture: two SSH "hosts" in na
 from test_tunnels import build, iperf_through
 from vpnlab.algorithms import AEAD, mismatches
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.drivers.nebula import parse_nebula_log
 from vpnlab.drivers.tinc import compressed_size, parse_node_dump
@@ -31,7 +31,7 @@ CONFIGS = [
 
 
 def tunnel_up(state, bed, name, options, tmp_path):
-    driver = REGISTRY[name]
+    driver = DRIVERS[name]
     opts = driver.Options(**options)
     impl = driver.resolve(opts, detect()).name
     left, right = bed.tunnel_sites(0)
@@ -118,7 +118,7 @@ def test_both_run_between_real_hosts_over_ssh(lab, tmp_path):  # noqa: F811
 # --- without traffic: options, models, declarations, parsers of real output ---------------------------
 
 def test_options_are_checked_and_unknown_values_name_their_field():
-    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    nebula, tinc = DRIVERS["nebula"], DRIVERS["tinc"]
     assert nebula.Options().cipher == "aes" and tinc.Options().cipher == "aes-256-cbc"
     for driver, bad, field in ((nebula, {"cipher": "aes128"}, "cipher"), (tinc, {"cipher": "bf-cbc"}, "cipher"),
                                (tinc, {"digest": "sha3"}, "digest"), (tinc, {"compression": 12}, "compression"),
@@ -131,7 +131,7 @@ def test_options_are_checked_and_unknown_values_name_their_field():
 
 
 def test_neither_has_a_fips_profile_and_each_says_why():
-    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    nebula, tinc = DRIVERS["nebula"], DRIVERS["tinc"]
     why = nebula.check(nebula.Options(), "fips")
     assert why.startswith("profile:") and "AES-256-GCM" in why and "not a FIPS 140-validated module" in why
     assert "X25519" in why
@@ -140,7 +140,7 @@ def test_neither_has_a_fips_profile_and_each_says_why():
 
 
 def test_overhead_models():
-    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    nebula, tinc = DRIVERS["nebula"], DRIVERS["tinc"]
     # Nebula: IPv4 + UDP + 16-byte header + 16-byte tag, whatever the size and cipher
     assert {nebula.overhead(nebula.Options(cipher=c), "default", "nebula", n) for c in ("aes", "chachapoly")
             for n in (60, 1028, 1300)} == {60}
@@ -155,7 +155,7 @@ def test_overhead_models():
 
 
 def test_declared_algorithms():
-    nebula, tinc = REGISTRY["nebula"], REGISTRY["tinc"]
+    nebula, tinc = DRIVERS["nebula"], DRIVERS["tinc"]
     aes, chacha = (nebula.algorithms(nebula.Options(cipher=c), "default") for c in ("aes", "chachapoly"))
     assert (aes.control, aes.key_exchange, aes.data_cipher, aes.data_integrity) == \
         ("Noise_IXpsk0", "X25519", "AES-256-GCM", AEAD)

@@ -15,7 +15,7 @@ from test_tunnels import build, iperf_through
 from vpnlab import algorithms as alg
 from vpnlab.algorithms import TOOL
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.drivers.softether import UDP_PADDING, descendants, parse_status, status_algorithms
 from vpnlab.drivers.yggdrasil import parse_yggdrasil_log
@@ -29,7 +29,7 @@ ALGORITHMS = DATA / "algorithms"
 
 
 def up(state, bed, name, tmp_path, **options):
-    driver = REGISTRY[name]
+    driver = DRIVERS[name]
     opts = driver.Options(**options)
     left, right = bed.tunnel_sites(0)
     env = TunnelEnv(state, 0, tmp_path, driver.resolve(opts, detect()).name)
@@ -207,12 +207,12 @@ def test_bad_options_exit_2_naming_the_field(case, tmp_path):
 
 
 def test_declared_algorithms():
-    ygg, ygg_tcp = REGISTRY["yggdrasil"], REGISTRY["yggdrasil"].Options(peering="tcp")
+    ygg, ygg_tcp = DRIVERS["yggdrasil"], DRIVERS["yggdrasil"].Options(peering="tcp")
     declared = ygg.algorithms(ygg.Options(), "default")
     assert (declared.control, declared.key_exchange, declared.data_cipher) == \
         ("Yggdrasil over TLS 1.3", "X25519", "XSalsa20-Poly1305")
     assert ygg.algorithms(ygg_tcp, "default").control_cipher == "none"
-    se = REGISTRY["softether"]
+    se = DRIVERS["softether"]
     assert se.algorithms(se.Options(), "default").data_cipher == "AES-256-GCM"
     assert se.algorithms(se.Options(transport="udp"), "default").data_cipher == "ChaCha20-Poly1305"
     clear = se.algorithms(se.Options(encryption=False), "default")
@@ -232,7 +232,7 @@ def test_softether_status_gives_the_session():
         ("AES-256-GCM", "SoftEther UDP acceleration v2", "ChaCha20-Poly1305")
     clear = status_algorithms(parse_status((ALGORITHMS / "softether-status-clear.csv").read_text()))
     assert (clear.control_cipher, clear.data_cipher, clear.data_integrity) == ("", "none", "none")
-    se = REGISTRY["softether"]
+    se = DRIVERS["softether"]
     assert alg.mismatches(se.algorithms(se.Options(transport="udp"), "default"), udp) == []
     assert alg.mismatches(se.algorithms(se.Options(encryption=False), "default"), clear) == []
     assert status_algorithms(parse_status("Error occurred. (Error code: 1)\n")) is None

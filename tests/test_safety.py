@@ -133,6 +133,7 @@ def _older(directory: Path) -> None:
     for table in ("scenarios", "runs"):
         db.execute(f"ALTER TABLE {table} DROP COLUMN hosts")
     db.execute("ALTER TABLE scenarios DROP COLUMN as_run")
+    db.execute("ALTER TABLE scenarios DROP COLUMN baseline")  # (schema 6)
     db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     db.commit()
     db.execute("PRAGMA journal_mode=DELETE")
@@ -160,7 +161,7 @@ def test_an_older_store_is_refused_untouched_until_upgraded_with_a_copy_kept(tmp
     assert invoke("show", directory).exit_code == 0
     again = invoke("upgrade", directory)
     assert again.exit_code == 0 and "nothing changed" in again.stdout
-    assert not (directory / "results.sqlite.v5.bak").exists()
+    assert not (directory / f"results.sqlite.v{SCHEMA_VERSION}.bak").exists()
 
 
 def test_upgrade_waits_for_no_run(tmp_path):

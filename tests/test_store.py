@@ -7,6 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from vpnlab.plan import make_plan
+from vpnlab.results_dir import read_store
 from vpnlab.store import Store
 from vpnlab.study import parse_study
 
@@ -26,7 +27,7 @@ def test_repetitions_and_resume(tmp_path):
                           study_name="s", study_text=STUDY)
     store.add_scenario(scenario)
     store.record_repetition(run, scenario.id, 1, {"rtt_avg_ms": 1.5, "ping_loss_pct": 0},
-                            {"ping": "raw text"}, [])
+                            {"ping": "raw text"}, [], units={"rtt_avg_ms": "ms", "ping_loss_pct": "%"})
     store.record_repetition(run, scenario.id, 2, {"rtt_avg_ms": 1.7, "ping_loss_pct": 0}, {}, ["suspect"])
     store.close()
 
@@ -38,6 +39,7 @@ def test_repetitions_and_resume(tmp_path):
     samples = again.samples()
     assert len(samples) == 4
     assert {s.flags for s in samples if s.repetition == 2} == {"suspect"}
+    assert {(s.metric, s.unit) for s in samples if s.repetition == 1} == {("rtt_avg_ms", "ms"), ("ping_loss_pct", "%")}
     again.close()
 
 
@@ -96,6 +98,7 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     for table in ("scenarios", "runs"):  # nor real hosts
         db.execute(f"ALTER TABLE {table} DROP COLUMN hosts")
     db.execute("ALTER TABLE scenarios DROP COLUMN as_run")  # nor the as-run record
+    db.execute("ALTER TABLE scenarios DROP COLUMN baseline")  # nor whether it is the baseline
     for column in ("round", "position", "failure"):
         db.execute(f"ALTER TABLE repetitions DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1'")
@@ -108,9 +111,33 @@ def test_a_store_from_before_the_vm_backend_is_upgraded(tmp_path):
     store = Store.open_dir(tmp_path)
     assert [tuple(r) for r in store.db.execute("SELECT id, measured_in FROM scenarios")] == [("s1", "host")]
     store.close()
-    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "5"
+    assert Store.open_dir(tmp_path).db.execute("SELECT value FROM meta").fetchone()[0] == "6"
     assert Store.open_dir(tmp_path).scenarios()[0].as_run == ""  # not recorded then: exported blank
+    assert Store.open_dir(tmp_path).scenarios()[0].is_baseline  # not recorded then: its vpn is 'none'
     assert Store.open_dir(tmp_path).attempts("s1") == []
+
+
+def test_a_scenario_is_stored_as_the_baseline_or_not_and_an_older_store_derives_it(tmp_path):
+    plan = make_plan(parse_study(STUDY.replace("[{driver: none}]", "[{driver: none}, {driver: wireguard}]")))
+    store = Store.open_dir(tmp_path)
+    store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={}, study_name="s",
+                    study_text=STUDY)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario)
+    stored = dict(store.db.execute("SELECT vpn, baseline FROM scenarios").fetchall())
+    store.close()
+    assert stored == {"none": 1, "wireguard": 0}  # as the driver said when the scenario was added
+    db = sqlite3.connect(tmp_path / "results.sqlite")  # as schema 5 left it: no baseline column
+    db.execute("ALTER TABLE scenarios DROP COLUMN baseline")
+    db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    older = read_store(tmp_path)  # read as it is, nothing written, no upgrade asked
+    try:
+        assert {row.vpn: row.is_baseline for row in older.scenarios()} == {"none": True, "wireguard": False}
+    finally:
+        older.close()
+    assert sqlite3.connect(tmp_path / "results.sqlite").execute("SELECT value FROM meta").fetchone() == ("5",)
 
 
 def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):

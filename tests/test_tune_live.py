@@ -26,7 +26,7 @@ import pytest
 from conftest import default_dispositions, sample_count
 from test_tunnels import build, iperf_through
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY as DRIVERS
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.proof import prove
 

@@ -171,7 +171,7 @@ def test_vpnlab_run_does_not_resume_a_race(tmp_path):
 def test_the_readme_shows_the_shipped_example_and_its_tunables_as_declared():
     from importlib import resources
 
-    from vpnlab.drivers import REGISTRY as DRIVERS
+    from vpnlab.catalog import DRIVERS
     from vpnlab.tune.spec import load_spec
 
     shipped = (resources.files("vpnlab") / "tune" / "example.yaml").read_text()

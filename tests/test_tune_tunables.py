@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from vpnlab.drivers import REGISTRY as DRIVERS
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import SECURITY_CLASSES
 
 

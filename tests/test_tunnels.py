@@ -7,7 +7,7 @@ import pytest
 
 from conftest import our_namespaces
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.proof import PROBE_INNER_LEN, prove
 from vpnlab.study import Link
@@ -21,7 +21,7 @@ def build(state, topology, layers, link=Link(rate_mbit=100)):
 
 
 def wireguard_up(state, bed, layer, tmp_path, port=51820):
-    driver = REGISTRY["wireguard"]
+    driver = DRIVERS["wireguard"]
     options = driver.Options(port=port)
     impl = driver.resolve(options, detect()).name
     left, right = bed.tunnel_sites(layer)
@@ -62,7 +62,7 @@ def test_wireguard_carries_traffic_encrypted(state, topology, tmp_path):
     proof = prove(bed, tunnel.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
     assert proof.ok, proof.problems
     assert not proof.marker_in_clear and proof.outer_packets == proof.packets > 0
-    driver = REGISTRY["wireguard"]
+    driver = DRIVERS["wireguard"]
     assert proof.overhead_bytes == driver.overhead(driver.Options(), "default", tunnel.env.implementation, PROBE_INNER_LEN) == 60 + 12
     tunnel.down()
 
@@ -86,7 +86,7 @@ def test_nested_wireguard_in_wireguard(state, tmp_path):
     assert iperf_through(bed, 1) > 100_000
     proof = prove(bed, outer.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap")
     assert proof.ok, proof.problems
-    driver, options = REGISTRY["wireguard"], REGISTRY["wireguard"].Options()
+    driver, options = DRIVERS["wireguard"], DRIVERS["wireguard"].Options()
     inner_ovh = driver.overhead(options, "default", inner.env.implementation, PROBE_INNER_LEN)
     assert proof.overhead_bytes == inner_ovh + driver.overhead(options, "default", outer.env.implementation, PROBE_INNER_LEN + inner_ovh)
     inner.down()

@@ -17,7 +17,7 @@ import pytest
 
 from vpnlab import vm
 from vpnlab.capabilities import detect
-from vpnlab.drivers import REGISTRY
+from vpnlab.catalog import DRIVERS
 from vpnlab.plan import add_vm_twins, make_plan, place
 from vpnlab.runner import Runner
 from vpnlab.store import Store
@@ -33,13 +33,13 @@ from shared_run import held_like_a_test
     ("l2tp", {"esp": "3des-sha1"}, "options.esp"),
 ])
 def test_legacy_protocols_refuse_the_fips_profile(driver, options, problem):
-    d = REGISTRY[driver]
+    d = DRIVERS[driver]
     assert d.check(d.Options(**options), "fips").startswith(problem)
     assert d.check(d.Options(**options), "default") is None
 
 
 def test_legacy_overhead_models():
-    pptp, l2tp = REGISTRY["pptp"], REGISTRY["l2tp"]
+    pptp, l2tp = DRIVERS["pptp"], DRIVERS["l2tp"]
     # as measured on the WAN for a 1028-byte packet (the integration test checks them again)
     assert pptp.overhead(pptp.Options(), "default", "pptpd", 1028) == 44
     assert l2tp.overhead(l2tp.Options(ipsec=False), "default", "xl2tpd", 1028) == 38
@@ -47,7 +47,7 @@ def test_legacy_overhead_models():
 
 
 def test_libreswan_shares_strongswans_esp_names_and_model():
-    libreswan, strongswan = REGISTRY["libreswan"], REGISTRY["strongswan"]
+    libreswan, strongswan = DRIVERS["libreswan"], DRIVERS["strongswan"]
     for esp in ("aes128-sha1", "aes256gcm16", "3des-sha1"):
         assert (libreswan.overhead(libreswan.Options(esp=esp), "default", "kernel", 1028)
                 == strongswan.overhead(strongswan.Options(esp=esp), "default", "kernel", 1028))
@@ -62,7 +62,7 @@ def test_libreswan_is_found_installed_or_unpacked(monkeypatch, tmp_path):
 
     from vpnlab import tools, unpacked
     monkeypatch.setattr(unpacked, "package_folder", lambda package: tmp_path / "packages" / package)
-    declared = REGISTRY["libreswan"].tools[0]
+    declared = DRIVERS["libreswan"].tools[0]
     assert declared.command == "pluto" and declared.private
     tool = dataclasses.replace(declared, command="vpnlab-no-such-pluto", path="/vpnlab-not-installed/ipsec/pluto")
     pluto = tmp_path / "packages" / "libreswan" / "vpnlab-not-installed" / "ipsec" / "pluto"
@@ -310,7 +310,8 @@ def run_in_vm(study_text: str, folder: Path, keep, host=lambda scenario: False, 
 
 # Remote access, one boot: netem's delay and loss; PPTP, L2TP (with and without IPsec) and libreswan
 # through a delayed link; PPTP over a shaped link against no VPN, whose baseline runs here and again
-# in the VM (its twin), which grades the VPN.
+# in the VM (its twin), which grades the VPN. PPTP with MPPE-128 runs only on the shaped link: its
+# proof and overhead are checked there (each scenario under emulation costs about half a minute).
 REMOTE_ACCESS = """
 name: vm-remote-access
 repetitions: 1
@@ -335,8 +336,8 @@ workloads:
 REMOTE_ACCESS_KEEP = {
     ("none", "wan-20ms", "ping"), ("none", "wan-loss", "ping"), ("none", "wan-loss", "udp"),
     ("none", "2mbit", "tcp"), ("pptp mppe-128", "2mbit", "tcp"),
-    *{(vpn, "wan-20ms", "ping") for vpn in ("pptp mppe-128", "pptp mppe-40 stateful", "l2tp/ipsec aes128-sha1",
-                                             "l2tp", "libreswan default psk")},
+    *{(vpn, "wan-20ms", "ping") for vpn in ("pptp mppe-40 stateful", "l2tp/ipsec aes128-sha1", "l2tp",
+                                             "libreswan default psk")},
 }
 
 
@@ -367,17 +368,22 @@ def test_netem_delays_and_loses_in_the_vm(remote_access):
 @pytest.mark.integration
 def test_pptp_l2tp_ipsec_and_libreswan_in_the_vm(remote_access):
     values, notes = remote_access.values, remote_access.notes
-    libreswan = REGISTRY["libreswan"]
+    libreswan = DRIVERS["libreswan"]
     # the tunnels: proof passed (status done), overhead as modelled, traffic through; libreswan's
     # overhead for a 84-byte packet also tells which ESP proposal it negotiated by default
     default_esp = libreswan.overhead(libreswan.Options(), "default", "kernel", 84)
-    for label, overhead in (("pptp mppe-128", 44), ("pptp mppe-40 stateful", 44), ("l2tp/ipsec aes128-sha1", 84),
-                            ("l2tp", 38), ("libreswan default psk", default_esp)):
-        measured = values[(label, "wan-20ms", "ping", "overhead_bytes")]
+    for key, overhead in ((("pptp mppe-128", "2mbit", "tcp"), 44), (("pptp mppe-40 stateful", "wan-20ms", "ping"), 44),
+                          (("l2tp/ipsec aes128-sha1", "wan-20ms", "ping"), 84), (("l2tp", "wan-20ms", "ping"), 38),
+                          (("libreswan default psk", "wan-20ms", "ping"), default_esp)):
+        label = key[0]
+        measured = values[(*key, "overhead_bytes")]
         # PPTP's GRE acknowledgement (4 bytes) rides nearly every packet, not all (pptp.py's model)
         assert measured == overhead or (label.startswith("pptp") and measured == overhead - 4), (label, measured)
-        assert values[(label, "wan-20ms", "ping", "ping_loss_pct")] == 0, label
-        assert "measured in a VM" in notes[(label, "wan-20ms", "ping")]
+        if key[2] == "ping":
+            assert values[(*key, "ping_loss_pct")] == 0, label
+        else:  # over the 2 Mbit/s link (its share of no VPN's goodput: the next test)
+            assert values[(*key, "throughput_mbps")] > 1, label
+        assert "measured in a VM" in notes[key]
     assert "not encrypted" in notes[("l2tp", "wan-20ms", "ping")]
     assert "not encrypted" not in notes[("l2tp/ipsec aes128-sha1", "wan-20ms", "ping")]
 
@@ -472,11 +478,13 @@ def site_to_site(tmp_path_factory):
 @pytest.mark.integration
 def test_site_to_site_legacy_tunnels_and_two_ipsec_implementations_in_the_vm(site_to_site):
     values = site_to_site.values
-    strongswan = REGISTRY["strongswan"]
+    strongswan = DRIVERS["strongswan"]
     ipsec = strongswan.overhead(strongswan.Options(esp="aes128-sha256"), "default", "kernel", 84)
     for label, overhead in (("pptp mppe-128", 44), ("l2tp/ipsec aes128-sha1", 84),
                             ("libreswan aes128-sha256 cert", ipsec), ("strongswan aes128-sha256 cert kernel", ipsec)):
-        assert values[(label, "unshaped", "ping", "overhead_bytes")] == overhead, label
+        measured = values[(label, "unshaped", "ping", "overhead_bytes")]
+        # PPTP's GRE acknowledgement (4 bytes) rides nearly every packet, not all (pptp.py's model)
+        assert measured == overhead or (label.startswith("pptp") and measured == overhead - 4), (label, measured)
         assert values[(label, "unshaped", "ping", "ping_loss_pct")] == 0, label
 
 

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import metrics
+from . import catalog
+from .catalog import KINDS
 from .judging import AnalysisSettings, Paired, stored_settings, values_of
 from .stats import (Interval, difference_ms, grade_range, interval, loss_interval, outlier_flags,
                     paired_log_ratio, welch_log_ratio)
 from .stats.intervals import LOG_T
+from .stopping import final_interval, stored_rule
 from .store import ScenarioRow, Store
 
 MIN_BLOCKS = 3   # shared rounds a paired comparison needs when some rounds are incomplete
@@ -134,7 +136,7 @@ def _packets(scenario: ScenarioRow) -> float | None:
     return None
 
 
-def _interval(metric: metrics.Metric, values: list[float], scenario: ScenarioRow) -> Interval:
+def _interval(metric: catalog.Metric, values: list[float], scenario: ScenarioRow) -> Interval:
     """Loss by Korn and Graubard's interval with the repetition as the unit (where the packets a
     repetition offers are known); every other metric by the interval that fits the quantity."""
     packets = _packets(scenario) if metric.judged == "points" else None
@@ -145,7 +147,7 @@ def _interval(metric: metrics.Metric, values: list[float], scenario: ScenarioRow
 
 def _summary(sid: str, name: str, unit: str, values: list[float], flagged: int,
              scenario: ScenarioRow) -> Summary:
-    metric = metrics.get(name)
+    metric = catalog.metric(name)
     data = np.asarray(values, dtype=float)
     iv = _interval(metric, values, scenario)
     nan = math.nan
@@ -181,7 +183,7 @@ def _judge(s: Summary, base: Summary, a: list[float], b: list[float], paired: bo
     (ratio of geometric means, graded as such); latency and jitter by the ms the VPN adds (paired
     difference), graded as multiples only from a baseline at or above the floor; loss by the
     difference in percentage points, not graded (multiples of a near-zero loss grade noise)."""
-    metric = metrics.get(s.metric)
+    metric = catalog.metric(s.metric)
     if metric.judged in ("added", "points"):
         diff = difference_ms(a, b, paired=paired)
         low, high = diff.low, diff.high
@@ -206,9 +208,6 @@ def _judge(s: Summary, base: Summary, a: list[float], b: list[float], paired: bo
 def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], study_text: str, every: dict) -> None:
     """Adaptive runs: the primary metric's interval is Stein's final one (pilot spread and df). Its
     pilot is the one the rule ran on, from `every` valid value, also when flagged ones are left out."""
-    from .stopping import final_interval, stored_rule
-    from .workloads import KINDS
-
     rule = stored_rule(study_text)
     if rule is None or not rule.adaptive:
         return
@@ -237,7 +236,7 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     for (sid, name), pairs in sorted(values.items()):
         if not pairs:
             continue  # every sample flagged and left out
-        summary = _summary(sid, name, metrics.unit(name), [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
+        summary = _summary(sid, name, catalog.unit(name), [v for _, v in pairs], flagged[(sid, name)], scenarios[sid])
         summary.set_aside = 0 if settings.counts_flagged else far_or_busy[(sid, name)]
         out[sid].append(summary)
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
@@ -250,7 +249,7 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     every = values if settings.counts_flagged else values_of(store, settings.other_way())[0]
     _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "", every)
     for (sid, name), s in stat.items():
-        if not metrics.get(name).judged or scenarios[sid].is_baseline:
+        if not catalog.metric(name).judged or scenarios[sid].is_baseline:
             continue
         base = baseline_of(scenarios[sid], scenarios)
         if (base, name) not in stat:
@@ -272,7 +271,7 @@ def emulation_bound(row: ScenarioRow, metric: str, utilisation_pct: float | None
     it; one that carried the whole load offered (`carried_pct` of it, from LINK_BOUND_PCT on) is the load's."""
     if not row.emulated:
         return ""
-    if metrics.get(metric).judged != "share":
+    if catalog.metric(metric).judged != "share":
         return "measured under software emulation (QEMU TCG), which adds its own delay to every packet"
     if carried_pct is not None and carried_pct >= LINK_BOUND_PCT:
         return ""

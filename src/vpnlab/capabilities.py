@@ -11,43 +11,11 @@ import functools
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 
+from .catalog import declared
+from .features import FEATURES, Capabilities
 from .testbed.state import PROBE_PREFIX
-from .tools import declared, find, version
-
-FEATURES = {
-    "netns": "network namespaces",
-    "veth": "veth pairs",
-    "tun": "TUN/TAP devices (userspace VPN data planes)",
-    "tbf": "tbf qdisc (rate limit)",
-    "netem": "netem qdisc (delay, jitter, loss)",
-    "wireguard": "kernel WireGuard",
-    "esp": "kernel IPsec ESP (xfrm)",
-    "ppp": "PPP (/dev/ppp)",
-    "l2tp": "kernel L2TP",
-    "gre": "GRE tunnels",
-    "openssl-legacy": "OpenSSL legacy provider (Blowfish, single DES)",
-}
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    kernel: str
-    features: dict[str, bool]
-    tools: dict[str, str | None] = field(default_factory=dict)
-
-    def has(self, feature: str) -> bool:
-        return self.features.get(feature, False)
-
-    def tool(self, name: str) -> str | None:
-        return self.tools.get(name)
-
-    @staticmethod
-    def hint(name: str) -> str:
-        """How to get a missing program."""
-        tool = declared().get(name)
-        return tool.hint if tool else "not declared by any driver or workload"
+from .tools import find, version
 
 
 def _ok(argv: list[str]) -> bool:
@@ -101,6 +69,7 @@ def detect() -> Capabilities:
         kernel=os.uname().release,
         features=probe_kernel() | {"openssl-legacy": _openssl_legacy()},
         tools={name: find(tool) for name, tool in declared().items()},
+        hints={name: tool.hint for name, tool in declared().items()},
     )
 
 
@@ -146,4 +115,4 @@ def vm_capabilities(host: Capabilities, kernel: str) -> Capabilities:
     """What a scenario will find in the VM: this host's tools (the guest runs on its root
     filesystem) with a full distribution kernel."""
     return Capabilities(kernel=kernel, features=host.features | {f: True for f in VM_KERNEL_FEATURES},
-                        tools=host.tools)
+                        tools=host.tools, hints=host.hints)

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import metrics
+from . import catalog
 from .analysis import emulation_bound, fmt, matched
 from .judging import AnalysisSettings, stored_settings, values_of
 from .stats import holm as holm_adjust
 from .stats import paired_log_ratio, secondary_tests, tost_log_ratio, verdict, welch_log_ratio
 from .store import ScenarioRow, Store
-from .workloads import KINDS
+from .catalog import KINDS
 
 ALPHA = 0.05
 THRESHOLD = AnalysisSettings().threshold   # by default; a study sets its own (analysis: threshold_pct)
@@ -165,7 +165,7 @@ def _comparison(sa: ScenarioRow, sb: ScenarioRow, values: dict,
 def _decide(c: Comparison, test, tost, family_size: int) -> None:
     """The verdict of the recommendation rule (stats.verdict) from the corrected tests."""
     decision = verdict(test, c.holm_p, tost, c.tost_holm_p, threshold=c.threshold, alpha=ALPHA,
-                       family_size=family_size, higher_is_better=metrics.get(c.metric).higher_is_better is not False,
+                       family_size=family_size, higher_is_better=catalog.metric(c.metric).higher_is_better is not False,
                        names=(c.a, c.b))
     c.verdict, c.verdict_text, c.rounds_needed = decision.word, decision.sentence, decision.rounds_needed
 

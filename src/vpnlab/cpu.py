@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from .backend import EMULATED
@@ -66,21 +65,12 @@ def _process_ticks(pid: int) -> tuple[str, int] | None:
     return name, utime + stime + cutime + cstime
 
 
-@cache
-def traffic_tools() -> frozenset[str]:
-    """The programs the workloads and the WAN capture run, not the VPN: in remote-access a transfer's
-    curl or scp (and its ssh) runs in the client-side tunnel end's namespace, beside the daemons."""
-    from .workloads import KINDS  # (late: the workloads' registry is not needed to import this module)
-
-    return frozenset({"tcpdump"} | {tool.command for kind in KINDS.values() for tool in kind.tools})
-
-
-def _daemon_ticks(namespaces: list[str]) -> dict[int, int]:
+def _daemon_ticks(namespaces: list[str], traffic: frozenset[str]) -> dict[int, int]:
     ticks = {}
     for ns in namespaces:
         for pid in netns.pids(ns):
             found = _process_ticks(pid)
-            if found and found[0] not in traffic_tools():
+            if found and found[0] not in traffic:
                 ticks[pid] = found[1]
     return ticks
 
@@ -243,13 +233,16 @@ class CpuMeter:
     right: list[str]   # ... and on the gateway side
     placement: object = None  # the ends' cgroups (placement.Placement): their figures when it has any
     everywhere: list[str] = None  # every namespace of the run's testbed: what runs elsewhere is other load
+    # The programs of the workloads and the WAN capture (catalog.TRAFFIC_TOOLS): not the VPN, though a
+    # remote-access transfer's curl or scp (and its ssh) runs in the client-side end's namespace.
+    traffic: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # The slow /proc scans first, the machine's counters last: the window starts as the workload does.
         self._others = OtherLoad(self.everywhere or [*self.left, *self.right])
         self.record: dict = self.placement.record() if self.placement else {"method": "ticks"}
-        self._left = _daemon_ticks(self.left)
-        self._right = _daemon_ticks(self.right)
+        self._left = _daemon_ticks(self.left, self.traffic)
+        self._right = _daemon_ticks(self.right, self.traffic)
         self._threads = _thread_ticks([*self._left, *self._right])
         self._threads_at = time.monotonic()  # (reading many threads takes a while under emulation)
         self._groups = self.placement.usage() if self.placement else None
@@ -260,7 +253,8 @@ class CpuMeter:
     def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
         groups = self.placement.usage() if self._groups is not None else None
         wall = time.monotonic() - self._start
-        left, right, machine = _daemon_ticks(self.left), _daemon_ticks(self.right), _machine_ticks()
+        left, right = _daemon_ticks(self.left, self.traffic), _daemon_ticks(self.right, self.traffic)
+        machine = _machine_ticks()
 
         def used(before: dict[int, int], after: dict[int, int]) -> float:
             # A process that appeared during the window started from zero.
@@ -322,3 +316,8 @@ def bottleneck_flags(values: dict[str, float], core: tuple | None, thread: tuple
             flags.append(f"thread {which} at {share:.0f}% of a core: throughput is a bound set by that "
                          "single-threaded daemon")
     return flags
+
+
+def cpu_bound(flags: str) -> bool:
+    """A repetition's flags (';'-joined) say a core, the machine or a daemon's thread was saturated."""
+    return any("saturated" in flag or "single-threaded daemon" in flag for flag in flags.split(";"))

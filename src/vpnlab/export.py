@@ -12,10 +12,9 @@ from dataclasses import asdict
 
 from .analysis import summarise
 from .compare import study_comparisons
-from .metrics import get as get_metric
 from .stopping import stored_rule, target_met
 from .store import Store
-from .workloads import KINDS
+from .catalog import KINDS, metric as get_metric
 
 # Every table names scenarios, VPNs, links and workloads the same way: scenario_id, vpn_label,
 # link_label, workload_label (older columns stay, so scripts written for them keep working).

@@ -14,8 +14,8 @@ The verdict rule (RULE below, printed in the report):
 * contradicted: the same the other way, or equivalent within the margin where the seed found a
   difference (for a null finding: a significant difference beyond the margin);
 * inconclusive: neither, with the repetitions that would settle it;
-* not comparable here: a condition this machine cannot give (a side measured in a VM under software
-  emulation, a scenario this machine could not run, a piece vpnlab lacks, or the seed's own hardware
+* not comparable here: a condition this machine cannot give (what software emulation can have set, by
+  comparability.RULE; a scenario this machine could not run, a piece vpnlab lacks, or the seed's own hardware
   limit stated in the study), with the reason.
 
 The primary test is the one vpnlab uses everywhere (stats): the paired t test on log(B/A) per round
@@ -29,14 +29,21 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
+from pydantic import ValidationError
 
+from . import catalog, comparability
+from .algorithm_report import explain_profiles  # what two profiles of one configuration really changed
+from .analysis import matched
+from .catalog import KINDS
 from .drivers import pptp
+from .judging import settings_of, values_of
+from .plan import make_plan
 from .results_dir import read_store
-from .schema import Strict
+from .seed_findings import Choice, Choices, Finding, Findings, Side, parse, parse_choices, pick, side_rows
+from .stats import (difference_ms, grade_range, holm, outlier_flags, paired_log_ratio, repetitions_needed,
+                    tost_log_ratio, verdict, welch_log_ratio)
 
 ALPHA = 0.05
 
@@ -52,8 +59,8 @@ RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.
         "difference (for a null finding: a significant difference whose 95% interval lies beyond the margin); "
         "inconclusive = none of these, with the repetitions per side that would detect a difference of the "
         "margin at the family's Bonferroni level (of 10% of A's mean at least, for a difference B - A) or show "
-        "equivalence within it; not comparable here = a condition this machine cannot give (a side measured in "
-        "a VM under software emulation, whose CPU is the emulator's; a scenario this machine could not run; a "
+        "equivalence within it; not comparable here = a condition this machine cannot give (what software "
+        "emulation can have set, by the emulation rule below; a scenario this machine could not run; a "
         "piece vpnlab lacks; PPTP data towards pptpd over a link that dropped, which measures pptpd's 0.3 s GRE "
         "hold; the seed's own hardware limit), with the reason; calibration, not a check = a finding that set "
         "a condition of the study (its result is shown, outside Holm's family). A side may be the mean of "
@@ -68,154 +75,10 @@ VERDICTS = ("reproduced", "same direction, smaller effect", "same direction, lar
             "inconclusive", NOT_COMPARABLE, CALIBRATION)
 
 
-# --- the schema -----------------------------------------------------------------------------------
-
-class Side(Strict):
-    """One scenario of the study's plan, by the labels `vpnlab run --dry-run` prints, or the mean of
-    several (a list of workloads: the seed averaged over protocols or file kinds, and so does the
-    check, round by round). `link` may be left out when the study has one link."""
-
-    vpn: str | list[Annotated[str, Field(min_length=1, max_length=300)]] = Field(min_length=1, max_length=300)
-    link: str | None = Field(None, min_length=1, max_length=200)
-    workload: str | list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(min_length=1, max_length=200)
-
-    @field_validator("vpn", "workload")
-    @classmethod
-    def distinct(cls, value):
-        if isinstance(value, list) and len(set(value)) != len(value):
-            raise ValueError("names one twice")
-        return value
-
-    @property
-    def vpns(self) -> list[str]:
-        return [self.vpn] if isinstance(self.vpn, str) else list(self.vpn)
-
-    @property
-    def workloads(self) -> list[str]:
-        return [self.workload] if isinstance(self.workload, str) else list(self.workload)
-
-    @property
-    def cells(self) -> list[tuple[str, str]]:
-        """(VPN, workload) of each scenario the side averages."""
-        return [(vpn, workload) for vpn in self.vpns for workload in self.workloads]
-
-    def describe(self) -> str:
-        parts = [self.vpn if isinstance(self.vpn, str) else f"mean of {', '.join(self.vpn)}", self.link,
-                 self.workload if isinstance(self.workload, str) else f"mean of {', '.join(self.workload)}"]
-        return " | ".join(p for p in parts if p)
-
-
-class Finding(Strict):
-    """One published finding and the comparison that checks it: B against A on `metric`."""
-
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$", max_length=60)
-    quote: str = Field(min_length=1, max_length=400, description="the seed's words, short")
-    where: str = Field(min_length=1, max_length=200, description="table, figure or section of the seed")
-    seed: str = Field(min_length=1, max_length=400, description="the seed's numbers")
-    direction: Literal["higher", "lower", "same"] = Field(description="B against A, as the seed found it")
-    a: Side | None = None
-    b: Side | None = None
-    metric: str | None = Field(None, description="default: the workload kind's primary metric")
-    margin_pct: float = Field(2.0, gt=0, le=100, description="smallest difference that counts, in %; "
-                                                             "a null finding's equivalence margin")
-    seed_ratio: float | None = Field(None, gt=0, description="the seed's B/A on this metric, when it gave one "
-                                     "(its tables' numbers, traced in a comment beside it)")
-    read_from_figure: bool = Field(False, description="seed_ratio was read off a figure, not stated in the text "
-                                                      "or a table: it is as precise as the plot")
-    per_link_rate: bool = Field(False, description="compare metric / link rate (utilisation of each link)")
-    graded: Literal["throughput", "latency"] | None = Field(None, description="also show Jaha's grade "
-                                                                              "(Table VI) of B/A")
-    needs_kernel_datapath: bool = Field(False, description="the finding is about a data path in the kernel "
-                                                           "(as the seed's): a userspace stand-in is not comparable")
-    not_comparable: str | None = Field(None, min_length=1, max_length=400,
-                                       description="why this lab cannot give the seed's condition")
-    calibration: str | None = Field(None, min_length=1, max_length=400, description=(
-        "why this finding set a condition of the study (a link delay derived from it): its comparison is "
-        "shown, but it is a calibration, not a check"))
-    note: str = Field("", max_length=400)
-
-    @field_validator("metric")
-    @classmethod
-    def known_metric(cls, value):
-        if value is None:
-            return value
-        from . import metrics
-
-        if value not in metrics.all_metrics():
-            raise ValueError(f"unknown metric {value!r}; `vpnlab list` shows them")
-        return value
-
-    @model_validator(mode="after")
-    def complete(self):
-        if self.not_comparable is None and (self.a is None or self.b is None):
-            raise ValueError("needs both sides, a and b (scenarios of the plan), or not_comparable: the reason")
-        if self.a is not None and self.a == self.b:
-            raise ValueError("a and b are the same scenario")
-        if self.direction == "same" and self.metric is not None:
-            from . import metrics
-
-            if not metrics.get(self.metric).positive:
-                raise ValueError(f"direction 'same' needs a metric that is never zero ({self.metric} can be): "
-                                 "equivalence is tested on the ratio B/A")
-        if self.seed_ratio is not None and self.direction != "same":
-            if (self.seed_ratio > 1) != (self.direction == "higher"):
-                raise ValueError(f"seed_ratio {self.seed_ratio:g} does not go the finding's direction "
-                                 f"({self.direction})")
-            if abs(math.log(self.seed_ratio)) <= math.log1p(self.margin_pct / 100):
-                raise ValueError(f"margin_pct ({self.margin_pct:g}) is not below the seed's difference "
-                                 f"({100 * abs(self.seed_ratio - 1):.1f}%): equivalence within it would not "
-                                 "contradict the seed")
-        return self
-
-
-class Choice(Strict):
-    """A condition vpnlab chose where the seed states none or another (a study's `choices:`), shown in
-    the report apart from what the seed states."""
-
-    what: str = Field(min_length=1, max_length=200, description="the condition")
-    seed: str = Field(min_length=1, max_length=400, description="what the seed states of it (or 'not stated')")
-    here: str = Field(min_length=1, max_length=400, description="what vpnlab chose")
-    why: str = Field("", max_length=400)
-    findings: list[str] = Field(default_factory=list, description="ids of the findings it bears on most")
-
-
-Choices = list[Choice]
-_choices = TypeAdapter(Choices)
-
-
-def parse_choices(study_text: str) -> list[Choice]:
-    """The conditions a study's text marks as vpnlab's choices."""
-    raw = yaml.safe_load(study_text) if study_text else None
-    return _choices.validate_python(raw.get("choices") or []) if isinstance(raw, dict) else []
-
-
-def _unique(findings: list[Finding]) -> list[Finding]:
-    ids = [f.id for f in findings]
-    twice = sorted({i for i in ids if ids.count(i) > 1})
-    if twice:
-        raise ValueError(f"two findings have the id {twice[0]!r}")
-    return findings
-
-
-# the type of the study file's top-level `findings` (the study loader validates it)
-Findings = Annotated[list[Finding], AfterValidator(_unique)]
-_findings = TypeAdapter(Findings)
-
-
-def parse(study_text: str) -> list[Finding]:
-    """The findings of a study's YAML text (already validated when the study loaded)."""
-    raw = yaml.safe_load(study_text) if study_text else None
-    if not isinstance(raw, dict):
-        return []
-    return _findings.validate_python(raw.get("findings") or [])
-
-
 # --- the plan check -------------------------------------------------------------------------------
 
 def plan_problems(study) -> list[str]:
     """What in a study's findings names no scenario of its plan (empty: all do)."""
-    from .plan import make_plan
-
     findings = parse(study.source_text)
     scenarios = make_plan(study).scenarios
     vpns = sorted({s.vpn.label for s in scenarios})
@@ -243,10 +106,8 @@ def plan_problems(study) -> list[str]:
                     problems.append(f"{where}.workload: no workload labelled {workload!r}; the plan has: "
                                     f"{', '.join(workloads)}")
         if finding.metric and finding.a:
-            from . import metrics
-
             kinds = {s.workload.kind for s in scenarios if s.workload.label in finding.a.workloads}
-            for kind in sorted(kinds - set(metrics.get(finding.metric).producers.split(", "))):
+            for kind in sorted(kinds - set(catalog.metric(finding.metric).producers.split(", "))):
                 problems.append(f"findings[{i}] ({finding.id}).metric: {finding.metric} is not recorded by a "
                                 f"{kind} workload")
     return problems
@@ -283,9 +144,12 @@ class Judgement:
     outliers: int = 0
     measured_in: str = ""
     emulated: bool = False           # a side measured under software emulation
+    bounds: tuple | None = None      # (A's, B's) comparability.Bound: how far emulation can have moved them
+    alike: bool = False              # the two sides were slowed alike (comparability.slowed_alike)
     short_of_rule: list[str] = field(default_factory=list)  # sides not yet measured to their repetition rule
     _test: object = field(default=None, repr=False)
     _tost: object = field(default=None, repr=False)
+    _span: tuple = field(default=(None, None), repr=False)
 
     @property
     def result_text(self) -> str:
@@ -302,29 +166,11 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _side_rows(side: Side, rows) -> list[list]:
-    """The stored scenarios a side names, one list per workload: the VPN as labelled (or its VM twin),
-    link and workload."""
-    return [[r for r in rows if r.vpn_label in (vpn, f"{vpn} (in the VM)") and r.workload_label == workload
-             and (side.link is None or r.link_label == side.link)] for vpn, workload in side.cells]
-
-
 USERSPACE_STAND_INS = ("libipsec", "wireguard-go")  # implementations standing in for a missing kernel piece
 
 
 def _userspace(row) -> bool:
     return any(part in USERSPACE_STAND_INS for part in row.implementation.split("+"))
-
-
-def _pick(a_rows: list[list], b_rows: list[list]) -> tuple[list, list]:
-    """The scenarios to compare, per workload of each side: all measured in the same place, this host
-    before the VM (else the first of each, wherever measured; None where a workload has no scenario)."""
-    for place in ("host", "vm"):
-        a = [next((r for r in rows if r.measured_in == place), None) for rows in a_rows]
-        b = [next((r for r in rows if r.measured_in == place), None) for rows in b_rows]
-        if None not in a + b:
-            return a, b
-    return [rows[0] if rows else None for rows in a_rows], [rows[0] if rows else None for rows in b_rows]
 
 
 def _mean_by_round(sides: list[list]) -> list:
@@ -343,9 +189,6 @@ def _mean_by_round(sides: list[list]) -> list:
 def judge(store, study_text: str | None = None) -> list[Judgement]:
     """A verdict on each finding of the run's study (the last run's study text unless given), from the
     store's valid samples, Holm-corrected over the findings that have a test."""
-    from .algorithms import explain_profiles  # what two profiles of one configuration really changed
-    from .judging import settings_of, values_of
-
     if study_text is None:
         runs = store.runs()
         study_text = runs[-1]["study_text"] if runs else ""
@@ -358,7 +201,8 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
     for sample in store.samples():
         if sample.flags:
             flagged[(sample.scenario_id, sample.metric)] += 1
-    out = [_judge_one(finding, rows, values, flagged) for finding in findings]
+    seen = comparability.evidence(store)
+    out = [_judge_one(finding, rows, values, flagged, seen) for finding in findings]
     decide(out)
     explain_profiles(out, store)
     return out
@@ -367,8 +211,6 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
 def decide(out: list[Judgement]) -> None:
     """The verdicts of a study's judgements, their tests done: Holm over the findings compared here
     (a comparison without a test still counts), the TOSTs apart, then RULE."""
-    from .stats import holm
-
     family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION)]
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
     for j, p in zip(family, holm([j.p for j in family])):
@@ -402,14 +244,11 @@ def _label(rows: list, side: Side) -> str:
     return f"{vpns} | {first.link_label} | {work}"
 
 
-def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Judgement:
+def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: dict) -> Judgement:
     """One finding's scenarios, whether they compare like the seed's, and its primary test."""
-    from . import metrics
-    from .workloads import KINDS
-
     if finding.not_comparable:
         return Judgement(finding, "not comparable here", finding.not_comparable)
-    sa, sb = _pick(_side_rows(finding.a, rows), _side_rows(finding.b, rows))
+    sa, sb = pick(side_rows(finding.a, rows), side_rows(finding.b, rows))
     missing = [f"{vpn} | {side.link or '-'} | {w}" for side, picked in ((finding.a, sa), (finding.b, sb))
                for (vpn, w), r in zip(side.cells, picked) if r is None]
     if missing:
@@ -418,7 +257,7 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Jud
     metric = finding.metric or (KINDS[kind].primary if kind in KINDS else None)
     places = {r.measured_in for r in sa + sb}
     j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=_label(sa, finding.a),
-                  b_label=_label(sb, finding.b), unit=metrics.get(metric).unit if metric else "",
+                  b_label=_label(sb, finding.b), unit=catalog.metric(metric).unit if metric else "",
                   measured_in=places.pop() if len(places) == 1 else "host and VM")
     failed = [r for r in sa + sb if r.status == "failed"]
     if failed:
@@ -433,6 +272,8 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict) -> Jud
         return j
     if j.verdict != "not comparable here" and (held := _held_by_pptpd(sa + sb, values)):
         j.verdict, j.reason = "not comparable here", held
+    if j.emulated and j.verdict != NOT_COMPARABLE:
+        _bound_by_emulation(j, metric, sa, sb, seen)
     a_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sa])
     b_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sb])
     if finding.per_link_rate:
@@ -468,15 +309,11 @@ def _held_by_pptpd(rows: list, values: dict) -> str:
 
 def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa: list, sb: list) -> None:
     """'not comparable here' when the scenarios were measured unlike the seed's machines (their values
-    are still shown): under emulation, on a userspace stand-in for a kernel data path, or in two places."""
+    are still shown): on a userspace stand-in for a kernel data path, or in two places. What emulation
+    leaves decidable is comparability.RULE's (_bound_by_emulation)."""
     j.emulated = any(r.emulated for r in sa + sb)
     places = {r.measured_in for r in sa + sb}
-    if j.emulated:
-        j.verdict = "not comparable here"
-        j.reason = ("measured in a VM under software emulation (QEMU TCG): the CPU is the emulator's, not "
-                    "a machine like the seed's, so rates and delays that depend on it are the emulator's"
-                    + ("" if len(places) == 1 else "; and A and B were measured in different places"))
-    elif finding.needs_kernel_datapath and (stand_ins := [r for r in sa + sb if _userspace(r)]):
+    if finding.needs_kernel_datapath and (stand_ins := [r for r in sa + sb if _userspace(r)]):
         j.verdict = "not comparable here"
         j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
             f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
@@ -484,13 +321,113 @@ def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa: list, sb: list) ->
         j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
 
 
+def _bound_by_emulation(j: Judgement, metric: str, sa: list, sb: list, seen: dict) -> None:
+    """How far emulation can have moved each side (comparability.RULE); 'not comparable here' at once
+    where a side's figure is the emulator's own."""
+    j.bounds = (comparability.side_bound(metric, sa, seen), comparability.side_bound(metric, sb, seen))
+    j.alike = comparability.slowed_alike(sa, sb)
+    own = [b.why for b in j.bounds if b.kind == "the emulator's"]
+    if own and not j.alike:
+        j.verdict, j.reason = NOT_COMPARABLE, "; ".join(own)
+
+
+def _within_emulation(j: Judgement) -> None:
+    """comparability.RULE: the verdict stands only where it holds over every B/A (or B - A) the
+    emulator can have moved the measured one to; else 'not comparable here', saying why."""
+    a, b = j.bounds
+    if j.alike and j.scale == "ratio":
+        j.reason += "; emulated, but A and B differ only in content through the same software: slowed alike"
+        return
+    if a.exact and b.exact:
+        return
+    widened = _widened(j)
+    if widened is None:
+        j.verdict, j.reason = NOT_COMPARABLE, f"{_moved(j)}; no interval to widen"
+        return
+    up, down, equivalent, can = widened
+    f, word = j.finding, j.verdict
+    if f.direction == "same":
+        stands = {"reproduced": equivalent, "contradicted": up or down}.get(word)
+        possible = {"reproduced": can["equivalent"], "contradicted": can["up"] or can["down"]}
+    else:
+        seeds_way, other_way = (up, down) if f.direction == "higher" else (down, up)
+        stands = {"contradicted": other_way or equivalent}.get(word, seeds_way if word != "inconclusive" else None)
+        towards = "up" if f.direction == "higher" else "down"
+        possible = {"reproduced": can[towards], "contradicted": can["down" if towards == "up" else "up"]}
+    if word == "inconclusive":
+        j.rounds_needed = None   # repetitions narrow the interval, not what emulation can have done
+        left = [verdict for verdict, yes in possible.items() if yes]
+        j.verdict, j.reason = ((NOT_COMPARABLE, f"{_moved(j)}: no result here could decide the finding")
+                               if not left else
+                               ("inconclusive", f"{j.result_text}: {_moved(j)}; only a result beyond the margin "
+                                f"over that whole range would decide it (here it could come out {' or '.join(left)}"
+                                "), and this one is not"))
+        return
+    if not stands:
+        j.verdict, j.reason = NOT_COMPARABLE, (f"{_moved(j)}: the measured '{word}' ({j.result_text}) does not "
+                                               "hold over that whole range")
+    elif f.direction != "same" and word != "contradicted":
+        j.verdict, j.reason = _size_within(j)
+    else:
+        j.reason += f"; it holds however far emulation moved it ({_moved(j)})"
+
+
+def _widened(j: Judgement):
+    """(B above A beyond the margin, below it, equivalent within it, and which of these emulation
+    leaves possible), over the measured intervals widened by what emulation can have done; None
+    without an interval."""
+    test, tost, m = j._test, j._tost, j.finding.margin_pct / 100
+    if test.low is None:
+        return None
+    if j.scale == "ratio":
+        lo, hi = comparability.ratio_factor(*j.bounds)
+        j._span = (test.low * lo, test.high * hi)
+        up = test.low * lo > 1 and test.estimate * lo > 1 + m
+        down = test.high * hi < 1 and test.estimate * hi < 1 / (1 + m)
+        equivalent = (tost is not None and tost.low is not None and tost.low * lo >= 1 / (1 + m)
+                      and tost.high * hi <= 1 + m)
+        can = {"up": lo > 0, "down": hi < math.inf, "equivalent": lo > 0 and hi < math.inf}
+    else:
+        lo, hi = comparability.difference_offset(*j.bounds)
+        margin = m * abs(j.mean_a or 0)
+        j._span = (test.low + lo, test.high + hi)
+        up = test.low + lo > 0 and test.estimate + lo > margin
+        down = test.high + hi < 0 and test.estimate + hi < -margin
+        equivalent = False   # (equivalence is tested on ratios only)
+        can = {"up": lo > -math.inf, "down": hi < math.inf, "equivalent": False}
+    return up, down, equivalent, can
+
+
+def _moved(j: Judgement) -> str:
+    """What emulation can have done to this comparison, for the reason."""
+    why = "; ".join(b.why for b in j.bounds if b.why)
+    if j.scale == "ratio":
+        lo, hi = comparability.ratio_factor(*j.bounds)
+        span = f"the true B/A lies {_g(lo)} to {_g(hi)} times the measured".replace("inf", "any number of")
+    else:
+        lo, hi = comparability.difference_offset(*j.bounds)
+        span = (f"the true B - A lies {'below' if hi == 0 else 'above' if lo == 0 else 'anywhere around'} "
+                "the measured" if (lo, hi) != (0, 0) else "the true B - A is the measured")
+    return f"measured under software emulation (QEMU TCG): {why}: {span}"
+
+
+def _size_within(j: Judgement) -> tuple[str, str]:
+    """The effect-size verdict on the widened 95% interval (the direction having held over it)."""
+    low, high = j._span
+    moved = f"{_moved(j)}, widening the 95% interval to [{_g(low)}, {_g(high)}]"
+    if j.scale == "ratio":
+        verdict, reason = effect_size(j.finding, j.estimate, low, high, j.reason.split(";")[0])
+    elif j.mean_a and j.mean_a > 0 and 1 + low / j.mean_a > 0:
+        verdict, reason = effect_size(j.finding, 1 + j.estimate / j.mean_a, 1 + low / j.mean_a,
+                                      1 + high / j.mean_a, j.reason.split(";")[0])
+    else:
+        verdict, reason = effect_size(j.finding, 1.0, None, None, j.reason.split(";")[0])
+    return verdict, f"{reason}; {moved}"
+
+
 def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
     """The primary test of B against A on the rounds both completed (a ratio where the metric is
     positive, else a difference), its TOST, and the seed's grade where the finding asks for one."""
-    from . import metrics
-    from .analysis import matched
-    from .stats import difference_ms, grade_range, outlier_flags, paired_log_ratio, tost_log_ratio, welch_log_ratio
-
     a, b, paired = matched(a_vals, b_vals)
     j.n_a, j.n_b = len(a), len(b)
     j.outliers = sum(outlier_flags(a)) + sum(outlier_flags(b)) if len(a) > 2 and len(b) > 2 else 0
@@ -500,7 +437,7 @@ def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
         if j.verdict != "not comparable here":
             j.reason = f"fewer than two valid values of {j.metric} on a side ({len(a)} and {len(b)}): no test"
         return
-    positive = metrics.get(j.metric).positive and min(a + b) > 0
+    positive = catalog.metric(j.metric).positive and min(a + b) > 0
     if positive:
         test = paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
         j._tost = tost_log_ratio(a, b, margin=j.finding.margin_pct / 100, alpha=ALPHA, paired=paired)
@@ -527,11 +464,11 @@ def _decide(j: Judgement, family_size: int) -> None:
         _decide_ratio(j, alpha)
     else:
         _decide_difference(j, alpha)
+    if j.bounds is not None and test.p is not None and j.holm_p is not None:
+        _within_emulation(j)
 
 
 def _decide_ratio(j: Judgement, alpha: float) -> None:
-    from .stats import verdict
-
     f, test, tost = j.finding, j._test, j._tost
     margin = f.margin_pct / 100
     decision = verdict(test, j.holm_p, tost, j.tost_holm_p, threshold=margin, alpha=ALPHA, names=("A", "B"))
@@ -576,8 +513,6 @@ def _decide_ratio(j: Judgement, alpha: float) -> None:
 
 def _decide_difference(j: Judgement, alpha: float) -> None:
     """A difference B - A in the unit (a metric that can be zero): no ratio, no equivalence test."""
-    from .stats import repetitions_needed
-
     f, test = j.finding, j._test
     significant, goes_up = j.holm_p < ALPHA, test.estimate > 0
     beyond = abs(test.estimate) > f.margin_pct / 100 * abs(j.mean_a or 0)  # the margin is of A's mean
@@ -628,8 +563,6 @@ def _difference_size(j: Judgement, shown: str) -> tuple[str, str]:
 
 
 def _needed(test, margin: float, alpha: float, goal: str) -> int | None:
-    from .stats import repetitions_needed
-
     if not test.sd_round or not test.df:
         return None
     return repetitions_needed(test.sd_round, test.df, margin=margin, alpha=alpha, goal=goal, paired=test.paired)
@@ -648,6 +581,7 @@ class Section:
     counts: dict
     choices: list = field(default_factory=list)   # the conditions vpnlab chose (Choice)
     reencoded: bool = False   # judged by the findings this vpnlab ships, not the run's study file's
+    emulation_rule: str = ""  # what a side measured under software emulation can still decide
 
     @property
     def summary(self) -> str:
@@ -660,8 +594,6 @@ def against_the_original(directory: Path, study_text: str | None = None, reencod
     """The report's "Against the original study": None when the study lists no findings. The findings
     are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
     conditions vpnlab chose are always the run's study file's."""
-    from pydantic import ValidationError
-
     store = read_store(Path(directory))
     try:
         runs = store.runs()
@@ -675,7 +607,7 @@ def against_the_original(directory: Path, study_text: str | None = None, reencod
     if not judged:
         return None
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
-    return Section(RULE, judged, counts, choices, reencoded)
+    return Section(RULE, judged, counts, choices, reencoded, comparability.RULE)
 
 
 __all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE",

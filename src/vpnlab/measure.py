@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .catalog import TRAFFIC_TOOLS
 from .cpu import CpuMeter
 from .drivers.pptp import HOLD_FLAG, held_by_pptpd
-from .metrics import declare
 from .observers import observers_for
 from .testbed.topology import Testbed
 from .workloads.background import BackgroundTraffic
 from .workloads.base import WorkloadContext
 
-UTILISATION = declare("link_utilisation_pct", "%", "goodput as a share of the shaped link rate (above 100% only "
-                      "when compression shrinks the data)", True, positive=True, producers="tcp, udp, transfer")
 PER_BYTE = ("cpu_s_per_gb", "wan_bytes_per_byte")  # per byte carried: with a background, its bytes count too
 
 
@@ -37,7 +35,7 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
             observer.start()
         meter = (ctx.bed.cpu_meter(layers) if ctx.bed.remote  # real hosts: each one's own /proc (hosts/cpu.py)
                  else CpuMeter(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None),
-                               [node.namespace for node in ctx.bed.nodes]))
+                               [node.namespace for node in ctx.bed.nodes], TRAFFIC_TOOLS))
         measurement = scenario.kind.run(scenario.workload_as_run, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:

@@ -19,10 +19,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .drivers import REGISTRY as DRIVERS
+from .catalog import DRIVERS, metric
 from .drivers.base import TunnelEnv, wait_for
 from .errors import TunnelError, VpnlabError
-from .metrics import get as metric
 from .observers import LoadedRtt
 from .proof import prove
 from .repetition import Attempt

@@ -3,10 +3,15 @@ methods section would: design, order, intervals, grades, tests, correction, stop
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from pathlib import Path
+
 import yaml
 
 from .compare import ALPHA
 from .judging import settings_of
+from .placement import METHODS
 from .results_dir import read_store
 from .stats.grades import MIN_N
 from .stats.outliers import K as OUTLIER_K
@@ -75,12 +80,6 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
 def cpu_text(directory) -> str:
     """How each tunnel end's CPU was counted and where the ends ran, over the stored repetitions
     (each stores its method and placement as raw output 'cpu'); '' without tunnel ends."""
-    import json
-    from collections import Counter
-    from pathlib import Path
-
-    from .placement import METHODS
-
     store = read_store(Path(directory))
     try:
         rows = store.db.execute("SELECT r.output, sc.measured_in FROM raw_outputs r JOIN scenarios sc ON"

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
-from .capabilities import Capabilities
-from .drivers import REGISTRY as DRIVERS
+from . import vm
+from .capabilities import Capabilities, detect, vm_capabilities
+from .catalog import DRIVERS, KINDS
 from .errors import CapabilityError
 from .study import Link, RepetitionRule, Study, VpnConfig
 from .testbed.mesh import MESH_SETTLE_S
-from .workloads import KINDS, background
+from .workloads import background
 
 # Per repetition (each brings its own testbed and tunnel up), measured here: namespaces + veth +
 # shaping ~0.3 s, a userspace tunnel ~1 s, proof ~0.5 s, warm-up 0.2 s, teardown ~0.5 s.
@@ -289,9 +290,6 @@ def assign_backends(plan: Plan, caps: Capabilities, backend: str,
 def place(plan: Plan, backend: str) -> tuple[Capabilities, dict[int, str], set[str]]:
     """Detect this host (and whether a VM can run here) and assign the backends: this host's
     capabilities, scenario index -> why it cannot run, ids of the scenarios for the VM."""
-    from . import vm
-    from .capabilities import detect, vm_capabilities
-
     caps = detect()
     vm_problem = vm.available() if backend != "netns" else "not asked for"
     vm_caps = None

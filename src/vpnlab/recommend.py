@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from . import metrics
-from .algorithms import weak_in
+from . import catalog
+from .algorithm_report import weak_in
 from .analysis import Summary, fmt, relative_text
 from .compare import Comparison
 from .store import ScenarioRow
-from .workloads import KINDS
+from .catalog import KINDS
 
 
 def versus(top: ScenarioRow, other: ScenarioRow, family: list) -> Comparison | None:
@@ -88,7 +88,7 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict,
             ranked = [(stat[(m.id, metric)], m) for m in done if (m.id, metric) in stat]
             if not ranked:
                 continue
-            ranked.sort(key=lambda p: p[0].centre, reverse=metrics.get(metric).higher_is_better is not False)
+            ranked.sort(key=lambda p: p[0].centre, reverse=catalog.metric(metric).higher_is_better is not False)
             left_out = [m.vpn_label for m in pool if m.unfinished]
             ahead, why, rests_on = (singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)
                                     if len(ranked) > 1 else (False, "", []))

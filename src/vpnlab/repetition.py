@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .errors import VpnlabError
 from .judging import shared_machine_flag
-from .algorithms import record as record_algorithms
+from .algorithm_report import record as record_algorithms
 from .measure import Sample, measure
 from .testbed import netns
 from .testbed.state import RunState, other_live_runs

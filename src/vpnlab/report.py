@@ -22,10 +22,10 @@ matplotlib.use("Agg")  # no display: render to SVG text
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
-from . import findings, methods, metrics, recommend, sensitivity  # noqa: E402
+from . import catalog, findings, methods, recommend, sensitivity  # noqa: E402
 from .analysis import Summary, baseline_of, fmt, relative_text, summarise  # noqa: E402
 from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
-from .algorithms import table as algorithm_table  # noqa: E402
+from .algorithm_report import table as algorithm_table  # noqa: E402
 from .labels import Labels, for_scenarios as short_labels  # noqa: E402
 from .judging import stored_settings  # noqa: E402
 from .stopping import lasting_notes, stored_rule, target_met  # noqa: E402
@@ -35,8 +35,8 @@ from .machines import current_wording, machine_lines, measured_where, sitting_ve
 from .outputs import Output  # noqa: E402
 from .results_dir import read_store  # noqa: E402
 from .store import ScenarioRow, Store  # noqa: E402
+from .catalog import KINDS  # noqa: E402
 from .study import findings_text  # noqa: E402
-from .workloads import KINDS  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
 FEW_SAMPLES = 3
@@ -108,7 +108,7 @@ def mesh_pair_rows(scenarios: list, pairs: list) -> list[dict]:
         s, primary = by_id[scenario_id], KINDS[by_id[scenario_id].workload].primary
         if len(per_pair) < 2:
             continue
-        metric = metrics.get(primary)
+        metric = catalog.metric(primary)
         means = sorted(((statistics.fmean(v), pair) for pair, v in per_pair.items()),
                        reverse=not metric.higher_is_better)
         rows.append({"vpn": s.vpn_label, "link": s.link_label, "workload": s.workload_label,
@@ -468,7 +468,7 @@ def _seed_cell(scenarios: list, stat: dict, floor_ms: float):
         base = stat.get((baseline_of(sc, by_id), s.metric)) if sc and s else None
         if base is None or base.n == 0:
             return Cell("-", warn="no valid no-VPN baseline measured in the same place")
-        share = metrics.get(s.metric).judged == "share"
+        share = catalog.metric(s.metric).judged == "share"
         if base.mean <= 0:
             return Cell("-", warn=f"no VPN's mean is {fmt(base.mean)} {s.unit}: no multiple of it")
         ratio = s.mean / base.mean

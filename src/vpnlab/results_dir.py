@@ -7,7 +7,7 @@ after checking, read-only, that it is an undamaged vpnlab store.
   `--resume`; then it holds an flock on `.vpnlab-lock` inside the directory until the process
   ends, so a second run on the same directory is refused while the first lives (the kernel
   drops the lock of a dead process, so a crash never blocks a later `--resume`).
-- `check_store` opens a store read-only and says what is wrong with it, if anything;
+- `check_store` (store.py) opens a store read-only and says what is wrong with it, if anything;
   `read_store` opens it for a command that only reads (never creating nor migrating it), and
   `upgrade` migrates an older store in place after keeping a copy.
 - `explain` turns a full disk or an unreadable store met anywhere into one clear message and
@@ -24,22 +24,16 @@ import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 from .errors import VpnlabError
 from .files import PSEUDO_FILESYSTEMS, filesystem_type
-from .store import DB_NAME, LOW_SPACE_BYTES, RESERVE_NAME, SCHEMA_VERSION, DiskFull, Store, free_bytes
+from .store import (DB_NAME, LOW_SPACE_BYTES, READABLE_SINCE, RESERVE_NAME, SCHEMA_VERSION, DiskFull, Store, StoreError,
+                    check_store, free_bytes, inspect_store, read_only_uri)
 
 LOCK_NAME = ".vpnlab-lock"
 OURS = {LOCK_NAME, RESERVE_NAME}   # what an otherwise empty directory may hold: a claim that wrote nothing
-TABLES = {"meta", "runs", "scenarios", "repetitions", "samples", "raw_outputs"}
 EXIT_DISK_FULL = 1
 EXIT_BAD_STORE = 2
-
-
-class StoreError(VpnlabError, ValueError):
-    """A file that is not a vpnlab results store this vpnlab can read: not SQLite, SQLite without
-    vpnlab's tables, a newer schema, or damaged. (A ValueError too, as the schema check was.)"""
 
 
 @dataclass
@@ -56,13 +50,6 @@ class Claim:
             self.fd = -1
 
 
-def check_store(path: Path) -> list[dict]:
-    """Check, without writing anything, that `path` is an undamaged vpnlab results store this
-    vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
-    StoreError saying what is wrong otherwise."""
-    return _inspect(Path(path))[1]
-
-
 def read_store(directory: Path) -> Store:
     """The store of a results directory, for a command that only reads it (show, export, stats,
     report, compare, `run --resume --dry-run`): checked first, then opened read-only; never
@@ -70,10 +57,10 @@ def read_store(directory: Path) -> Store:
     path = Path(directory) / DB_NAME
     if not path.is_file():
         raise StoreError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
-    version, runs = _inspect(path)
+    version, runs = inspect_store(path)
     if not runs:
         raise StoreError(f"{path}: a vpnlab results store with no run in it; nothing to read")
-    if version < SCHEMA_VERSION:
+    if version < READABLE_SINCE:  # (one since then is read as it is: what was added since is derived)
         raise StoreError(f"{path}: an older store (results schema {version}; this vpnlab reads {SCHEMA_VERSION}); "
                          f"left untouched: run `vpnlab upgrade {directory}` to upgrade it (it keeps a copy first)")
     return Store.reading(path, read_only_uri(path))
@@ -98,7 +85,7 @@ def upgrade(directory: Path) -> tuple[int, Path | None]:
 def _migrate(path: Path) -> tuple[int, Path] | None:
     """Under the directory's lock: an older store copied, then brought to this schema in place;
     the schema it had and the copy (None: it was current)."""
-    version, _ = _inspect(path)
+    version, _ = inspect_store(path)
     if version == SCHEMA_VERSION:
         return None
     backup = _backup(path, version)
@@ -122,51 +109,6 @@ def _backup(path: Path, version: int) -> Path:
         source.close()
         copy.close()
     return backup
-
-
-def _inspect(path: Path) -> tuple[int, list[dict]]:
-    """check_store's work: the store's schema version and its runs."""
-    # Only SQLite opens the file: closing any other descriptor of it would drop every POSIX lock
-    # this process holds on it (a store it has open), and another process could then delete that
-    # store's write-ahead log as abandoned, with what was committed since.
-    if not os.access(path, os.R_OK):
-        raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
-    if not path.stat().st_size:
-        raise StoreError(f"{path}: an empty file, not a vpnlab results store; left untouched")
-    db = None
-    try:
-        db = sqlite3.connect(read_only_uri(path), uri=True)
-        problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
-        if problems != ["ok"]:
-            raise StoreError(f"{path}: the results store is damaged ({'; '.join(problems)}); left untouched")
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not TABLES <= tables:
-            raise StoreError(f"{path}: an SQLite database but not a vpnlab results store (it has no "
-                             f"{', '.join(sorted(TABLES - tables))} table); left untouched")
-        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        try:
-            version = int(row[0])
-        except (TypeError, ValueError):
-            raise StoreError(f"{path}: the results store is damaged (no schema version); left untouched") from None
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{path}: results schema {version}, this vpnlab reads up to {SCHEMA_VERSION}: "
-                             "use the vpnlab that wrote it (or a newer one); left untouched")
-        return version, [dict(zip(("id", "status", "study_name", "study_text"), r))
-                         for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):
-            raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched") from exc
-        raise StoreError(f"{path}: the results store is damaged or unreadable ({exc}); left untouched") from exc
-    finally:
-        if db is not None:
-            db.close()
-
-
-def read_only_uri(path: Path) -> str:
-    """A URI that opens the store without writing: immutable (not even a lock or a -shm file) when
-    no journal or write-ahead log lies beside it, else read-only, so a WAL a crash left is read."""
-    beside = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))
-    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if beside else "&immutable=1")
 
 
 def claim(out_dir: Path, study_text: str, resume: bool) -> Claim:

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import version, vm
 from .backend import EMULATED, IN_GUEST
 from .capabilities import Capabilities, this_machine, tool_versions
+from .catalog import unit
 from .cpu import OtherLoadSeries
 from .files import tail
 from .judging import shared_machine_flag
@@ -44,9 +45,6 @@ VM_SCENARIO_MARGIN_S = 60
 # tool versions): seconds on a quiet machine, but over 90 s under emulation with other work on the cores.
 VM_GUEST_SETUP_S = 180
 FAILURES_IN_A_ROW = 2   # a scenario whose repetitions fail this often in a row has failed
-# Where this vpnlab's package lives: the guest imports it from there, so it runs the code the host runs
-# (not another copy that the guest's Python would find first, such as an installed one).
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -232,8 +230,9 @@ class Runner:
         guest = vm.Guest(state, work, console, drivers)
         try:
             with watch:
+                # the guest runs this very vpnlab, wherever it was imported from (a checkout on PYTHONPATH too)
                 guest.run([sys.executable, "-m", "vpnlab.guest", work], timeout,
-                          {"VPNLAB_STORE_JOURNAL": "DELETE", "PYTHONPATH": str(PACKAGE_ROOT)})
+                          {"VPNLAB_STORE_JOURNAL": "DELETE", "PYTHONPATH": str(vm.PACKAGE.parent)})
         except vm.VmError as exc:
             error = str(exc)
         finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
@@ -382,8 +381,9 @@ class Runner:
             return  # interrupted: not a sample, nor a failure (`--resume` measures it)
         for note in attempt.notes:
             store.add_note(scenario.id, note)
-        store.record_repetition(run_id, scenario.id, rep, attempt.sample.values, attempt.sample.raw,
-                                attempt.sample.flags, round_no, position, attempt.failure)
+        values = attempt.sample.values
+        store.record_repetition(run_id, scenario.id, rep, values, attempt.sample.raw, attempt.sample.flags, round_no,
+                                position, attempt.failure, units={m: unit(m) for m in values})
         progress.advance(min(time.monotonic() - started, scenario.estimate_s() / scenario.repetitions.min))
         if attempt.failure:
             progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({scenario.label}) is not a "

@@ -7,7 +7,7 @@ samples (far from the rest, or taken while another vpnlab run shared the machine
 
 from __future__ import annotations
 
-from . import metrics
+from . import catalog
 from .analysis import Summary, fmt, relative_text, summarise
 from .judging import stored_settings, values_of
 from .store import Store
@@ -29,7 +29,7 @@ def both_ways(store: Store, summaries: dict[str, list[Summary]]) -> tuple[str, l
     flagged samples: its summary with them counted and with them left out (no rows: none flagged)."""
     settings = stored_settings(store)
     chosen = "counted" if settings.counts_flagged else "left out"
-    flagged = {key: n for key, n in values_of(store, settings)[1].items() if n and metrics.get(key[1]).judged}
+    flagged = {key: n for key, n in values_of(store, settings)[1].items() if n and catalog.metric(key[1]).judged}
     if not flagged:
         return chosen, []
     other = summarise(store, settings.other_way())

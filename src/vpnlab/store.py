@@ -22,10 +22,12 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-from .metrics import unit
+from .errors import VpnlabError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
+READABLE_SINCE = 5   # results_dir.read_store reads these as they are (what was added since is derived)
 DB_NAME = "results.sqlite"
 RESERVE_NAME = ".vpnlab-reserve"   # beside the store while a run writes: room to mark it interrupted
 RESERVE_BYTES = 128 * 1024
@@ -72,7 +74,8 @@ CREATE TABLE IF NOT EXISTS scenarios (
     notes TEXT NOT NULL DEFAULT '',
     measured_in TEXT NOT NULL DEFAULT 'host',
     hosts TEXT NOT NULL DEFAULT '',   -- JSON: role -> inventory host, on real hosts; '' in namespaces here
-    as_run TEXT NOT NULL DEFAULT ''   -- JSON: the link and workload as run (emulation scales them); '' unrecorded
+    as_run TEXT NOT NULL DEFAULT '',  -- JSON: the link and workload as run (emulation scales them); '' unrecorded
+    baseline INTEGER                  -- 1: the no-VPN baseline, as its driver said when it was added; NULL: unrecorded
 );
 CREATE TABLE IF NOT EXISTS repetitions (
     scenario_id TEXT NOT NULL REFERENCES scenarios(id),
@@ -111,8 +114,10 @@ UPGRADES = {
     3: ["ALTER TABLE scenarios ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",  # before real hosts
         "ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '{}'"],
     4: ["ALTER TABLE scenarios ADD COLUMN as_run TEXT NOT NULL DEFAULT ''"],  # before the as-run record
+    5: ["ALTER TABLE scenarios ADD COLUMN baseline INTEGER"],  # before the baseline was stored
 }
 SETUP_REPETITION = 0  # scenario-level samples of stores before rounds (tunnel set-up) used repetition 0
+BASELINE_VPN = "none"  # the `vpn` column of a scenario without a tunnel layer (the baseline's)
 VALID = "COALESCE(r.failure, '') = '' AND sc.status != 'failed'"  # samples every statistic may use
 
 
@@ -145,6 +150,7 @@ class ScenarioRow:
     measured_in: str
     hosts: str = ""          # JSON role -> inventory host (real hosts), else ''
     as_run: str = ""         # JSON {"link": {rate_mbit, delay_ms, jitter_ms, loss_pct}, "workload": {...}}; '' unrecorded
+    baseline: int | None = None  # 1: the no-VPN baseline; None: a store written before it was recorded
 
     @property
     def unfinished(self) -> bool:
@@ -179,10 +185,9 @@ class ScenarioRow:
 
     @property
     def is_baseline(self) -> bool:
-        from .drivers import REGISTRY as DRIVERS
-
-        driver = DRIVERS.get(self.config["driver"])
-        return bool(driver and driver.baseline and "inner" not in self.config)
+        if self.baseline is not None:
+            return bool(self.baseline)
+        return self.vpn == BASELINE_VPN  # stored before the column: no tunnel layer
 
     @property
     def shown(self) -> str:
@@ -226,6 +231,66 @@ def free_bytes(path: Path) -> int:
         path = path.parent
     stat = os.statvfs(path)
     return stat.f_bavail * stat.f_frsize
+
+
+TABLES = {"meta", "runs", "scenarios", "repetitions", "samples", "raw_outputs"}
+
+
+class StoreError(VpnlabError, ValueError):
+    """A file that is not a vpnlab results store this vpnlab can read: not SQLite, SQLite without
+    vpnlab's tables, a newer schema, or damaged. (A ValueError too, as the schema check was.)"""
+
+
+def check_store(path: Path) -> list[dict]:
+    """Check, without writing anything, that `path` is an undamaged vpnlab results store this
+    vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
+    StoreError saying what is wrong otherwise."""
+    return inspect_store(Path(path))[1]
+
+
+def inspect_store(path: Path) -> tuple[int, list[dict]]:
+    """check_store's work: the store's schema version and its runs."""
+    # Only SQLite opens the file: closing any other descriptor of it would drop every POSIX lock
+    # this process holds on it (a store it has open), and another process could then delete that
+    # store's write-ahead log as abandoned, with what was committed since.
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
+    if not path.stat().st_size:
+        raise StoreError(f"{path}: an empty file, not a vpnlab results store; left untouched")
+    db = None
+    try:
+        db = sqlite3.connect(read_only_uri(path), uri=True)
+        problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{path}: the results store is damaged ({'; '.join(problems)}); left untouched")
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not TABLES <= tables:
+            raise StoreError(f"{path}: an SQLite database but not a vpnlab results store (it has no "
+                             f"{', '.join(sorted(TABLES - tables))} table); left untouched")
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            raise StoreError(f"{path}: the results store is damaged (no schema version); left untouched") from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{path}: results schema {version}, this vpnlab reads up to {SCHEMA_VERSION}: "
+                             "use the vpnlab that wrote it (or a newer one); left untouched")
+        return version, [dict(zip(("id", "status", "study_name", "study_text"), r))
+                         for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched") from exc
+        raise StoreError(f"{path}: the results store is damaged or unreadable ({exc}); left untouched") from exc
+    finally:
+        if db is not None:
+            db.close()
+
+
+def read_only_uri(path: Path) -> str:
+    """A URI that opens the store without writing: immutable (not even a lock or a -shm file) when
+    no journal or write-ahead log lies beside it, else read-only, so a WAL a crash left is read."""
+    beside = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))
+    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if beside else "&immutable=1")
 
 
 class _Connection(sqlite3.Connection):
@@ -287,8 +352,6 @@ class Store:
     def __init__(self, path: Path, check: bool = True, journal: str | None = None):
         self.path = path
         if check and Path(path).is_file() and Path(path).stat().st_size:
-            from .results_dir import check_store
-
             check_store(Path(path))  # read-only, before anything writes: refuses what is not an intact store
         self.db = sqlite3.connect(path, factory=_Connection)
         self.db.path = Path(path)
@@ -387,8 +450,8 @@ class Store:
             self.db.execute(
                 "INSERT INTO scenarios (id, idx, label, topology, vpn, vpn_label, vpn_options, implementation,"
                 " link_label, link_rate_mbit, link_delay_ms, link_jitter_ms, link_loss_pct, workload,"
-                " workload_label, workload_params, repetitions, repetition_rule, measured_in, hosts)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " workload_label, workload_params, repetitions, repetition_rule, measured_in, hosts, baseline)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET idx=excluded.idx, implementation=excluded.implementation,"
                 " measured_in=excluded.measured_in, hosts=excluded.hosts",
                 (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
@@ -396,7 +459,8 @@ class Store:
                  "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
                  link.jitter_ms, link.loss_pct, workload.kind, workload.full_label,
                  json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
-                 scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else ""),
+                 scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else "",
+                 int(scenario.vpn.is_baseline)),
             )
 
     def record_as_run(self, scenario) -> None:
@@ -446,9 +510,10 @@ class Store:
 
     def record_repetition(self, run_id: int, scenario_id: str, repetition: int, values: dict[str, float],
                           raw: dict[str, str], flags: list[str], round_: int | None = None,
-                          position: int | None = None, failure: str | None = None) -> None:
-        """Samples (with their units from the metric registry), raw output and the completion mark
-        of one repetition, atomically. A value that is not a finite number is stored as missing,
+                          position: int | None = None, failure: str | None = None,
+                          units: dict[str, str] | None = None) -> None:
+        """Samples (with their `units`, as the catalog gives them to the runner; '' without one), raw
+        output and the completion mark of one repetition, atomically. A value that is not a finite number is stored as missing,
         with a flag. A failed repetition on a (nearly) full disk is not stored: the full disk may
         be why it failed, so the run stops (DiskFull) and `--resume` measures it again."""
         values, flags = _finite(values, flags)
@@ -460,7 +525,7 @@ class Store:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?)",
-                [(scenario_id, repetition, m, float(v), unit(m), stamp) for m, v in values.items()],
+                [(scenario_id, repetition, m, float(v), (units or {}).get(m, ""), stamp) for m, v in values.items()],
             )
             self.db.executemany(
                 "INSERT OR REPLACE INTO raw_outputs VALUES (?, ?, ?, ?)",
@@ -625,4 +690,4 @@ class Store:
 def _vpn_name(vpn) -> str:
     """'wireguard', or 'openvpn-in-strongswan' for nested tunnels (inner first, as people say it)."""
     layers = vpn.layers
-    return "-in-".join(layer.driver for layer in reversed(layers)) if layers else "none"
+    return "-in-".join(layer.driver for layer in reversed(layers)) if layers else BASELINE_VPN

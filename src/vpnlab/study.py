@@ -20,14 +20,14 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from .drivers import REGISTRY as DRIVERS
+from .catalog import DRIVERS
 from .errors import StudyError
 from .files import file_kind
 from .judging import AnalysisSettings
 from .schema import CONTROL, Strict, TrueOrFalse, shorten, socket_buffer_limit
 from .testbed.topology import HOST_ROLES, MAX_LAYERS
 from .testbed.mesh import IDLE_WINDOW_S, MAX_PEERS, MIN_PEERS
-from .workloads import KINDS
+from .catalog import KINDS
 from .workloads.background import PRESETS as BACKGROUND_PRESETS
 from .workloads.background import Background
 
@@ -212,7 +212,7 @@ class RepetitionRule(Strict):
 
 # --- the study ---------------------------------------------------------------
 
-from .findings import Choices, Findings  # noqa: E402  (a seed's published findings, checked by vpnlab/findings.py)
+from .seed_findings import Choices, Findings  # noqa: E402  (a seed's published findings, judged by vpnlab/findings.py)
 
 
 class _StudyFile(Strict):

@@ -16,34 +16,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .drivers import REGISTRY as DRIVERS
+from .catalog import DRIVERS
 from .drivers.base import Tunnel, TunnelEnv, wait_for
 from .errors import TunnelError
-from .metrics import declare
 from .proof import PROBE_INNER_LEN, prove
 from .testbed.state import RunState
 from .testbed.topology import Testbed
 
 SETUP_TIMEOUT_S = 30
-METRICS = (
-    declare("setup_s", "s", "from starting the daemons to the first packet through the tunnel", False,
-            level="tunnel", positive=True, producers="tunnel"),
-    declare("overhead_bytes", "B", "bytes the tunnel adds to a 1028-byte packet, measured on the WAN capture",
-            False, level="tunnel", producers="tunnel"),
-    declare("overhead_model_bytes", "B", "the same from the drivers' encapsulation arithmetic; a mismatch is "
-            "noted in `show`", False, level="tunnel", producers="tunnel"),
-    declare("tunnel_mtu", "B", "MTU of the (innermost) tunnel interface", None, level="tunnel", producers="tunnel"),
-    # a mesh's (mesh_run.py): with the workload's values, so that `show` tabulates them against no VPN
-    declare("join_s", "s", "mesh: from starting the last peer's daemon to its first ping answered by peer 0 through "
-            "the overlay", False, positive=True, producers="mesh"),
-    declare("idle_control_bytes_per_s", "B/s", "mesh: bytes all peers sent on their WAN links per second while idle "
-            "(the overlay's keepalives, look-ups, meta traffic), over the study's idle_window_s", False,
-            judged="added", producers="mesh"),
-    declare("worst_pair_throughput_mbps", "Mbit/s", "mesh, pairs all or to-one: the slowest pair's goodput (the "
-            "sample's throughput_mbps is all pairs' sum)", True, positive=True, producers="mesh"),
-    declare("worst_pair_rtt_avg_ms", "ms", "mesh, pairs all or to-one: the slowest pair's mean round-trip time (the "
-            "sample's rtt_avg_ms is the pairs' mean)", False, positive=True, producers="mesh"),
-)
 
 
 @dataclass

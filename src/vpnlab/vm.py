@@ -22,12 +22,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .catalog import DRIVERS
 from .errors import VpnlabError
 from .files import tail
 from .testbed.state import RunState
 from .unpacked import CACHE, UnpackError, unpack
 
 QEMU = "qemu-system-x86_64"
+PACKAGE = Path(__file__).resolve().parent  # vpnlab itself, as the guest must find it
 BOOT_TIMEOUT_S = 120  # TCG boots Debian's kernel in 5-10 s here; a hung KVM never prints
 KVM_BOOT_TIMEOUT_S = 20
 GUEST_MEMORY_MB = 3072
@@ -44,8 +46,6 @@ TESTBED_MODULES = ("tun", "veth", "sch_netem", "sch_tbf")
 def guest_modules(drivers) -> tuple[str, ...]:
     """The testbed's modules and those of `drivers` (names): only the job's, since under
     software emulation loading every driver's took 8 s of each boot."""
-    from .drivers import REGISTRY as DRIVERS
-
     return tuple(dict.fromkeys([*TESTBED_MODULES, *(m for d in drivers for m in DRIVERS[d].guest_modules)]))
 
 
@@ -217,10 +217,8 @@ def _keep_through_tmpfs() -> dict[str, str]:
     """The guest gets an empty /tmp and /var/tmp, but vpnlab itself (its Python, its package) and the
     folder it runs from may live there (a clone in /tmp): those folders are bind-mounted aside before
     the tmpfs goes on and moved back after, as the host has them."""
-    import vpnlab
-
     folders = []
-    for path in (Path(sys.prefix), Path(vpnlab.__file__).resolve().parent, Path.cwd()):
+    for path in (Path(sys.prefix), PACKAGE, Path.cwd()):
         for tmp in (Path("/tmp"), Path("/var/tmp")):
             if path.is_relative_to(tmp) and path != tmp:
                 top = tmp / path.relative_to(tmp).parts[0]

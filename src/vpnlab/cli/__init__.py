@@ -18,6 +18,6 @@ def main(version: bool = typer.Option(False, "--version", help="print the versio
         raise typer.Exit()
 
 
-from ..hosts.cli import app as hosts_app  # noqa: E402
+from .hosts import app as hosts_app  # noqa: E402
 
 app.add_typer(hosts_app, name="hosts")

@@ -29,7 +29,7 @@ def doctor(
 
     check_backend(backend)
     if inventory is not None:
-        from ..hosts.cli import doctor as hosts_doctor
+        from .hosts import doctor as hosts_doctor
 
         return hosts_doctor(inventory=inventory, limit=None, as_json=as_json)
     need_root("vpnlab doctor")
@@ -51,10 +51,10 @@ def doctor(
 
 
 def _driver_usability(caps) -> dict:
-    from ..drivers import REGISTRY
+    from ..catalog import DRIVERS
 
     drivers = {}
-    for name, driver in REGISTRY.items():
+    for name, driver in DRIVERS.items():
         drivers[name] = [{"implementation": impl.name, "usable": not impl.missing(caps), "missing": impl.missing(caps)}
                          for impl in driver.implementations(driver.Options())]
     return drivers
@@ -115,19 +115,17 @@ def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
 @app.command("list")
 def list_things():
     """VPN drivers with their options, workload kinds, every metric vpnlab can record, built-in studies."""
-    from ..drivers import REGISTRY
-    from ..metrics import all_metrics
+    from ..catalog import DRIVERS, KINDS, METRICS
     from ..study import builtin_studies
-    from ..workloads import KINDS
 
     print_table("VPN drivers", ("driver", "what", "options (default)"),
            [(name, driver.summary, ", ".join(f"{k}={f.default!r}" if f.default is not None else k
                                              for k, f in driver.Options.model_fields.items()) or "-")
-            for name, driver in REGISTRY.items()])
+            for name, driver in DRIVERS.items()])
     print_table("workloads", ("kind", "what", "primary metric", "metrics"),
            [(kind, k.summary, k.primary, ", ".join(m.name for m in k.metrics)) for kind, k in KINDS.items()])
     print_table("metrics", ("metric", "unit", "direction", "recorded by", "meaning"),
-           [(m.name, m.unit, m.direction, m.producers, m.meaning) for m in all_metrics().values()])
+           [(m.name, m.unit, m.direction, m.producers, m.meaning) for m in METRICS.values()])
     out.print("built-in studies: " + ", ".join(sorted(builtin_studies())))
 
 

@@ -11,7 +11,6 @@ from rich import box
 from rich.table import Table
 
 from .. import results_dir
-from ..analysis import fmt
 from ..errors import VpnlabError
 from ..console import err, out, safe, user_errors
 from ..outputs import STDOUT, Output
@@ -57,8 +56,8 @@ def _show(directory: Path) -> None:
 
 def _print_scenario(title: str, sc, by_metric: dict) -> None:
     """One scenario's table of metrics (the tunnel-level ones go on a line below it), and its notes."""
-    from .. import metrics
-    from ..analysis import relative_text
+    from .. import catalog
+    from ..analysis import fmt, relative_text
     from ..machines import current_wording
     from ..stopping import lasting_notes
 
@@ -66,7 +65,7 @@ def _print_scenario(title: str, sc, by_metric: dict) -> None:
     for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
         table.add_column(col, justify="left" if col in ("metric", "unit", "grade") else "right", no_wrap=True)
     for s in by_metric.values():
-        if metrics.get(s.metric).level == "tunnel":
+        if catalog.metric(s.metric).level == "tunnel":
             continue
         ci = "-" if math.isnan(s.ci_low) else f"{fmt(s.ci_low)} .. {fmt(s.ci_high)}"
         flag = f" ({s.flagged} flagged)" if s.flagged else ""

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 
 from .. import results_dir
-from ..analysis import fmt
 from ..errors import StudyError, VpnlabError
 from ..signals import Interrupted
 from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
@@ -175,8 +174,8 @@ def _placed(plan, backend: str, hosts, is_default: bool):
 def _place_on_hosts(plan, hosts):
     """Connect to the study's hosts and check each pair can run its scenarios (what both of its
     hosts offer); the capabilities of the first pair, or a clear error naming what they lack."""
-    from ..drivers import REGISTRY as DRIVERS
-    from ..hosts.testbed import TESTBED_TOOLS
+    from ..catalog import DRIVERS
+    from ..hosts.prepare import TESTBED_TOOLS
     from ..plan import check_scenario
 
     commands = set(TESTBED_TOOLS)
@@ -227,9 +226,9 @@ def _finish(out_dir: Path) -> None:
 def _compact(directory: Path) -> None:
     """The end of a run at a glance: a row per VPN, a column per link and workload with the
     workload's primary metric against no VPN (interval, grade where the data give one), failures."""
-    from ..analysis import relative_text, summarise
+    from ..analysis import fmt, relative_text, summarise
+    from ..catalog import KINDS
     from ..labels import for_scenarios
-    from ..workloads import KINDS
 
     store = results_dir.read_store(directory)
     try:

@@ -11,7 +11,6 @@ its health and take itself down.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,12 +21,13 @@ import yaml
 from pydantic import ConfigDict, ValidationError, model_serializer
 
 from ..backend import SLOWDOWN
-from ..capabilities import FEATURES, Capabilities
 from ..errors import CapabilityError, TunnelError
+from ..features import FEATURES, Capabilities
 from ..files import tail, write_secret
+from ..metrics import declare
 from ..schema import NumbersAreNumbers
+from ..testbed.contract import Node, Process
 from ..testbed.mesh import hub_subnet
-from ..testbed.node import Node
 from ..testbed.state import RunState
 from ..testbed.topology import TunnelSite
 from ..tools import Tool
@@ -123,6 +123,30 @@ class TunnelEnv:
         return f"{self.state.run_id}{self.layer}"
 
 
+# What a tunnel costs, measured once per scenario by tunnels.py.
+TUNNEL_METRICS = (
+    declare("setup_s", "s", "from starting the daemons to the first packet through the tunnel", False,
+            level="tunnel", positive=True, producers="tunnel"),
+    declare("overhead_bytes", "B", "bytes the tunnel adds to a 1028-byte packet, measured on the WAN capture",
+            False, level="tunnel", producers="tunnel"),
+    declare("overhead_model_bytes", "B", "the same from the drivers' encapsulation arithmetic; a mismatch is "
+            "noted in `show`", False, level="tunnel", producers="tunnel"),
+    declare("tunnel_mtu", "B", "MTU of the (innermost) tunnel interface", None, level="tunnel", producers="tunnel"),
+)
+# What a mesh (mesh_run.py) records beside its workload's values, so that `show` tabulates them against no VPN.
+MESH_METRICS = (
+    declare("join_s", "s", "mesh: from starting the last peer's daemon to its first ping answered by peer 0 through "
+            "the overlay", False, positive=True, producers="mesh"),
+    declare("idle_control_bytes_per_s", "B/s", "mesh: bytes all peers sent on their WAN links per second while idle "
+            "(the overlay's keepalives, look-ups, meta traffic), over the study's idle_window_s", False,
+            judged="added", producers="mesh"),
+    declare("worst_pair_throughput_mbps", "Mbit/s", "mesh, pairs all or to-one: the slowest pair's goodput (the "
+            "sample's throughput_mbps is all pairs' sum)", True, positive=True, producers="mesh"),
+    declare("worst_pair_rtt_avg_ms", "ms", "mesh, pairs all or to-one: the slowest pair's mean round-trip time (the "
+            "sample's rtt_avg_ms is the pairs' mean)", False, positive=True, producers="mesh"),
+)
+
+
 @dataclass
 class Tunnel:
     """A running tunnel: its processes, how to recognise it on the wire, how to end it."""
@@ -130,7 +154,7 @@ class Tunnel:
     env: TunnelEnv
     outer: tuple[str, int | None]           # its packets on the WAN: ("udp"|"tcp"|"esp"|"gre", port)
     mtu: int | None = None
-    processes: list[tuple[Node, subprocess.Popen, Path]] = field(default_factory=list)
+    processes: list[tuple[Node, Process, Path]] = field(default_factory=list)
     cleanup_files: list[Path] = field(default_factory=list)
     control: list[tuple[str, int | None]] = field(default_factory=list)  # other channels of its own on the WAN
     encrypted: bool = True  # plain L2TP is not: its contents are readable on the WAN

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from ..algorithms import AEAD, fips_approved
 from ..tools import Tool
 from .base import Options, Tunable
 
@@ -44,7 +45,20 @@ ESP = {
     "aes256gcm16": (8, 4, 16),
     "chacha20poly1305": (8, 4, 16),
 }
-FIPS_ESP = {"aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256", "aes128gcm16", "aes256gcm16"}
+ESP_ALGORITHMS = {  # ESP proposal -> (cipher, integrity), in algorithms.py's vocabulary
+    "3des-md5": ("3DES-CBC", "HMAC-MD5-96"), "3des-sha1": ("3DES-CBC", "HMAC-SHA1-96"),
+    "aes128-sha1": ("AES-128-CBC", "HMAC-SHA1-96"), "aes256-sha1": ("AES-256-CBC", "HMAC-SHA1-96"),
+    "aes128-sha256": ("AES-128-CBC", "HMAC-SHA256-128"), "aes256-sha256": ("AES-256-CBC", "HMAC-SHA256-128"),
+    "aes128gcm16": ("AES-128-GCM", AEAD), "aes256gcm16": ("AES-256-GCM", AEAD),
+    "chacha20poly1305": ("ChaCha20-Poly1305", AEAD),
+}
+
+
+def esp_algorithms(proposal: str) -> tuple[str, str]:
+    return ESP_ALGORITHMS.get(proposal, (proposal, ""))
+
+
+FIPS_ESP = {proposal for proposal in ESP if all(map(fips_approved, esp_algorithms(proposal)))}
 FIPS_DEFAULT_ESP = "aes256gcm16"
 WEAK_ESP = {"3des-md5", "3des-sha1"}  # 64-bit blocks (Sweet32), MD5
 ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes128-sha256", "aes256-sha256",

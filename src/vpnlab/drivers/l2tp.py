@@ -8,13 +8,16 @@ userspace data plane): on a host without them the VM backend runs it.
 from __future__ import annotations
 
 import secrets as random_secrets
+from dataclasses import replace
 from typing import Literal
 
+from ..algorithms import Algorithms, merged, read_logs, read_path, read_xfrm
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
-from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS
-from .ppp import CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, private_etc, wait_for_link
-from .strongswan import FIPS_IKE, start_charons
+from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS, esp_algorithms
+from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, parse_pppd_log, private_etc,
+                  wait_for_link)
+from .strongswan import FIPS_IKE, parse_charon_log, start_charons
 from ..files import write_secret
 from ..tools import Tool
 
@@ -136,8 +139,6 @@ pppoptfile = {client_ppp}
         """With ipsec: IKEv1 main mode with a PSK and strongSwan's default IKE proposal (under fips
         FIPS_IKE), ESP in transport mode with the configured proposal; PPP authenticates with
         MS-CHAPv2 (inside ESP; not FIPS-approved, which the report marks). Without: nothing is encrypted."""
-        from ..algorithms import Algorithms, esp_algorithms
-
         if not options.ipsec:
             return Algorithms(control="L2TP (UDP 1701)", key_exchange="none", authentication="MS-CHAPv2",
                               control_cipher="none", data="L2TP + PPP", data_cipher="none", data_integrity="none",
@@ -152,10 +153,6 @@ pppoptfile = {client_ppp}
 
     def negotiated(self, tunnel, options, profile):
         """charon's log and the kernel's ESP state (with ipsec), pppd's log (MS-CHAPv2)."""
-        from dataclasses import replace
-
-        from ..algorithms import merged, parse_charon_log, parse_pppd_log, read_logs, read_path, read_xfrm
-
         ppp = read_path(tunnel.env.log("pppd-client"), parse_pppd_log)
         if not options.ipsec:
             return ppp  # PPP negotiated no MPPE: the data crosses in clear

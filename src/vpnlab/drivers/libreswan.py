@@ -11,16 +11,18 @@ access, the client's leased address).
 
 from __future__ import annotations
 
+import re
 import secrets as random_secrets
 from pathlib import Path
 
+from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
 from ..files import write_secret
 from ..testbed.node import private_run
 from ..tools import Tool, find
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
 from .ipsec import (ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IpsecOptions, configured_esp,
-                    esp_overhead, fips_problem)
+                    esp_algorithms, esp_overhead, fips_problem)
 from .pki import OPENSSL, make_pki
 
 PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
@@ -223,8 +225,6 @@ class Libreswan(Driver):
         """IKEv2: libreswan 4.10's default proposal between two libreswan peers (AES-256-GCM with
         PRF-HMAC-SHA512 and MODP-2048), under fips FIPS_IKE (AES-256-CBC, HMAC-SHA256-128, P-256); ESP: the
         configured proposal or libreswan's default (AES-256-GCM). Certificates sign with SHA-512."""
-        from ..algorithms import Algorithms, esp_algorithms
-
         cipher, integrity = esp_algorithms(self.esp_proposal(options, profile))
         data = "ESP in UDP" if options.udp_encap else "ESP"
         if options.compression == "on":
@@ -237,6 +237,36 @@ class Libreswan(Driver):
 
     def negotiated(self, tunnel, options, profile):
         """The kernel's ESP state, then pluto's log (its established IKE and Child SAs)."""
-        from ..algorithms import merged, parse_pluto_log, read_logs, read_xfrm
+        return merged(read_xfrm(tunnel), read_logs(tunnel, "pluto", parse_log))
 
-        return merged(read_xfrm(tunnel), read_logs(tunnel, "pluto", parse_pluto_log))
+
+def parse_log(text: str) -> Algorithms | None:
+    """libreswan's pluto (4.x): 'sent IKE_AUTH request {cipher=AES_GCM_16_256 integ=n/a prf=HMAC_SHA2_512
+    group=MODP2048}', 'established Child SA ... {ESP/ESN=>0x... <0x... xfrm=3DES_CBC-HMAC_SHA1_96 DPD=passive}',
+    'authenticated peer using authby=secret' or "authenticated peer 'P-256 ECDSA with SHA2_512' digital
+    signature"."""
+    ike = re.findall(r"\{cipher=(\S+) integ=(\S+) prf=(\S+) group=(\S+?)\}", text)
+    child = re.findall(r"xfrm=(\S+?)(?:-(\S+?))?(?: |\})", text)
+    if not ike and not child:
+        return None
+    values = {"control": "IKEv2"}
+    if ike:
+        cipher, integ, _prf, group = ike[-1]
+        cipher = cipher_name(cipher)
+        aead = "GCM" in cipher or "Poly1305" in cipher
+        values["control_cipher"] = cipher if aead or integ.lower() in ("n/a", "none") \
+            else f"{cipher} {integrity_name(integ)}"
+        values["key_exchange"] = group_name(group)
+    if re.search(r"authenticated peer using authby=secret", text):
+        values["authentication"] = "PSK"
+    signature = re.findall(r"authenticated peer '(?:(P-\d+) )?(\w+) with SHA2?_(\d+)' digital signature", text)
+    if signature:
+        curve, algorithm, bits = signature[-1]
+        values["authentication"] = " ".join(filter(None, (algorithm, curve, f"SHA-{bits}")))
+    if child:
+        cipher, integ = child[-1]
+        cipher = cipher_name(cipher)
+        aead = "GCM" in cipher or "Poly1305" in cipher
+        values["data_cipher"] = cipher
+        values["data_integrity"] = AEAD if aead else integrity_name(integ or "")
+    return Algorithms(**values, source="pluto log")

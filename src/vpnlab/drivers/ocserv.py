@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, read_logs
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, wait_for
 from ..testbed.node import private_run
@@ -148,8 +149,6 @@ class Ocserv(Driver):
         """TLS 1.2 in both profiles (the default priorities leave TLS 1.3 out, as Debian's ocserv.conf
         does), ECDHE P-256 with the per-run ECDSA P-256 certificate, AES-256-GCM; with DTLS the data
         moves to DTLS 1.2, keyed from the TLS session (PSK-NEGOTIATE), also AES-256-GCM."""
-        from ..algorithms import AEAD, Algorithms
-
         data = "DTLS 1.2 (PSK from the TLS session)" if options.transport == "dtls" else "TLS 1.2 (CSTP)"
         return Algorithms(control="TLS 1.2", key_exchange="ECDH P-256", authentication="ECDSA SHA-256",
                           control_cipher="AES-256-GCM", data=data, data_cipher="AES-256-GCM", data_integrity=AEAD,
@@ -157,6 +156,34 @@ class Ocserv(Driver):
 
     def negotiated(self, tunnel, options, profile):
         """openconnect's log: 'Connected to HTTPS ... with ciphersuite ...', 'Established DTLS connection'."""
-        from ..algorithms import parse_openconnect_log, read_logs
+        return read_logs(tunnel, "openconnect", parse_log)
 
-        return read_logs(tunnel, "openconnect", parse_openconnect_log)
+
+def parse_log(text: str) -> Algorithms | None:
+    """openconnect: 'Connected to HTTPS on 198.19.0.2 with ciphersuite (TLS1.2)-(ECDHE-SECP256R1)-
+    (ECDSA-SHA256)-(AES-256-GCM)' and 'Established DTLS connection (using GnuTLS). Ciphersuite
+    (DTLS1.2)-(PSK)-(AES-256-GCM).'"""
+    tls = re.findall(r"with ciphersuite ((?:\([^)]*\)-?)+)", text)
+    dtls = re.findall(r"Established DTLS connection.*?Ciphersuite ((?:\([^)]*\)-?)+)", text)
+    if not tls:
+        return None
+    version, kx, auth, cipher, *mac = re.findall(r"\(([^)]*)\)", tls[-1])
+    values = {"control": version.replace("TLS", "TLS "), "key_exchange": group_name(kx.replace("ECDHE-", "")),
+              "authentication": auth.replace("-SHA", " SHA-"), "control_cipher": gnutls_cipher(cipher, mac)}
+    if dtls:
+        d_version, d_kx, d_cipher, *d_mac = re.findall(r"\(([^)]*)\)", dtls[-1])
+        values["data"] = d_version.replace("DTLS", "DTLS ") + (" (PSK from the TLS session)" if d_kx == "PSK" else "")
+        values["data_cipher"] = gnutls_cipher(d_cipher, [])
+        values["data_integrity"] = AEAD if d_cipher.endswith(("GCM", "POLY1305")) else (
+            integrity_name(d_mac[0]) if d_mac else "")
+    else:
+        values["data"] = values["control"] + " (CSTP)"
+        values["data_cipher"] = values["control_cipher"].split(" ")[0]
+        values["data_integrity"] = AEAD if cipher.endswith(("GCM", "POLY1305")) else (
+            integrity_name(mac[0]) if mac else "")
+    return Algorithms(**values, source="openconnect log")
+
+
+def gnutls_cipher(cipher: str, mac: list[str]) -> str:
+    name = cipher_name(cipher)
+    return name if not mac or name.endswith(("GCM", "Poly1305")) else f"{name} {integrity_name(mac[0])}"

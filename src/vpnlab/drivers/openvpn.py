@@ -7,10 +7,12 @@ HMAC, compression and transport are the knobs the seed studies turned.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator
 
+from ..algorithms import AEAD, Algorithms, cipher_name, fips_approved, group_name, integrity_name, read_logs
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 from .pki import OPENSSL, make_pki
@@ -27,8 +29,8 @@ CIPHERS = {
 }
 HMAC_BYTES = {"MD5": 16, "SHA1": 20, "SHA256": 32, "SHA512": 64}
 LEGACY_CIPHERS = {"BF-CBC"}  # only in OpenSSL 3's legacy provider
-FIPS_CIPHERS = {"AES-128-GCM", "AES-256-GCM", "AES-128-CBC", "AES-256-CBC"}
-FIPS_AUTH = {"SHA1", "SHA256", "SHA512"}  # HMAC-SHA1 is still approved for HMAC
+FIPS_CIPHERS = {cipher for cipher in CIPHERS if fips_approved(cipher_name(cipher))}
+FIPS_AUTH = {auth for auth in HMAC_BYTES if fips_approved(integrity_name(auth))}  # HMAC-SHA1 is still approved
 DEFAULT_CIPHER = "AES-256-GCM"  # what OpenVPN 2.6 negotiates out of the box
 DEFAULT_AUTH = {"default": "SHA1", "fips": "SHA256"}
 
@@ -85,7 +87,7 @@ def _both_ends(options: OpenVpnOptions, profile: str, dev: str, mtu: int | None)
         args += ["--sndbuf", options.socket_buffer, "--rcvbuf", options.socket_buffer]
     if profile == "fips":
         # --tls-groups, not --ecdh-curve: OpenSSL 3 builds ignore the curve ("using default curves")
-        # and the key exchange was X25519, which FIPS 140 does not approve (algorithms.py reads it).
+        # and the key exchange was X25519, which FIPS 140 does not approve (parse_log reads it).
         args += ["--tls-version-min", "1.2", "--tls-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384",
                  "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384", "--tls-groups", "prime256v1"]
     return args
@@ -239,8 +241,6 @@ class OpenVpn(Driver):
         """TLS 1.3 (OpenSSL 3: both ends speak it; fips allows 1.2 too) with TLS_AES_256_GCM_SHA384 and
         the per-run ECDSA P-256 certificates (pki.py) in both profiles. The key exchange is OpenSSL's
         default X25519, under fips P-256. The data channel: the cipher, and the HMAC of CBC ciphers."""
-        from ..algorithms import AEAD, Algorithms, cipher_name, integrity_name
-
         cipher, auth = effective(options, profile)
         return Algorithms(control="TLS 1.3", key_exchange="ECDH P-256" if profile == "fips" else "X25519",
                           authentication="ECDSA P-256 SHA-256", control_cipher="AES-256-GCM",
@@ -249,6 +249,47 @@ class OpenVpn(Driver):
 
     def negotiated(self, tunnel, options, profile):
         """Its log: 'Control Channel: TLSv1.3, cipher ..., peer temporary key: ...' and 'Data Channel: ...'."""
-        from ..algorithms import parse_openvpn_log, read_logs
+        return read_logs(tunnel, "openvpn", parse_log)
 
-        return read_logs(tunnel, "openvpn", parse_openvpn_log)
+
+def parse_log(text: str) -> Algorithms | None:
+    """OpenVPN 2.x: 'Control Channel: TLSv1.3, cipher TLSv1.3 TLS_AES_256_GCM_SHA384, peer certificate:
+    256 bits ECprime256v1, signature: ecdsa-with-SHA256, peer temporary key: 253 bits X25519' and
+    "Data Channel: cipher 'AES-128-CBC', auth 'SHA256', peer-id: 0"."""
+    control = re.findall(r"Control Channel: (TLSv[\d.]+), cipher \S+ ([\w-]+)(.*)", text)
+    data = re.findall(r"Data Channel: cipher '([^']+)'(?:, auth '([^']+)')?", text)
+    if not control and not data:
+        return None
+    values = {}
+    if control:
+        version, suite, rest = control[-1]
+        values["control"] = version.replace("TLSv", "TLS ")
+        values["control_cipher"] = tls_suite_cipher(suite)
+        key = re.search(r"peer temporary key: \d+ bits? ([\w-]+)", rest)
+        if key:
+            values["key_exchange"] = group_name(key.group(1))
+        cert = re.search(r"peer certificate: (\d+) bits? (\w+?)(prime256v1|secp384r1|secp521r1)?, signature: "
+                         r"([\w-]+)", rest)
+        if cert:
+            bits, kind, curve, signature = cert.groups()
+            digest = re.search(r"SHA-?(\d+)", signature, re.I)
+            if kind.upper().startswith("EC"):
+                named = group_name(curve).replace("ECDH ", "") if curve else f"{bits}-bit"
+                values["authentication"] = f"ECDSA {named}" + (f" SHA-{digest.group(1)}" if digest else "")
+            else:
+                values["authentication"] = f"{kind.upper()}-{bits}" + (f" SHA-{digest.group(1)}" if digest else "")
+    if data:
+        cipher, auth = data[-1]
+        values["data_cipher"] = cipher_name(cipher)
+        aead = "GCM" in cipher.upper() or "POLY1305" in cipher.upper()
+        values["data_integrity"] = AEAD if aead else (integrity_name(auth) if auth and "null" not in auth else "none")
+    return Algorithms(**values, source="OpenVPN log")
+
+
+def tls_suite_cipher(suite: str) -> str:
+    """TLS_AES_256_GCM_SHA384 / ECDHE-ECDSA-AES256-GCM-SHA384 / TLS_CHACHA20_POLY1305_SHA256 -> the cipher."""
+    key = suite.upper().replace("_", "-")
+    if "CHACHA20" in key:
+        return "ChaCha20-Poly1305"
+    m = re.search(r"AES-?(\d+)-(GCM|CBC|CCM)", key)
+    return f"AES-{m.group(1)}-{m.group(2)}" if m else suite

@@ -8,9 +8,11 @@ tunnel's files: an empty options file, the per-run secrets, and `true` for the h
 
 from __future__ import annotations
 
+import re
 import secrets
 
-from ..testbed.node import Node
+from ..algorithms import Algorithms
+from ..testbed.contract import Node
 from ..tools import Tool
 from .base import Tunnel, TunnelEnv, wait_for
 
@@ -64,3 +66,22 @@ def wait_for_link(node: Node, dev: str, tunnel: Tunnel, timeout: float = 30) -> 
     address, runs ip-pre-up, then brings the link up, and a route into it fails before that)."""
     wait_for(lambda: node.ipv4_address_once_up(dev) is not None, timeout, f"PPP interface {dev} in {node.role}", tunnel,
              interval=0.2)
+
+
+def parse_pppd_log(text: str) -> Algorithms | None:
+    """pppd (debug): 'MPPE 128-bit stateless compression enabled' and the CHAP exchange
+    ('CHAP authentication succeeded', MS-CHAPv2 as negotiated in 'auth chap MS-v2')."""
+    mppe = re.findall(r"MPPE (\d+)-bit (stateless|stateful) compression enabled", text)
+    chap = re.search(r"auth chap MS-v2|MS-CHAP-?[vV]2|CHAP authentication succeeded", text)
+    if not mppe and not chap:
+        return None
+    values = {}
+    if chap:
+        values["authentication"] = "MS-CHAPv2"
+    if mppe:
+        bits, mode = mppe[-1]
+        values["data_cipher"] = f"RC4-{bits} (MPPE {mode})"
+        values["data_integrity"] = "none"
+    elif "nomppe" in text or "MPPE" not in text:
+        values["data_cipher"], values["data_integrity"] = "none", "none"
+    return Algorithms(**values, source="pppd log")

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..algorithms import Algorithms, read_path
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
-from .ppp import CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, private_etc, wait_for_link
+from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, parse_pppd_log, private_etc,
+                  wait_for_link)
 
 # A sample's own evidence that the link dropped packets (each > 0: something was lost on the way).
 LOSS_EVIDENCE = ("retransmits", "udp_loss_pct", "ping_loss_pct")
@@ -106,8 +108,6 @@ class Pptp(Driver):
     def algorithms(self, options, profile, implementation=""):
         """PPTP's control connection (TCP 1723) is not encrypted; MS-CHAPv2 authenticates and derives
         MPPE's RC4 keys (MD4, SHA-1); the data has no integrity protection."""
-        from ..algorithms import Algorithms
-
         mode = "stateful" if options.stateful else "stateless"
         return Algorithms(control="PPTP (TCP 1723)", key_exchange="MPPE keys from MS-CHAPv2",
                           authentication="MS-CHAPv2", control_cipher="none", data="GRE + PPP",
@@ -116,6 +116,4 @@ class Pptp(Driver):
 
     def negotiated(self, tunnel, options, profile):
         """pppd's log (debug): 'MPPE 128-bit stateless compression enabled', the MS-CHAPv2 exchange."""
-        from ..algorithms import parse_pppd_log, read_path
-
         return read_path(tunnel.env.log("pppd-client"), parse_pppd_log)

@@ -29,7 +29,8 @@ from pydantic import Field, model_validator
 from ..algorithms import AEAD, Algorithms
 from ..errors import TunnelError
 from ..files import tail
-from ..testbed.node import Node, private_run
+from ..testbed.contract import Node
+from ..testbed.node import private_run
 from ..testbed.state import process_start_time
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for

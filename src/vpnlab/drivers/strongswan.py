@@ -19,13 +19,13 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
+from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
 from ..files import write_secret
 from ..testbed.node import private_run
-from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .base import Tunable
+from .base import Driver, Implementation, Tunable, Tunnel, TunnelEnv, wait_for
 from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES, IPSEC_TOOLS,
-                    IpsecOptions, configured_esp, esp_overhead, fips_problem)
+                    IpsecOptions, configured_esp, esp_algorithms, esp_overhead, fips_problem)
 from .pki import make_pki
 
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
@@ -37,6 +37,10 @@ FIPS_IKE = "aes256-sha256-ecp256"
 
 PLUGINS = ("random nonce openssl aes sha1 sha2 md5 hmac gcm chapoly curve25519 kdf pem pkcs1 pkcs8 x509 "
            "pubkey revocation constraints socket-default vici updown kernel-netlink")
+# swanctl's own: without a list it loads every plugin installed (curl, ldap, pkcs11, test-vectors and
+# their libraries), which took 34 s on its first start in a VM under emulation, past its time limit.
+SWANCTL_PLUGINS = " ".join(p for p in PLUGINS.split() if p not in ("socket-default", "vici", "updown",
+                                                                   "kernel-netlink"))
 
 
 class StrongSwanOptions(IpsecOptions):
@@ -165,7 +169,10 @@ class StrongSwan(Driver):
         # kernel-netlink puts this MTU on the routes it installs (for kernel ESP towards the remote
         # subnets, for libipsec into its TUN device, whose own MTU start_charons sets).
         netlink_mtu = f"\n    kernel-netlink {{\n      mtu = {mtu}\n    }}" if mtu else ""
-        return f"""charon {{
+        return f"""swanctl {{
+  load = {SWANCTL_PLUGINS}
+}}
+charon {{
   load_modular = no
   load = {plugins}
   install_routes = yes
@@ -224,7 +231,8 @@ class StrongSwan(Driver):
     def _swanctl(site, home: Path, args: list, tunnel: Tunnel) -> str:
         argv = ["swanctl", *args, "--uri", f"unix://{home / 'charon.vici'}"]
         try:
-            return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": str(home)}).stdout
+            return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": str(home),
+                                                         "STRONGSWAN_CONF": str(home / "strongswan.conf")}).stdout
         except CommandError as exc:
             raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
 
@@ -232,8 +240,6 @@ class StrongSwan(Driver):
     def algorithms(self, options, profile, implementation=""):
         """IKEv2: strongSwan 5.9's default proposal between two strongSwan peers (AES-128-CBC,
         HMAC-SHA256-128, X25519), under fips FIPS_IKE; ESP: the configured proposal or the default one."""
-        from ..algorithms import Algorithms, esp_algorithms
-
         cipher, integrity = esp_algorithms(self.esp_proposal(options, profile))
         data = "ESP in UDP" if implementation == "libipsec" or options.udp_encap else "ESP"
         if options.compression == "on":
@@ -246,8 +252,6 @@ class StrongSwan(Driver):
 
     def negotiated(self, tunnel, options, profile):
         """charon's log ('selected proposal: IKE:...', 'ESP:...'); with kernel ESP also the kernel's state."""
-        from ..algorithms import merged, parse_charon_log, read_logs, read_xfrm
-
         kernel = read_xfrm(tunnel) if tunnel.env.implementation == "kernel" else None
         return merged(kernel, read_logs(tunnel, "charon", parse_charon_log))
 
@@ -273,3 +277,43 @@ def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, c
     for site, home in homes:
         StrongSwan._swanctl(site, home, ["--load-all"], tunnel)
     StrongSwan._swanctl(*homes[-1], ["--initiate", "--child", child, "--timeout", "20"], tunnel)
+
+
+def parse_charon_log(text: str) -> Algorithms | None:
+    """strongSwan's charon: 'selected proposal: IKE:AES_CBC_128/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/
+    CURVE_25519', 'selected proposal: ESP:AES_GCM_16_128/NO_EXT_SEQ', "authentication of 'client@vpnlab'
+    (myself) with pre-shared key successful", 'IKE_SA net[1] established' (IKEv2) or an IKEv1 SA."""
+    ike = re.findall(r"selected proposal: IKE:(\S+)", text)
+    esp = re.findall(r"selected proposal: ESP:(\S+)", text)
+    if not ike and not esp:
+        return None
+    values = {}
+    if ike:
+        transforms = ike[-1].split("/")
+        cipher, integrity = cipher_and_integrity(transforms)
+        values["control_cipher"] = cipher if integrity == AEAD else f"{cipher} {integrity}".strip()
+        group = [t for t in transforms if re.match(r"(CURVE|ECP|MODP|ECP_|X25519)", t)]
+        if group:
+            values["key_exchange"] = group_name(group[-1])
+        version = "IKEv1" if re.search(r"\bID_PROT\b|\bAGGRESSIVE\b|\bIKEv1\b", text) else "IKEv2"
+        values["control"] = version
+    auth = re.findall(r"authentication of '[^']+' with (.+?) successful", text)  # the peer's, verified
+    if auth:
+        values["authentication"] = charon_auth(auth[-1])
+    elif re.search(r"ID_PROT response \d+ \[ ID HASH", text) and re.search(r"IKE_SA \S+ established", text):
+        values["authentication"] = "PSK"  # IKEv1 main mode: a HASH, not a signature, authenticated the peer
+    if esp:
+        values["data_cipher"], values["data_integrity"] = cipher_and_integrity(esp[-1].split("/"))
+    return Algorithms(**values, source="charon log")
+
+
+def charon_auth(text: str) -> str:
+    """'pre-shared key' -> PSK; 'ECDSA_WITH_SHA256_DER' (an IKEv2 signature) -> 'ECDSA SHA-256';
+    'ECDSA-256 signature' -> 'ECDSA P-256'."""
+    if "pre-shared key" in text:
+        return "PSK"
+    m = re.search(r"(ECDSA|RSA\w*?)_WITH_SHA(\d+)", text, re.I)
+    if m:
+        return f"{m.group(1).upper()} SHA-{m.group(2)}"
+    m = re.search(r"ECDSA[-_](\d+)", text, re.I)
+    return f"ECDSA P-{m.group(1)}" if m else text

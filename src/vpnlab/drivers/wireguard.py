@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
+from ..algorithms import AEAD, Algorithms
 from ..tools import Tool
 from .base import Driver, Implementation, Mesh, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 
@@ -155,14 +157,10 @@ class WireGuard(Driver):
     def algorithms(self, options, profile, implementation=""):
         """Fixed by the protocol: the Noise_IKpsk2 handshake (X25519, ChaCha20-Poly1305, BLAKE2s) and
         ChaCha20-Poly1305 on the data; no option changes them."""
-        from ..algorithms import AEAD, Algorithms
-
         return Algorithms(control="Noise_IKpsk2", key_exchange="X25519", authentication="X25519 static keys",
                           control_cipher="ChaCha20-Poly1305 BLAKE2s", data="WireGuard over UDP",
                           data_cipher="ChaCha20-Poly1305", data_integrity=AEAD, source="wireguard driver")
 
     def negotiated(self, tunnel, options, profile):
         """WireGuard negotiates nothing: what runs is what the protocol fixes."""
-        from dataclasses import replace
-
         return replace(self.algorithms(options, profile), source="fixed by the protocol (nothing negotiated)")

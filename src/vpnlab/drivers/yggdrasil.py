@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..algorithms import AEAD, Algorithms
-from ..testbed.node import Node
+from ..testbed.contract import Node
 from ..tools import Tool
 from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, wait_for
 

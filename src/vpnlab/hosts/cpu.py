@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 
-from ..cpu import SATURATED_PCT, bottleneck_flags, busy_machine_flags, outside, parse_stat, traffic_tools, used_since
+from ..catalog import TRAFFIC_TOOLS
+from ..cpu import SATURATED_PCT, bottleneck_flags, busy_machine_flags, outside, parse_stat, used_since
 
 # Clock ticks per second, /proc/stat's machine and core lines, "S" and this shell's PID, every
 # process's stat line after "O ", then for each PID given, per thread: "T pid tid utime stime comm".
@@ -78,7 +79,7 @@ class RemoteCpuMeter:
     def _daemons(self, ssh) -> dict[int, tuple[str, str]]:
         """PID -> (side, program) of the VPN daemons vpnlab started on this host."""
         return {proc.pid: (side, proc.what) for side, nodes in self.sides.items() for node in nodes
-                if node.host is ssh for proc in node.spawned if proc.what not in traffic_tools()}
+                if node.host is ssh for proc in node.spawned if proc.what not in TRAFFIC_TOOLS}
 
     def _read(self) -> dict:
         return {id(site.ssh): _snapshot(site.ssh, list(self._pids[id(site.ssh)])) for site in self.pair.sites}

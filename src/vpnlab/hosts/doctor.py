@@ -13,7 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 
 from ..errors import VpnlabError
-from ..tools import declared
+from ..catalog import declared
 from .inventory import Host
 from .prepare import KERNEL_PROBE
 from .ssh import SshHost

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..catalog import DRIVERS, KINDS, declared
 from ..errors import VpnlabError
 from .inventory import ansible_program, limit, load_inventory
 
@@ -53,15 +54,13 @@ printf '{"kernel": "%s", "cpu_model": "%s", "cpus": %s, "features": {%s}}\n' \
   "$(uname -r | esc)" "$cpu" "$(nproc 2>/dev/null || echo 0)" "$out"
 """
 
+# Always there for a testbed on a host: its namespaces, links, probes, captures and the proof's sender.
+TESTBED_TOOLS = ("ip", "tc", "ss", "sysctl", "ping", "tcpdump", "python3")
+
 
 def study_packages(study) -> list[str]:
     """The Debian packages a study's scenarios run on real hosts: the testbed's programs, its VPNs'
     (and the packages they need without a program) and its workloads'."""
-    from ..drivers import REGISTRY as DRIVERS
-    from ..tools import declared
-    from ..workloads import KINDS
-    from .testbed import TESTBED_TOOLS
-
     tools = declared()
     wanted = {tools[name].package for name in TESTBED_TOOLS}
     for vpn in study.vpns:

@@ -26,11 +26,12 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from ..capabilities import FEATURES, Capabilities
+from ..catalog import declared
+from ..features import FEATURES, Capabilities
 from ..errors import StudyError, VpnlabError
 from ..testbed.shaping import shape_commands
 from ..testbed.topology import HOST_ROLES, Layout, Testbed, chain_routes
-from ..tools import declared
+from .cpu import RemoteCpuMeter
 from .doctor import version_script
 from .inventory import Host, load_inventory, select
 from .node import RemoteNode
@@ -49,8 +50,6 @@ drv=$(basename "$(readlink "/sys/class/net/$dev/device/driver" 2>/dev/null)" 2>/
 speed=$(cat "/sys/class/net/$dev/speed" 2>/dev/null || echo -1)
 printf '%s\t%s\t%s\t%s\t%s\n' "$to" "$dev" "$src" "${drv:-unknown}" "${speed:--1}"
 """
-# Always there for a testbed: its namespaces, links, probes, captures and the proof's sender.
-TESTBED_TOOLS = ("ip", "tc", "ss", "sysctl", "ping", "tcpdump", "python3")
 SYSCTLS = {
     "net.ipv4.ip_forward": 1,
     "net.ipv4.conf.all.rp_filter": 0,
@@ -164,7 +163,8 @@ class HostSet:
             kernel = a["kernel"] if a["kernel"] == b["kernel"] else f"{a['kernel']} / {b['kernel']}"
             features = {f: a["features"].get(f, False) and b["features"].get(f, False) for f in FEATURES}
             tools = {name: a["paths"].get(name) if b["paths"].get(name) else None for name in declared()}
-            caps[index] = Capabilities(kernel, features, tools)
+            hints = {name: tool.hint for name, tool in declared().items()}
+            caps[index] = Capabilities(kernel, features, tools, hints)
         return caps
 
     def _probe_host(self, ssh: SshHost, commands: set[str]) -> None:
@@ -320,8 +320,6 @@ class RemoteTestbed(Testbed):
                 "and", "tcp", "port", str(site.host.port), ")"]
 
     def cpu_meter(self, layers: int):
-        from .cpu import RemoteCpuMeter
-
         ends = [self.layout.tunnels[layer] for layer in range(layers)]
         return RemoteCpuMeter([self.nodes[a] for a, _ in ends], [self.nodes[b] for _, b in ends], self.pair,
                               self.nodes)

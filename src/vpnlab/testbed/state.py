@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..placement import remove_group
 from . import netns
 
 STATE_ROOT = Path(os.environ.get("VPNLAB_STATE_DIR", "/run/vpnlab"))
@@ -181,8 +182,6 @@ class RunState:
 
     def remove_cgroup(self, path: str | Path) -> None:
         """Remove a cgroup of this run's (what still runs in it first) and drop it from the record."""
-        from ..placement import remove_group
-
         if str(path) not in self.cgroups:
             return
         if remove_group(Path(path)):

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from ..errors import CommandError, VpnlabError
 from ..placement import Placement
-from .node import Node
+from .contract import Node
+from .node import Node as NamespaceNode
 from .shaping import shape_commands
 from .state import RunState
 
@@ -180,7 +181,7 @@ class Testbed:
             name = state.namespace_name(f"{tag}{role}")
             state.add_namespace(name)  # recorded first: a crash right after still gets cleaned
             _run(["ip", "netns", "add", name])
-            bed.nodes.append(Node(role, name, state))
+            bed.nodes.append(NamespaceNode(role, name, state))
         bed.placement = Placement.create(state, layout, bed.nodes, pin=pin)
         count = len(bed.nodes)
         for i in range(count - 1):

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ..drivers import REGISTRY as DRIVERS  # noqa: E402
+from ..catalog import DRIVERS  # noqa: E402
 from ..plan import Scenario  # noqa: E402
 from ..stats import Comparison, log_interval, paired_log_ratio  # noqa: E402
 from ..store import Store  # noqa: E402

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..capabilities import Capabilities
-from ..drivers import REGISTRY as DRIVERS
+from ..catalog import DRIVERS
 from ..drivers.base import SECURITY_CLASSES
 from ..errors import CapabilityError
 from ..study import VpnConfig

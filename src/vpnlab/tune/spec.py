@@ -20,13 +20,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from ..drivers import REGISTRY as DRIVERS
+from ..catalog import DRIVERS, KINDS, METRICS
 from ..errors import StudyError
-from ..metrics import all_metrics
 from ..schema import Strict, shorten
 from ..files import file_kind
 from ..study import Link, _control_characters, _DuplicateKey, _errors, _Loader, _TooDeep, _workload_adapter
-from ..workloads import KINDS
 
 MAX_SPEC_BYTES = 64 * 1024
 DEFAULT_BUDGET = "30m"
@@ -192,7 +190,7 @@ def _metric(top: _SpecFile, workload, problems: list[str]) -> tuple[str, bool]:
     """The metric optimised and whether higher is better: the workload's primary unless named."""
     if workload is None:
         return "", True
-    kind, known = KINDS[workload.kind], all_metrics()
+    kind, known = KINDS[workload.kind], METRICS
     name = top.traffic.metric or kind.primary
     metric = known.get(name)
     if metric is None or not metric.positive:

@@ -14,10 +14,14 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_serializer
 
-from ..metrics import Metric
+from ..metrics import Metric, declare
 from ..schema import Strict
 from ..testbed.topology import Testbed
 from ..tools import Tool
+
+# measure.py computes it for every kind that reports a throughput
+UTILISATION = declare("link_utilisation_pct", "%", "goodput as a share of the shaped link rate (above 100% only "
+                      "when compression shrinks the data)", True, positive=True, producers="tcp, udp, transfer")
 
 
 class WorkloadOptions(Strict):

@@ -2,7 +2,8 @@
 
 A program is declared where it is used: each driver lists its daemons and helpers, each
 workload kind its clients and servers, the testbed and the VM backend theirs (CORE, VM
-below), the tests theirs (tests/needs.py). This module only collects them:
+below), the tests theirs (tests/needs.py). This module holds the declaration (Tool) and how to
+find a program and its version; catalog.py collects every declaration (`catalog.declared`):
 `bootstrap.sh` installs `python -m vpnlab.tools packages`, `capabilities` finds the programs,
 runs record their versions, and the test suite fails a test that runs a program nobody declared.
 """
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import os
 import re
-import runpy
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .. import unpacked
 
 
 @dataclass(frozen=True)
@@ -57,20 +59,6 @@ VM = (
 BASE_PACKAGES = ("python3-venv", "ca-certificates")
 
 
-def declared(extra: tuple[Tool, ...] = ()) -> dict[str, Tool]:
-    """Command -> declaration, over the testbed, the VM backend, every driver and workload kind."""
-    from . import hosts
-    from .drivers import REGISTRY as DRIVERS
-    from .workloads import KINDS, background
-
-    tools = [*CORE, *VM, *background.TOOLS, *hosts.TOOLS, *extra]
-    for driver in DRIVERS.values():
-        tools += driver.tools
-    for kind in KINDS.values():
-        tools += kind.tools
-    return {t.command: t for t in tools}
-
-
 def find(tool: Tool) -> str | None:
     """The program's path here, or None. An unpacked package counts only if it runs (its
     libraries come from other packages)."""
@@ -85,12 +73,10 @@ def find(tool: Tool) -> str | None:
     if os.access(tool.path, os.X_OK):
         return tool.path
     if tool.private:
-        from .unpacked import package_folder
-
-        unpacked = package_folder(tool.package) / tool.path.lstrip("/")
-        if os.access(unpacked, os.X_OK) and subprocess.run([str(unpacked), "--version"],
-                                                           capture_output=True).returncode == 0:
-            return str(unpacked)
+        found = unpacked.package_folder(tool.package) / tool.path.lstrip("/")
+        if os.access(found, os.X_OK) and subprocess.run([str(found), "--version"],
+                                                        capture_output=True).returncode == 0:
+            return str(found)
     return None
 
 
@@ -114,32 +100,3 @@ def version(tool: Tool, path: str) -> str:
 def package_version(package: str) -> str | None:
     proc = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
     return f"{package} {proc.stdout.strip()}" if proc.returncode == 0 and proc.stdout.strip() else None
-
-
-def packages(extra: tuple[Tool, ...] = ()) -> list[str]:
-    """The Debian packages to install: every declared tool's (but the privately unpacked) and
-    those the drivers need without a program of their own (plugins, libraries)."""
-    from .drivers import REGISTRY as DRIVERS
-
-    wanted = {t.package for t in declared(extra).values() if not (t.private or t.python)}
-    wanted |= {p for driver in DRIVERS.values() for p in driver.packages}
-    return sorted(wanted | set(BASE_PACKAGES))
-
-
-def _load_extra(path: str) -> tuple[Tool, ...]:
-    """The TOOLS declared by a file outside the package (the tests' needs)."""
-    return tuple(runpy.run_path(path)["TOOLS"])
-
-
-def main(argv: list[str]) -> int:
-    """`python -m vpnlab.tools packages [--with FILE]`: one Debian package per line."""
-    if not argv or argv[0] != "packages":
-        print("usage: python -m vpnlab.tools packages [--with FILE]", file=sys.stderr)
-        return 2
-    extra = _load_extra(argv[2]) if argv[1:2] == ["--with"] and len(argv) > 2 else ()
-    print("\n".join(packages(extra)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

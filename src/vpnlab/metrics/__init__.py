@@ -1,9 +1,10 @@
-"""The one registry of metrics: name, unit, meaning, direction, grading, and who records it.
+"""What a metric is (name, unit, meaning, direction, grading, who records it) and `declare`.
 
-Each producer declares its own metrics here with `declare` (a workload kind in its module, the
-tunnel stage, CPU accounting, background traffic); everything that shows, exports, grades or
-plots a metric asks this registry. `vpnlab list` prints it and the README's metric table is
-checked against it.
+Each producer declares its own metrics with `declare` (a workload kind in its module, a tunnel
+in drivers/base.py, CPU accounting, the observers, background traffic). This module imports none
+of them: catalog.py imports every producer and answers for the whole registry (`catalog.metric`),
+and everything that shows, exports, grades or plots a metric asks it. `vpnlab list` prints it and
+the README's metric table (`python -m vpnlab.metrics`) is checked against it.
 """
 
 from __future__ import annotations
@@ -55,38 +56,3 @@ def declare(name: str, unit: str, meaning: str, higher_is_better: bool | None, *
     REGISTRY[name] = known = Metric(name, unit, known.meaning, higher_is_better, level, judged, graded,
                                     known.positive, merged)
     return known
-
-
-def all_metrics() -> dict[str, Metric]:
-    """Every metric vpnlab can record (importing the producers declares theirs)."""
-    from . import cpu, measure, observers, tunnels, workloads  # noqa: F401  (their metrics declare themselves)
-    from .workloads import background  # noqa: F401
-
-    return REGISTRY
-
-
-def get(name: str) -> Metric:
-    metrics = all_metrics()
-    if name not in metrics:
-        # a store written by another vpnlab may hold a metric this one does not know
-        return Metric(name, "", "", None)
-    return metrics[name]
-
-
-def unit(name: str) -> str:
-    return get(name).unit
-
-
-def markdown_table() -> str:
-    """The README's metric table, generated from the registry (a test keeps the two equal)."""
-    lines = ["| metric | unit | direction | recorded by | meaning |", "|---|---|---|---|---|"]
-    levels = list(Level.__args__)
-    ordered = sorted(all_metrics().values(), key=lambda m: (levels.index(m.level), m.name))
-    lines += [f"| `{m.name}` | {m.unit} | {m.direction} | {m.producers} | {m.meaning} |" for m in ordered]
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":  # the registry lives in the imported module, not in __main__
-    from vpnlab.metrics import markdown_table as table
-
-    print(table())

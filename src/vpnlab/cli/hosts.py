@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..console import out, safe, user_errors
 from ..errors import VpnlabError
-from .inventory import SSH_SAFE
+from ..hosts.inventory import SSH_SAFE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Real hosts from an Ansible inventory: list, prepare, doctor, clean.")
@@ -23,7 +23,7 @@ LIMIT = typer.Option(None, "--limit", "-l", help="only these hosts or groups, co
 
 
 def _hosts(inventory: str, pattern: Optional[str], to_connect: bool = True):
-    from .inventory import limit, load_inventory
+    from ..hosts.inventory import limit, load_inventory
 
     return limit(load_inventory(inventory), pattern, inventory, to_connect)
 
@@ -55,11 +55,11 @@ def prepare(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
                                                 "run, with the testbed's own programs (beside any --packages)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")):
     """Install the packages on each host with vpnlab's Ansible playbook and check its kernel."""
-    from .prepare import DEFAULT_PACKAGES, prepare as run_prepare, study_packages
+    from ..hosts.prepare import DEFAULT_PACKAGES, prepare as run_prepare, study_packages
 
     wanted = [p for item in packages or [] for p in item.split(",") if p]
     if study:
-        from ..cli.run import load_study_arg
+        from .run import load_study_arg
 
         wanted += [p for p in study_packages(load_study_arg(study)[0]) if p not in wanted]
     wanted = wanted or list(DEFAULT_PACKAGES)
@@ -89,7 +89,7 @@ def _print_prepared(reports) -> None:
 def doctor(inventory: str = INVENTORY, limit: Optional[str] = LIMIT,
            as_json: bool = typer.Option(False, "--json", help="print JSON")):
     """Per host, over SSH: kernel, CPU, kernel pieces, tools, and the NIC toward each other host."""
-    from .doctor import doctor as examine
+    from ..hosts.doctor import doctor as examine
 
     reports = examine(_hosts(inventory, limit))
     if as_json:
@@ -118,7 +118,7 @@ def _print_examined(reports) -> None:
 @user_errors
 def clean(inventory: str = INVENTORY, limit: Optional[str] = LIMIT):
     """Remove what crashed runs left on the hosts (as recorded there), and nothing else."""
-    from .ssh import clean_host
+    from ..hosts.ssh import clean_host
 
     failed = False
     for host in _hosts(inventory, limit):

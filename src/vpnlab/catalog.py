@@ -1,0 +1,86 @@
+"""The catalog: every VPN driver, workload kind, metric and program vpnlab knows.
+
+It sits above everything it lists. A driver, a workload kind, the observers, the CPU meter, the
+background traffic and the real-hosts controller each declare their own (a class, `metrics.declare`,
+`tools.Tool`) and never ask the catalog; the stages above them (study, plan, runner, store, the
+reports, the CLI) ask it. A new driver or workload kind is one module plus one line here.
+"""
+
+from __future__ import annotations
+
+from . import cpu, observers  # noqa: F401  (their metrics declare themselves)
+from .drivers.base import MESH_METRICS, TUNNEL_METRICS, Driver  # noqa: F401  (a tunnel's metrics, a mesh's)
+from .drivers.l2tp import L2tp
+from .drivers.libreswan import Libreswan
+from .drivers.nebula import Nebula
+from .drivers.none import NoVpn
+from .drivers.ocserv import Ocserv
+from .drivers.openvpn import OpenVpn
+from .drivers.pptp import Pptp
+from .drivers.softether import SoftEther
+from .drivers.strongswan import StrongSwan
+from .drivers.tinc import Tinc
+from .drivers.wireguard import WireGuard
+from .drivers.yggdrasil import Yggdrasil
+from .hosts import TOOLS as HOST_TOOLS
+from .metrics import REGISTRY, Level, Metric
+from .tools import BASE_PACKAGES, CORE, VM, Tool
+from .workloads import background
+from .workloads.base import WorkloadKind
+from .workloads.ping import Ping
+from .workloads.tcp import Tcp
+from .workloads.transfer import Transfer
+from .workloads.udp import Udp
+
+DRIVERS: dict[str, Driver] = {d.name: d for d in (NoVpn(), WireGuard(), OpenVpn(), StrongSwan(), Ocserv(), Pptp(), L2tp(),
+                                               Libreswan(), Nebula(), Tinc(), Yggdrasil(), SoftEther())}
+
+# In the order of Jaha 2014's Table VI (TCP throughput, RTT, UDP throughput, jitter, loss): the
+# report's graded table takes its columns in this order.
+KINDS: dict[str, WorkloadKind] = {k.kind: k for k in (Tcp(), Ping(), Udp(), Transfer())}
+
+# Every metric vpnlab can record (the producers above declared them as they were imported), by level:
+# a workload's, the tunnel's, CPU accounting's, the background's.
+METRICS: dict[str, Metric] = {m.name: m for level in Level.__args__ for m in REGISTRY.values() if m.level == level}
+
+# The programs the workloads and the WAN capture run, not the VPN: the CPU meters leave them out of
+# a tunnel end's daemons (a remote-access transfer's curl or scp, and its ssh, run beside them).
+TRAFFIC_TOOLS = frozenset({"tcpdump"} | {tool.command for kind in KINDS.values() for tool in kind.tools})
+
+
+def metric(name: str) -> Metric:
+    """A metric's facts; a name this vpnlab does not know (a store written by another) gets blank ones."""
+    if name not in METRICS:
+        return Metric(name, "", "", None)
+    return METRICS[name]
+
+
+def unit(name: str) -> str:
+    return metric(name).unit
+
+
+def declared(extra: tuple[Tool, ...] = ()) -> dict[str, Tool]:
+    """Command -> declaration, over the testbed, the VM backend, every driver and workload kind."""
+    tools = [*CORE, *VM, *background.TOOLS, *HOST_TOOLS, *extra]
+    for driver in DRIVERS.values():
+        tools += driver.tools
+    for kind in KINDS.values():
+        tools += kind.tools
+    return {t.command: t for t in tools}
+
+
+def packages(extra: tuple[Tool, ...] = ()) -> list[str]:
+    """The Debian packages to install: every declared tool's (but the privately unpacked) and
+    those the drivers need without a program of their own (plugins, libraries)."""
+    wanted = {t.package for t in declared(extra).values() if not (t.private or t.python)}
+    wanted |= {p for driver in DRIVERS.values() for p in driver.packages}
+    return sorted(wanted | set(BASE_PACKAGES))
+
+
+def markdown_table() -> str:
+    """The README's metric table, generated from the registry (a test keeps the two equal)."""
+    lines = ["| metric | unit | direction | recorded by | meaning |", "|---|---|---|---|---|"]
+    levels = list(Level.__args__)
+    ordered = sorted(METRICS.values(), key=lambda m: (levels.index(m.level), m.name))
+    lines += [f"| `{m.name}` | {m.unit} | {m.direction} | {m.producers} | {m.meaning} |" for m in ordered]
+    return "\n".join(lines)
