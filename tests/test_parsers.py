@@ -146,6 +146,6 @@ def test_the_iperf3_server_reports_in_json(tmp_path):
         def wait_listening(self, port, proc, log):
             pass
     sink = Sink()
-    ctx = SimpleNamespace(services={}, log_dir=tmp_path, bed=SimpleNamespace(sink=sink))
+    ctx = SimpleNamespace(services={}, log_dir=tmp_path, bed=SimpleNamespace(sink=sink), port_offset=0)
     iperf.ensure_server(ctx)
     assert sink.argv[:3] == ["iperf3", "-s", "-J"]

@@ -9,7 +9,7 @@ reports, the CLI) ask it. A new driver or workload kind is one module plus one l
 from __future__ import annotations
 
 from . import cpu, observers  # noqa: F401  (their metrics declare themselves)
-from .drivers.base import TUNNEL_METRICS, Driver  # noqa: F401  (a tunnel's metrics)
+from .drivers.base import MESH_METRICS, TUNNEL_METRICS, Driver  # noqa: F401  (a tunnel's metrics, a mesh's)
 from .drivers.l2tp import L2tp
 from .drivers.libreswan import Libreswan
 from .drivers.nebula import Nebula

@@ -14,7 +14,7 @@ from .analysis import summarise
 from .compare import study_comparisons
 from .stopping import stored_rule, target_met
 from .store import Store
-from .catalog import KINDS
+from .catalog import KINDS, metric as get_metric
 
 # Every table names scenarios, VPNs, links and workloads the same way: scenario_id, vpn_label,
 # link_label, workload_label (older columns stay, so scripts written for them keep working).
@@ -25,39 +25,49 @@ COLUMNS = [
     "link_label", "workload_label",
     "run_link_rate_mbit", "run_link_delay_ms", "run_link_jitter_ms", "run_link_loss_pct", "run_workload_params",
     "round", "position",  # the round (block) the repetition ran in, which the paired tests pair on, and its place
+    "pair",  # a mesh's: one pair's own value ("1->2"); blank: the sample's (for all pairs, their sum or mean)
 ]
-AS_RUN_UNRECORDED = dict.fromkeys(COLUMNS[-7:-2])  # a store from before vpnlab recorded it: blank
+AS_RUN_UNRECORDED = dict.fromkeys(COLUMNS[-8:-3])  # a store from before vpnlab recorded it: blank
 
 
 def rows(store: Store) -> list[dict]:
+    """Every sample's values, then each mesh pair's own (from the repetition's raw `pairs`)."""
     scenarios = {s.id: s for s in store.scenarios()}
-    out = []
-    for sample in store.samples():
-        sc = scenarios[sample.scenario_id]
-        out.append({
-            "scenario_id": sc.id,
-            "vpn": sc.vpn,
-            "vpn_label": sc.vpn_label,
-            "vpn_options": sc.vpn_options,
-            "implementation": sc.implementation,
-            "measured_in": sc.measured_in,
-            "topology": sc.topology,
-            "link_rate_mbit": sc.link_rate_mbit,
-            "link_delay_ms": sc.link_delay_ms,
-            "link_jitter_ms": sc.link_jitter_ms,
-            "link_loss_pct": sc.link_loss_pct,
-            "workload": sc.workload,
-            "workload_params": sc.workload_params,
-            "repetition": sample.repetition,
-            "metric": sample.metric,
-            "value": sample.value,
-            "unit": sample.unit,
-            "flags": sample.flags,
-            "measured_at": sample.measured_at,
-            "link_label": sc.link_label,
-            "workload_label": sc.workload_label,
-        } | as_run_columns(sc.as_run) | {"round": sample.round, "position": sample.position})
+    samples = store.samples()
+    out = [_row(scenarios[sample.scenario_id], sample, sample.metric, sample.value, sample.unit, "")
+           for sample in samples]
+    of = {(sample.scenario_id, sample.repetition): sample for sample in samples}
+    for scenario_id, repetition, pair, values in store.pair_values():
+        sample = of[(scenario_id, repetition)]
+        out += [_row(scenarios[scenario_id], sample, metric, value, get_metric(metric).unit, pair)
+                for metric, value in sorted(values.items())]
     return out
+
+
+def _row(sc, sample, metric: str, value: float, unit: str, pair: str) -> dict:
+    return {
+        "scenario_id": sc.id,
+        "vpn": sc.vpn,
+        "vpn_label": sc.vpn_label,
+        "vpn_options": sc.vpn_options,
+        "implementation": sc.implementation,
+        "measured_in": sc.measured_in,
+        "topology": sc.topology,
+        "link_rate_mbit": sc.link_rate_mbit,
+        "link_delay_ms": sc.link_delay_ms,
+        "link_jitter_ms": sc.link_jitter_ms,
+        "link_loss_pct": sc.link_loss_pct,
+        "workload": sc.workload,
+        "workload_params": sc.workload_params,
+        "repetition": sample.repetition,
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        "flags": sample.flags,
+        "measured_at": sample.measured_at,
+        "link_label": sc.link_label,
+        "workload_label": sc.workload_label,
+    } | as_run_columns(sc.as_run) | {"round": sample.round, "position": sample.position, "pair": pair}
 
 
 def as_run_columns(as_run: str) -> dict:

@@ -20,6 +20,7 @@ from .capabilities import Capabilities, detect, vm_capabilities
 from .catalog import DRIVERS, KINDS
 from .errors import CapabilityError
 from .study import Link, RepetitionRule, Study, VpnConfig
+from .testbed.mesh import MESH_SETTLE_S
 from .workloads import background
 
 # Per repetition (each brings its own testbed and tunnel up), measured here: namespaces + veth +
@@ -52,6 +53,8 @@ class Scenario:
     run_workload: object = None   # the workload's options as run, likewise
     hosts: dict | None = None     # on real hosts: the pair it runs on, role -> inventory host
     pin: bool = True              # its tunnel ends on cores of their own, where there are enough (placement.py)
+    peers: int | None = None      # topology mesh: how many peers, and the idle window of its control bytes
+    idle_window_s: float = 0
 
     @property
     def link_as_run(self) -> Link:
@@ -92,6 +95,8 @@ class Scenario:
             "link": link,
             "workload": self.workload.model_dump(mode="json"),
         }
+        if self.topology == "mesh":
+            key["mesh"] = {"peers": self.peers, "idle_window_s": self.idle_window_s}
         return key | {"vm_twin": True} if self.vm_twin else key
 
     @cached_property
@@ -109,7 +114,7 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        return f"{self.vpn_label} | {self.link.label} | {self.workload.label}"
+        return f"{self.vpn_label} | {self.link.label} | {self.workload.full_label}"
 
     @property
     def group(self) -> tuple:
@@ -129,7 +134,8 @@ class Scenario:
         mix = self.link.background
         if mix and rate:  # the workload gets what the background leaves of the link
             rate = max(rate - mix.offered_kbit / 1000, rate / 10)
-        return self.kind.estimate_s(self.workload_as_run, rate)
+        mesh = self.idle_window_s + MESH_SETTLE_S if self.topology == "mesh" else 0
+        return self.kind.estimate_s(self.workload_as_run, rate) + mesh
 
     def estimate_s(self, in_vm: bool = False, most: bool = False, repetitions: int | None = None) -> float:
         """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after
@@ -197,7 +203,8 @@ def make_plan(study: Study) -> Plan:
                     link = link.model_copy(update={"name": f"{link.label} ({', '.join(pair.values())})"})
                 for workload in study.workloads:
                     scenarios.append(Scenario(0, study.topology, vpn, link, workload, study.repetitions, hosts=pair,
-                                              pin=study.pin_tunnel_ends))
+                                              pin=study.pin_tunnel_ends, peers=study.peers,
+                                              idle_window_s=study.idle_window_s))
     for i, scenario in enumerate(scenarios):
         scenario.index = i
     return Plan(study, scenarios)

@@ -91,6 +91,30 @@ class Report:
     labels: Labels = field(default_factory=Labels)       # the run's short labels (labels.py), everywhere
     algorithms: object = None                            # "Algorithms per profile" (algorithms.py)
     machines: list = field(default_factory=list)         # what the results came from (machines.py)
+    mesh_pairs: list = field(default_factory=list)       # a mesh's pairs, each one's mean (mesh_pair_rows)
+
+
+def mesh_pair_rows(scenarios: list, pairs: list) -> list[dict]:
+    """For each mesh scenario measured between several pairs: its primary metric's mean per pair over the
+    valid repetitions, the worst pair first, beside the aggregate the sample holds."""
+    found: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by_id = {s.id: s for s in scenarios}
+    for scenario_id, _, pair, values in pairs:
+        primary = KINDS[by_id[scenario_id].workload].primary
+        if primary in values:
+            found[scenario_id][pair].append(values[primary])
+    rows = []
+    for scenario_id, per_pair in found.items():
+        s, primary = by_id[scenario_id], KINDS[by_id[scenario_id].workload].primary
+        if len(per_pair) < 2:
+            continue
+        metric = catalog.metric(primary)
+        means = sorted(((statistics.fmean(v), pair) for pair, v in per_pair.items()),
+                       reverse=not metric.higher_is_better)
+        rows.append({"vpn": s.vpn_label, "link": s.link_label, "workload": s.workload_label,
+                     "metric": f"{primary} ({metric.unit})",
+                     "pairs": ", ".join(f"{pair} {fmt(mean)}" for mean, pair in means)})
+    return rows
 
 
 def _grouped_notes(scenarios: list) -> list[tuple[str, list[str]]]:
@@ -230,6 +254,7 @@ def build(directory: Path) -> Report:
         algorithms = algorithm_table(store, scenarios, short_labels(scenarios))
         settings = stored_settings(store)
         counted, both_ways = sensitivity.both_ways(store, summaries)
+        pairs = store.pair_values()
     finally:
         store.close()
     last = dict(runs[-1]) | {"first_started_at": runs[0]["started_at"], "vpnlab_version": sitting_versions(runs)}
@@ -258,6 +283,7 @@ def build(directory: Path) -> Report:
     _figures(report, scenarios, stat)
     _interval_figures(report, scenarios, series)
     _tunnels(report, scenarios, stat)
+    report.mesh_pairs = mesh_pair_rows(scenarios, pairs)
     used = _recommend(report, scenarios, stat, family)
     _comparisons(report, scenarios, family, used)
     report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))

@@ -30,6 +30,7 @@ from .files import tail
 from .judging import shared_machine_flag
 from .machines import TCG_NOTE
 from .plan import Plan, Scenario, duration, measured_pace, round_order
+from .mesh_run import run_mesh_repetition
 from .repetition import run_repetition
 from .signals import Interrupted
 from .stopping import rounds_wanted, stein_note
@@ -374,7 +375,8 @@ class Runner:
         store.set_status(scenario.id, "running")
         started = time.monotonic()
         pair = self.hosts.pair_of(scenario) if self.hosts else None
-        attempt = run_repetition(scenario, state, log_dir, arrivals_seed(self.plan.study.seed, round_no, scenario), pair)
+        repetition = run_mesh_repetition if scenario.topology == "mesh" else run_repetition
+        attempt = repetition(scenario, state, log_dir, arrivals_seed(self.plan.study.seed, round_no, scenario), pair)
         if self._stopping.is_set():
             return  # interrupted: not a sample, nor a failure (`--resume` measures it)
         for note in attempt.notes:

@@ -457,7 +457,7 @@ class Store:
                 (scenario.id, scenario.index, scenario.label, scenario.topology, _vpn_name(scenario.vpn),
                  scenario.vpn_label, json.dumps(scenario.vpn.as_dict(), sort_keys=True),
                  "+".join(scenario.implementations) or "none", link.label, link.rate_mbit, link.delay_ms,
-                 link.jitter_ms, link.loss_pct, workload.kind, workload.label,
+                 link.jitter_ms, link.loss_pct, workload.kind, workload.full_label,
                  json.dumps(workload.model_dump(mode="json"), sort_keys=True), scenario.repetitions.max,
                  scenario.repetitions.describe(), measured_in, json.dumps(hosts) if hosts else "",
                  int(scenario.vpn.is_baseline)),
@@ -670,6 +670,16 @@ class Store:
     def raw_outputs(self, tool: str) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM raw_outputs WHERE tool=? AND repetition > 0 ORDER BY scenario_id,"
                                " repetition", (tool,)).fetchall()
+
+    def pair_values(self) -> list[tuple[str, int, str, dict[str, float]]]:
+        """Each mesh pair's own values in the valid repetitions (their raw output `pairs`, by mesh_run):
+        (scenario, repetition, pair "a->b", metric -> value), in order."""
+        rows = self.db.execute(
+            "SELECT o.scenario_id, o.repetition, o.output FROM raw_outputs o JOIN scenarios sc ON sc.id = o.scenario_id"
+            " JOIN repetitions r ON r.scenario_id = o.scenario_id AND r.repetition = o.repetition"
+            f" WHERE o.tool = 'pairs' AND {VALID} ORDER BY o.scenario_id, o.repetition").fetchall()
+        return [(sid, rep, pair, values) for sid, rep, output in rows
+                for pair, values in sorted(json.loads(output).items())]
 
     def raw_output(self, scenario_id: str, repetition: int, tool: str) -> str | None:
         row = self.db.execute("SELECT output FROM raw_outputs WHERE scenario_id=? AND repetition=? AND tool=?",

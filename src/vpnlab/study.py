@@ -26,6 +26,7 @@ from .files import file_kind
 from .judging import AnalysisSettings
 from .schema import CONTROL, Strict, TrueOrFalse, shorten, socket_buffer_limit
 from .testbed.topology import HOST_ROLES, MAX_LAYERS
+from .testbed.mesh import IDLE_WINDOW_S, MAX_PEERS, MIN_PEERS
 from .catalog import KINDS
 from .workloads.background import PRESETS as BACKGROUND_PRESETS
 from .workloads.background import Background
@@ -220,7 +221,11 @@ class _StudyFile(Strict):
                              "none or another: shown in the report apart from the seed's (findings.py)")
     name: str = Field(min_length=1)
     description: str = ""
-    topology: Literal["remote-access", "site-to-site"] = "remote-access"
+    topology: Literal["remote-access", "site-to-site", "mesh"] = "remote-access"
+    peers: int | None = Field(None, ge=MIN_PEERS, le=MAX_PEERS, description=f"topology mesh: how many peers "
+                              f"({MIN_PEERS} to {MAX_PEERS} on one machine), each behind its own link to a core")
+    idle_window_s: float = Field(IDLE_WINDOW_S, ge=1, le=600, description="topology mesh: the idle window in which "
+                                 "the overlay's own control bytes on the WAN links are counted")
     repetitions: RepetitionRule = Field(default_factory=lambda: RepetitionRule.fixed(3),
                                         description="a count, or {min, max, ci_target_pct}")
     order: Literal["listed", "shuffled"] = "shuffled"   # within each round
@@ -263,6 +268,8 @@ class Study:
     source_path: str = ""
     hosts: list[dict[str, str]] = field(default_factory=list)  # pairs: role -> inventory host (HOST_ROLES); [] here
     pin_tunnel_ends: bool = True
+    peers: int | None = None          # topology mesh only
+    idle_window_s: float = IDLE_WINDOW_S
     nesting: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -428,7 +435,8 @@ def _parse(text: str, source: str, here: bool) -> Study:
     _check_distinct("the same workload", [(w, x.label, x.model_dump(mode="json")) for w, x in placed],
                     problems)
     _check_unique("links", [l.label for l in links], problems)
-    if top.hosts is not None:
+    _check_mesh(top, placed_vpns, placed, problems)
+    if top.hosts is not None and top.topology != "mesh":
         _check_hosts(top, placed_vpns, placed_links, placed, problems)
     else:
         problems += dict.fromkeys(f"{where}.shape: only for a study on real hosts (with `hosts:`); the testbed "
@@ -450,6 +458,8 @@ def _parse(text: str, source: str, here: bool) -> Study:
         source_path=source,
         hosts=[dict(top.hosts)] if isinstance(top.hosts, dict) else list(top.hosts or []),
         pin_tunnel_ends=top.pin_tunnel_ends,
+        peers=top.peers,
+        idle_window_s=top.idle_window_s,
     )
 
 
@@ -596,6 +606,32 @@ def _check_hosts(top: "_StudyFile", vpns: list, links: list, workloads: list, pr
     found += [f"{where}{'.inner' * depth}.driver: {layer.driver} does not run on real hosts yet ({drivers} do)"
               for where, vpn in vpns for depth, layer in enumerate(vpn.layers) if not DRIVERS[layer.driver].runs_on_hosts]
     problems.extend(dict.fromkeys(found))
+
+
+def _check_mesh(top: "_StudyFile", vpns: list, workloads: list, problems: list[str]) -> None:
+    """A mesh has its peers, one machine, and VPNs that can join N peers; `pairs` only in a mesh."""
+    if top.topology != "mesh":
+        if top.peers is not None:
+            problems.append("peers: only for topology 'mesh'")
+        problems += [f"{where}.pairs: only for topology 'mesh' (the other topologies have one pair)"
+                     for where, workload in workloads if workload.pairs != "one"]
+        return
+    if top.peers is None:
+        problems.append(f"peers: topology 'mesh' needs how many peers ({MIN_PEERS} to {MAX_PEERS})")
+    if top.hosts is not None:
+        problems.append("hosts: a mesh runs in namespaces on one machine (or its VM), not on real hosts")
+    problems += [f"{where}.kind: a mesh runs {', '.join(k for k, kind in KINDS.items() if kind.in_mesh)}, not "
+                 f"{workload.kind}" for where, workload in workloads if not KINDS[workload.kind].in_mesh]
+    for where, vpn in vpns:
+        driver = DRIVERS[vpn.driver]
+        if vpn.inner:
+            problems.append(f"{where}.inner: a mesh has one tunnel layer")
+        elif driver.mesh == "hub" and top.peers and getattr(vpn.options, "port", 0) + top.peers - 2 > 65535:
+            problems.append(f"{where}.options.port: a hub listens on {top.peers - 1} ports from it, past 65535")
+        elif not driver.baseline and driver.mesh is None:
+            capable = sorted(name for name, d in DRIVERS.items() if d.mesh)
+            problems.append(f"{where}.driver: '{vpn.driver}' cannot join a mesh (it declares neither a full mesh nor "
+                            f"hub and spoke); drivers that can: {', '.join(capable)}")
 
 
 def _check_distinct(same: str, items: list[tuple[str, str, dict]], problems: list[str]) -> None:

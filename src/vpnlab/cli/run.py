@@ -269,7 +269,7 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
     placed = in_vm or set()
     for s in plan.scenarios:
         where = "?" if in_vm is None else ("VM" if s.id in placed else "here")
-        table.add_row(str(s.index), s.id, safe(s.vpn_label), safe(s.link.label), safe(s.workload.label),
+        table.add_row(str(s.index), s.id, safe(s.vpn_label), safe(s.link.label), safe(s.workload.full_label),
                       _reps(s.repetitions), where, duration(s.estimate_s(s.id in placed)))
     out.print(table)
     vm = f", {len(placed)} of them in a VM (its boot included)" if placed else ""

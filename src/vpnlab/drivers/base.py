@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar, Literal
 
 import yaml
 from pydantic import ConfigDict, ValidationError, model_serializer
@@ -27,6 +27,7 @@ from ..files import tail, write_secret
 from ..metrics import declare
 from ..schema import NumbersAreNumbers
 from ..testbed.contract import Node, Process
+from ..testbed.mesh import hub_subnet
 from ..testbed.state import RunState
 from ..testbed.topology import TunnelSite
 from ..tools import Tool
@@ -132,6 +133,18 @@ TUNNEL_METRICS = (
             "noted in `show`", False, level="tunnel", producers="tunnel"),
     declare("tunnel_mtu", "B", "MTU of the (innermost) tunnel interface", None, level="tunnel", producers="tunnel"),
 )
+# What a mesh (mesh_run.py) records beside its workload's values, so that `show` tabulates them against no VPN.
+MESH_METRICS = (
+    declare("join_s", "s", "mesh: from starting the last peer's daemon to its first ping answered by peer 0 through "
+            "the overlay", False, positive=True, producers="mesh"),
+    declare("idle_control_bytes_per_s", "B/s", "mesh: bytes all peers sent on their WAN links per second while idle "
+            "(the overlay's keepalives, look-ups, meta traffic), over the study's idle_window_s", False,
+            judged="added", producers="mesh"),
+    declare("worst_pair_throughput_mbps", "Mbit/s", "mesh, pairs all or to-one: the slowest pair's goodput (the "
+            "sample's throughput_mbps is all pairs' sum)", True, positive=True, producers="mesh"),
+    declare("worst_pair_rtt_avg_ms", "ms", "mesh, pairs all or to-one: the slowest pair's mean round-trip time (the "
+            "sample's rtt_avg_ms is the pairs' mean)", False, positive=True, producers="mesh"),
+)
 
 
 @dataclass
@@ -184,6 +197,19 @@ class Tunnel:
         shutil.rmtree(self.env.secrets, ignore_errors=True)
 
 
+@dataclass
+class Mesh:
+    """A VPN joining the peers of a mesh, all but the last started: `join()` starts the last one (what
+    the join time times, until its first packet is answered through the overlay). `addresses` are
+    each peer's address in the overlay, in peer order. `settle()`, called once every pair has
+    exchanged a packet, returns when the data path is what a measurement should see."""
+
+    tunnels: list[Tunnel]
+    addresses: list[str]
+    join: Callable[[], None]
+    settle: Callable[[], None] = lambda: None
+
+
 class Driver:
     name: ClassVar[str]
     summary: ClassVar[str]
@@ -195,6 +221,9 @@ class Driver:
     runs_on_hosts: ClassVar[bool] = False        # its files and daemons go through the node (real hosts too)
     tunables: ClassVar[tuple[Tunable, ...]] = ()  # what `vpnlab tune` may vary; none: its default options only
     proposed: ClassVar[bool] = True              # in `vpnlab tune`'s space unless a spec names its drivers
+    # How it joins the peers of a mesh (topology `mesh`): "full", every peer to every other (its own
+    # up_mesh); "hub", peer 0 the hub with a two-site tunnel to each spoke (the default up_mesh); None: not at all.
+    mesh: ClassVar[Literal["full", "hub"] | None] = None
 
     # -- study time --------------------------------------------------------
     def check(self, options: Options, profile: str) -> str | None:
@@ -241,6 +270,29 @@ class Driver:
     # -- run time ----------------------------------------------------------
     def up(self, left: TunnelSite, right: TunnelSite, options: Options, profile: str, env: TunnelEnv) -> Tunnel:
         raise NotImplementedError
+
+    def up_mesh(self, sites: list[TunnelSite], options: Options, profile: str, env: TunnelEnv) -> Mesh:
+        """Join the peers of a mesh (all but the last started; Mesh.join starts it). This default is hub
+        and spoke from the two-site `up`, as such VPNs are deployed: peer 0 the hub (the server), one
+        tunnel to each spoke in a subnet of its own (mesh.hub_subnet), each on its own port (the port
+        option plus the spoke's number less one), the other spokes' subnets routed through the hub."""
+        if self.mesh != "hub":
+            raise NotImplementedError(f"{self.name} joins no mesh as hub and spoke")
+        hub, spokes = sites[0], range(1, len(sites))
+        ends = {k: (str(hub_subnet(k).network_address + 1), str(hub_subnet(k).network_address + 2)) for k in spokes}
+        tunnels: list[Tunnel] = []
+
+        def spoke_up(k: int) -> None:
+            others = [str(hub_subnet(j)) for j in spokes if j != k]
+            hub_end = TunnelSite(hub.node, hub.underlay_ip, ends[k][0], others, None)
+            spoke_end = TunnelSite(sites[k].node, sites[k].underlay_ip, ends[k][1], [], None)
+            own = TunnelEnv(env.state, k, env.log_dir, env.implementation)  # k tags its names, logs and secrets
+            port = {"port": options.port + k - 1} if "port" in type(options).model_fields else {}
+            tunnels.append(self.up(spoke_end, hub_end, options.model_copy(update=port), profile, own))
+
+        for k in list(spokes)[:-1]:
+            spoke_up(k)
+        return Mesh(tunnels, [ends[1][0], *(ends[k][1] for k in spokes)], lambda: spoke_up(len(sites) - 1))
 
     def overhead(self, options: Options, profile: str, implementation: str, inner_len: int) -> int:
         """Bytes the tunnel adds on the WAN to an inner IP packet of `inner_len` bytes (IPv4 outer)."""

@@ -19,7 +19,7 @@ from pydantic import Field
 from ..algorithms import AEAD, Algorithms, read_logs
 from ..errors import TunnelError
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, route_into, wait_for
 
 NEBULA = Tool("nebula", "nebula", ("nebula", "-version"))
 NEBULA_CERT = Tool("nebula-cert", "nebula", ("nebula-cert", "-version"))
@@ -47,6 +47,7 @@ class Nebula(Driver):
     tools = (NEBULA, NEBULA_CERT)
     Options = NebulaOptions
     runs_on_hosts = True
+    mesh = "full"
 
     def check(self, options, profile):
         if profile == "fips":
@@ -69,18 +70,26 @@ class Nebula(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, DEFAULT_MTU)
         tunnel = Tunnel(env, ("udp", options.port), mtu)
-        sites = ((right, left, "b"), (left, right, "a"))  # the lighthouse first: the client's handshake needs it
         _certificate_authority(env)
-        for site, peer, end in sites:
-            _sign(env, end, site)
+        for site, peer, end in ((right, left, "b"), (left, right, "a")):  # the lighthouse first: the client needs it
             dev = f"vn{env.unique}{end}"
-            config = env.secret_file(f"{end}.yml", json.dumps(_config(site, peer, end, dev, mtu, options, env)))
-            log = env.log(f"nebula-{site.node.role}")
-            proc = site.node.spawn(["nebula", "-config", env.on(site.node, config)], log, what="nebula")
-            tunnel.processes.append((site.node, proc, log))
-            wait_for(lambda: site.node.ipv4_address_once_up(dev) is not None, 15, f"nebula's {dev}", tunnel)
+            _start(env, tunnel, site, end, dev, None if end == "b" else right, peer, mtu, options)
             route_into(site.node, peer.subnets, dev)
         return tunnel
+
+    def up_mesh(self, sites, options, profile, env: TunnelEnv) -> Mesh:
+        """Peer 0 the lighthouse, which every other peer finds through `static_host_map`; the peers
+        learn each other's addresses from it and handshake directly (no NAT here: no punching)."""
+        mtu = env.mtu(options, DEFAULT_MTU)
+        tunnel = Tunnel(env, ("udp", options.port), mtu)
+        _certificate_authority(env)
+
+        def start(k: int) -> None:
+            _start(env, tunnel, sites[k], f"p{k}", f"vn{env.unique}m{k}", sites[0] if k else None, None, mtu, options)
+
+        for k in range(len(sites) - 1):
+            start(k)
+        return Mesh([tunnel], [site.tunnel_ip for site in sites], lambda: start(len(sites) - 1))
 
     # -- algorithms (algorithms.py) --------------------------------------------
     def algorithms(self, options, profile, implementation=""):
@@ -130,21 +139,32 @@ def _sign(env: TunnelEnv, end: str, site) -> None:
                  "-out-crt", folder / f"{end}.crt", "-out-key", folder / f"{end}.key")
 
 
-def _config(site, peer, end: str, dev: str, mtu: int, options: NebulaOptions, env: TunnelEnv) -> dict:
-    """This end's config (JSON, which is YAML): the other end (or, for the lighthouse, nobody) to
-    find, its networks as unsafe routes, a firewall that lets the measurement through."""
-    lighthouse = end == "b"
+def _start(env: TunnelEnv, tunnel: Tunnel, site, end: str, dev: str, lighthouse, peer, mtu: int,
+           options: NebulaOptions) -> None:
+    """Sign this end's certificate, start its nebula and wait for its interface."""
+    _sign(env, end, site)
+    config = env.secret_file(f"{end}.yml", json.dumps(_config(site, lighthouse, peer, end, dev, mtu, options, env)))
+    log = env.log(f"nebula-{site.node.role}")
+    proc = site.node.spawn(["nebula", "-config", env.on(site.node, config)], log, what="nebula")
+    tunnel.processes.append((site.node, proc, log))
+    wait_for(lambda: site.node.ipv4_address_once_up(dev) is not None, 15, f"nebula's {dev}", tunnel)
+
+
+def _config(site, lighthouse, peer, end: str, dev: str, mtu: int, options: NebulaOptions, env: TunnelEnv) -> dict:
+    """This end's config (JSON, which is YAML): the lighthouse to find (None: it is the lighthouse),
+    the networks behind `peer` (if any) as unsafe routes, a firewall that lets the measurement through."""
     files = {name: str(env.on(site.node, env.secrets / name)) for name in ("ca.crt", f"{end}.crt", f"{end}.key")}
     anything = [{"port": "any", "proto": "any", "host": "any"}]
     return {
         "pki": {"ca": files["ca.crt"], "cert": files[f"{end}.crt"], "key": files[f"{end}.key"]},
-        "static_host_map": {} if lighthouse else {peer.tunnel_ip: [f"{peer.underlay_ip}:{options.port}"]},
-        "lighthouse": {"am_lighthouse": lighthouse, "interval": 60, "hosts": [] if lighthouse else [peer.tunnel_ip]},
+        "static_host_map": {lighthouse.tunnel_ip: [f"{lighthouse.underlay_ip}:{options.port}"]} if lighthouse else {},
+        "lighthouse": {"am_lighthouse": lighthouse is None, "interval": 60,
+                       "hosts": [lighthouse.tunnel_ip] if lighthouse else []},
         "listen": {"host": site.underlay_ip, "port": options.port},
         "punchy": {"punch": False},
         "tun": {"disabled": False, "dev": dev, "mtu": mtu, "drop_local_broadcast": False, "drop_multicast": False,
                 "unsafe_routes": [{"route": net, "via": peer.tunnel_ip, "metric": UNSAFE_ROUTE_METRIC}
-                                  for net in peer.subnets]},
+                                  for net in (peer.subnets if peer else [])]},
         "logging": {"level": "info", "format": "text", "disable_timestamp": True},
         "firewall": {"outbound": anything, "inbound": anything},
         "cipher": options.cipher,

@@ -205,6 +205,7 @@ class SoftEther(Driver):
              Tool("vpnclient", "softether-vpnclient", path=CLIENT),
              Tool("vpncmd", "softether-vpncmd"), Tool("unshare", "util-linux"))
     Options = SoftEtherOptions
+    mesh = "hub"  # a server its clients reach each other through (the default up_mesh)
 
     def check(self, options, profile):
         if profile == "fips":

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from ..algorithms import Algorithms, integrity_name, read_logs
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, route_into, wait_for
 
 TINCD = Tool("tincd", "tinc", ("tincd", "--version"))
 RSA_BITS = 2048  # tincd -K's default
@@ -79,6 +79,7 @@ class Tinc(Driver):
     tools = (TINCD,)
     Options = TincOptions
     runs_on_hosts = True
+    mesh = "full"
 
     def check(self, options, profile):
         if profile == "fips":
@@ -113,28 +114,40 @@ class Tinc(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, None)
-        tunnel = Tunnel(env, ("udp", options.port), mtu or 1500, control=[("tcp", options.port)],
-                        encrypted=encrypts(options.cipher))
+        tunnel = _tunnel(env, options, mtu)
         ends = {"b": right, "a": left}
         keys = {end: rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS) for end in ends}
-        started = {}
-        for end, site in ends.items():  # the gateway first: the client connects to it
-            folder = _config(env, end, ends, keys, options)
-            dev = f"vt{env.unique}{end}"
-            log = env.log(f"tincd-{site.node.role}")
-            there = env.on(site.node, folder)
-            argv = ["tincd", "-c", there, "-D", "-d1", f"--pidfile={there}/tinc.pid"]
-            proc = site.node.spawn(argv, log, what="tincd")
-            tunnel.processes.append((site.node, proc, log))
-            wait_for(lambda: "\nReady\n" in log.read_text(errors="replace"), 15, f"tincd in {site.node.role}", tunnel)
-            site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} {f'mtu {mtu} ' if mtu else ''}up")
-            started[end] = (site, there, log)
+        started = {end: _start(env, tunnel, end, ends, keys, options, mtu, None if end == "b" else "b")
+                   for end in ends}  # the gateway first: the client connects to it
         for end, (site, _, _) in started.items():
             route_into(site.node, ends[PEER[end]].subnets, f"vt{env.unique}{end}")
         for end, (site, there, log) in started.items():
             wait_for(lambda: _path_mtu_settled(site, there, log, PEER[end]), PMTU_TIMEOUT_S,
                      f"tinc's path-MTU discovery in {site.node.role}", tunnel, interval=0.25)
         return tunnel
+
+    def up_mesh(self, sites, options, profile, env: TunnelEnv) -> Mesh:
+        """Every peer's tincd makes its meta connection to peer 0's (ConnectTo p0) and knows every
+        peer's host file; packet keys go over the meta connections, the data directly between peers
+        over UDP. `settle` waits for every path-MTU discovery (each pair's starts with its first packet)."""
+        mtu = env.mtu(options, None)
+        tunnel = _tunnel(env, options, mtu)
+        ends = {f"p{k}": site for k, site in enumerate(sites)}
+        keys = {end: rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS) for end in ends}
+        started = {}
+
+        def start(end: str) -> None:
+            started[end] = _start(env, tunnel, end, ends, keys, options, mtu, None if end == "p0" else "p0")
+
+        def settle() -> None:
+            for end, (site, there, log) in started.items():
+                for other in ends.keys() - {end}:
+                    wait_for(lambda: _path_mtu_settled(site, there, log, other), PMTU_TIMEOUT_S,
+                             f"tinc's path-MTU discovery from {end} to {other}", tunnel, interval=0.25)
+
+        for end in list(ends)[:-1]:
+            start(end)
+        return Mesh([tunnel], [site.tunnel_ip for site in sites], lambda: start(f"p{len(sites) - 1}"), settle)
 
     # -- algorithms (algorithms.py) --------------------------------------------
     def algorithms(self, options, profile, implementation=""):
@@ -210,7 +223,27 @@ def _path_mtu_settled(site, there, log: Path, peer: str) -> bool:
     return settled
 
 
-def _config(env: TunnelEnv, end: str, ends: dict, keys: dict, options: TincOptions) -> Path:
+def _tunnel(env: TunnelEnv, options: TincOptions, mtu: int | None) -> Tunnel:
+    return Tunnel(env, ("udp", options.port), mtu or 1500, control=[("tcp", options.port)],
+                  encrypted=encrypts(options.cipher))
+
+
+def _start(env: TunnelEnv, tunnel: Tunnel, end: str, ends: dict, keys: dict, options: TincOptions,
+           mtu: int | None, connect_to: str | None) -> tuple:
+    """Write this end's configuration, start its tincd, address its interface once tincd is ready."""
+    site = ends[end]
+    folder = _config(env, end, ends, keys, options, connect_to)
+    dev = f"vt{env.unique}{end}"
+    log = env.log(f"tincd-{site.node.role}")
+    there = env.on(site.node, folder)
+    proc = site.node.spawn(["tincd", "-c", there, "-D", "-d1", f"--pidfile={there}/tinc.pid"], log, what="tincd")
+    tunnel.processes.append((site.node, proc, log))
+    wait_for(lambda: "\nReady\n" in log.read_text(errors="replace"), 15, f"tincd in {site.node.role}", tunnel)
+    site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} {f'mtu {mtu} ' if mtu else ''}up")
+    return site, there, log
+
+
+def _config(env: TunnelEnv, end: str, ends: dict, keys: dict, options: TincOptions, connect_to: str | None) -> Path:
     """This end's configuration folder (0700): tinc.conf, its private key, both ends' host files."""
     folder = env.secrets / f"tinc-{end}"
     (folder / "hosts").mkdir(mode=0o700, parents=True)
@@ -226,7 +259,7 @@ def _config(env: TunnelEnv, end: str, ends: dict, keys: dict, options: TincOptio
     settings = [f"Name = {end}", f"Interface = vt{env.unique}{end}", "DeviceType = tun", "Mode = router",
                 "AddressFamily = ipv4", f"Cipher = {options.cipher}", f"Digest = {options.digest}",
                 f"MACLength = {options.mac_bytes}", f"Compression = {options.compression}"]
-    if end == "a":
-        settings.append("ConnectTo = b")
+    if connect_to:
+        settings.append(f"ConnectTo = {connect_to}")
     env.secret_file(f"tinc-{end}/tinc.conf", "\n".join(settings) + "\n")
     return folder

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Mesh, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
 HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
@@ -35,6 +35,7 @@ class WireGuard(Driver):
     guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
     runs_on_hosts = True
+    mesh = "full"
     tunables = (Tunable("mtu", (None, 1380, 1280)), Tunable("implementation", ("kernel", "wireguard-go")))
 
     def check(self, options, profile):
@@ -111,6 +112,46 @@ class WireGuard(Driver):
             site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} mtu {mtu} up")
             route_into(site.node, peer.subnets, dev)
         return tunnel
+
+    def up_mesh(self, sites, options, profile, env: TunnelEnv) -> Mesh:
+        """A full mesh: every peer has every other as a WireGuard peer, with its endpoint and its overlay
+        address (/32) as allowed IPs; each peer's keys are made before any starts, so the others know
+        the last one before it joins."""
+        names = [f"vw{env.unique}m{k}" for k in range(len(sites))]
+        mtu = env.mtu(options, DEFAULT_MTU)
+        tunnel = Tunnel(env, ("udp", options.port), mtu)
+        keys = []
+        for site, dev in zip(sites, names):
+            private = site.node.run(["wg", "genkey"]).stdout.strip()
+            public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
+            keys.append((env.on(site.node, env.secret_file(f"{dev}.key", private + "\n")), public))
+
+        def start(k: int) -> None:
+            site, dev = sites[k], names[k]
+            self._interface(site.node, dev, env, tunnel)
+            argv = ["wg", "set", dev, "private-key", keys[k][0], "listen-port", options.port]
+            for j, peer in enumerate(sites):
+                if j != k:
+                    argv += ["peer", keys[j][1], "allowed-ips", f"{peer.tunnel_ip}/32",
+                             "endpoint", f"{peer.underlay_ip}:{options.port}"]
+            site.node.run(argv)
+            site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} mtu {mtu} up")
+
+        for k in range(len(sites) - 1):
+            start(k)
+        return Mesh([tunnel], [site.tunnel_ip for site in sites], lambda: start(len(sites) - 1))
+
+    @staticmethod
+    def _interface(node, dev: str, env: TunnelEnv, tunnel: Tunnel) -> None:
+        """The kernel's interface, or wireguard-go's once its control socket is there."""
+        if env.implementation == "kernel":
+            node.ip(f"link add {dev} type wireguard")
+            return
+        tunnel.leave(node, SOCKET_DIR / f"{dev}.sock")  # a killed wireguard-go leaves it behind
+        log = env.log(f"wireguard-go-{node.role}")
+        proc = node.spawn(["wireguard-go", dev], log, env={"WG_PROCESS_FOREGROUND": "1"}, what="wireguard-go")
+        tunnel.processes.append((node, proc, log))
+        wait_for(lambda: node.exists(SOCKET_DIR / f"{dev}.sock"), 10, f"wireguard-go's socket {dev}", tunnel)
 
     # -- algorithms (algorithms.py) --------------------------------------------
     def algorithms(self, options, profile, implementation=""):

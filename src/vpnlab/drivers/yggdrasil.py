@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 from ..algorithms import AEAD, Algorithms
 from ..testbed.contract import Node
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
+from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, wait_for
 
 VXLAN_PORT = 4789
 VXLAN = 40 + 8 + 8 + 14  # IPv6, UDP, VXLAN header, the inner Ethernet header
@@ -76,8 +76,10 @@ class YggdrasilOptions(Options):
 class Yggdrasil(Driver):
     name = "yggdrasil"
     summary = "Yggdrasil mesh (NaCl box end to end, peered over TLS/TCP), IPv4 in VXLAN over its IPv6"
-    tools = (Tool("yggdrasil", "yggdrasil", ("yggdrasil", "-version")),)
+    tools = (Tool("yggdrasil", "yggdrasil", ("yggdrasil", "-version")),
+             Tool("bridge", "iproute2", ("bridge", "-V")))  # a mesh's VXLAN flood list
     Options = YggdrasilOptions
+    mesh = "full"
 
     def check(self, options, profile):
         if profile == "fips":
@@ -128,11 +130,41 @@ class Yggdrasil(Driver):
                    for site in (left, right)}
         uri = f"{options.peering}://{right.underlay_ip}:{options.port}"
         for site, peer, end in ((left, right, "a"), (right, left, "b")):
-            configs[site.node.role].update(
-                Peers=[uri] if site is left else [], InterfacePeers={}, Listen=[uri] if site is right else [],
-                AllowedPublicKeys=[configs[peer.node.role]["PublicKey"]], MulticastInterfaces=[], AdminListen="none",
-                NodeInfoPrivacy=True, NodeInfo={}, IfName=f"vy{env.unique}{end}", IfMTU=mtu + VXLAN)
+            _peering(configs[site.node.role], [uri] if site is left else [], [uri] if site is right else [],
+                     [configs[peer.node.role]["PublicKey"]], f"vy{env.unique}{end}", mtu)
         return configs
+
+    def up_mesh(self, sites, options, profile, env: TunnelEnv) -> Mesh:
+        """Every peer listens and dials each peer before it (peer k peers 0..k-1): a full mesh of
+        peerings, over which Yggdrasil routes each pair as it finds. The testbed's IPv4 in one VXLAN
+        device per peer, every other peer's Yggdrasil address on its flood list (ARP), their MACs learnt."""
+        mtu = env.mtu(options, DEFAULT_MTU)
+        tunnel = YggdrasilTunnel(env, ("tcp", options.port), mtu)
+        uris = [f"{options.peering}://{site.underlay_ip}:{options.port}" for site in sites]
+        configs = [json.loads(site.node.run(["yggdrasil", "-genconf", "-json"]).stdout) for site in sites]
+        keys = [config["PublicKey"] for config in configs]
+        paths, addresses = [], []
+        for k, (site, config) in enumerate(zip(sites, configs)):
+            _peering(config, uris[:k], [uris[k]], keys[:k] + keys[k + 1:], f"vy{env.unique}m{k}", mtu)
+            paths.append(env.on(site.node, env.secret_file(f"yggdrasil-p{k}.conf", json.dumps(config))))
+            addresses.append(site.node.run(["yggdrasil", "-useconffile", paths[k], "-address"]).stdout.strip())
+
+        def start(k: int) -> None:
+            site, vxlan = sites[k], f"vx{env.unique}m{k}"
+            log = env.log(f"yggdrasil-{site.node.role}")
+            proc = site.node.spawn(["yggdrasil", "-useconffile", paths[k], "-logto", "stdout"], log, what="yggdrasil")
+            tunnel.processes.append((site.node, proc, log))
+            wait_for(lambda: site.node.listening(options.port), 15, f"yggdrasil in {site.node.role} to listen", tunnel)
+            tunnel.devices.append((site.node, vxlan))
+            site.node.ip(f"link add {vxlan} type vxlan id 1 local {addresses[k]} dstport {VXLAN_PORT}",
+                         f"addr add {site.tunnel_ip}/24 dev {vxlan}", f"link set {vxlan} mtu {mtu} up")
+            for j, address in enumerate(addresses):
+                if j != k:
+                    site.node.run(["bridge", "fdb", "append", "00:00:00:00:00:00", "dev", vxlan, "dst", address])
+
+        for k in range(len(sites) - 1):
+            start(k)
+        return Mesh([tunnel], [site.tunnel_ip for site in sites], lambda: start(len(sites) - 1))
 
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         """For a packet of a young session, as the probes after set-up are: the session's nonce is a
@@ -164,6 +196,14 @@ class Yggdrasil(Driver):
             return None
         return replace(self.algorithms(options, profile), control=found.control, control_cipher="",
                        source="yggdrasil log (the peering); the session's algorithms fixed by the software")
+
+
+def _peering(config: dict, peers: list[str], listen: list[str], allowed: list[str], name: str, mtu: int) -> None:
+    """A node's peerings (whom it dials, where it listens, whose keys it accepts), no multicast
+    discovery, no admin socket, a TUN named uniquely machine-wide (as wireguard's), with room for the
+    VXLAN around the tunnel's packets."""
+    config.update(Peers=peers, InterfacePeers={}, Listen=listen, AllowedPublicKeys=allowed, MulticastInterfaces=[],
+                  AdminListen="none", NodeInfoPrivacy=True, NodeInfo={}, IfName=name, IfMTU=mtu + VXLAN)
 
 
 def parse_yggdrasil_log(text: str) -> Algorithms | None:

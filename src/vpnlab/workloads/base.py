@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_serializer
 
 from ..metrics import Metric, declare
 from ..schema import Strict
@@ -26,10 +28,29 @@ class WorkloadOptions(Strict):
     """Base of a kind's options; each kind narrows `kind` to its own name."""
 
     kind: str
+    pairs: Literal["one", "all", "to-one"] = Field("one", description="in a mesh: between peers 0 and 1 (one), "
+                                                   "between every ordered pair at once (all), or from every other "
+                                                   "peer to peer 0 at once (to-one)")
+
+    @model_serializer(mode="wrap")
+    def _one_pair_as_before(self, handler):
+        return without_one_pair(self, handler(self))
 
     @property
     def label(self) -> str:
         raise NotImplementedError
+
+    @property
+    def full_label(self) -> str:
+        """The kind's label, with the pairs it runs between in a mesh (none said: one pair)."""
+        return self.label + ("" if self.pairs == "one" else f"-pairs-{self.pairs}")
+
+
+def without_one_pair(options: WorkloadOptions, data):
+    """`pairs` came with the mesh: left out at "one", so scenarios stored before keep their ids."""
+    if isinstance(data, dict) and options.pairs == "one":
+        data.pop("pairs", None)
+    return data
 
 
 @dataclass
@@ -49,6 +70,7 @@ class WorkloadContext:
     log_dir: Path
     services: dict = field(default_factory=dict)  # servers started once per testbed, stopped with it
     server_info: dict = field(default_factory=dict)  # what clients need to reach them (keys, CA)
+    port_offset: int = 0  # added to its servers' ports: each pair of a mesh measured at once has its own
 
     def stop_services(self) -> None:
         for node, proc in self.services.values():
@@ -68,6 +90,7 @@ class WorkloadKind:
     series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series
     loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
     runs_on_hosts: ClassVar[bool] = False        # all it runs goes through the testbed's nodes (real hosts too)
+    in_mesh: ClassVar[bool] = False              # runs between a mesh's pairs, several at once (its own ports)
 
     def needs(self, options: WorkloadOptions) -> tuple[str, ...]:
         """The programs this configuration runs (default: all the kind's)."""

@@ -17,17 +17,17 @@ def ensure_server(ctx: WorkloadContext) -> None:
     """Start iperf3 -s in the sink once per testbed and wait until it listens."""
     if "iperf3" in ctx.services:
         return
-    sink = ctx.bed.sink
+    sink, port = ctx.bed.sink, PORT + ctx.port_offset
     log = ctx.log_dir / "iperf3-server.log"
-    proc = sink.spawn(["iperf3", "-s", "-J", "-p", PORT], log, what="iperf3")  # -J: a client gets its counts as JSON
+    proc = sink.spawn(["iperf3", "-s", "-J", "-p", port], log, what="iperf3")  # -J: a client gets its counts as JSON
     ctx.services["iperf3"] = (sink, proc)
-    sink.wait_listening(PORT, proc, log)
+    sink.wait_listening(port, proc, log)
 
 
 def client(ctx: WorkloadContext, args: list, duration: float) -> tuple[dict, str]:
     """Run one iperf3 client for `duration` seconds; its JSON and the raw text."""
     ensure_server(ctx)
-    argv = ["iperf3", "-c", ctx.bed.sink_ip, "-p", PORT, "-J", "--connect-timeout", 3000, *args]
+    argv = ["iperf3", "-c", ctx.bed.sink_ip, "-p", PORT + ctx.port_offset, "-J", "--connect-timeout", 3000, *args]
     try:
         proc = ctx.bed.source.run(argv, check=False, timeout=hang_limit(duration))
     except CommandError as exc:

@@ -58,6 +58,7 @@ class Ping(WorkloadKind):
     tools = (Tool("ping", "iputils-ping", ("ping", "-V")),)
     metrics = METRICS
     primary = "rtt_avg_ms"
+    in_mesh = True
     runs_on_hosts = True
     graded = (("rtt_avg_ms", "RTT"),)
     plotted = ("rtt_avg_ms",)

@@ -136,6 +136,7 @@ class Tcp(WorkloadKind):
     tools = iperf.TOOLS
     metrics = (THROUGHPUT, RETRANSMITS)
     primary = "throughput_mbps"
+    in_mesh = True
     loads_path = True
     runs_on_hosts = True
     graded = (("throughput_mbps", "TCP throughput"),)

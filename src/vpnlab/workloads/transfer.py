@@ -19,7 +19,7 @@ from ..schema import Size, human_size, parse_size
 from ..testbed.node import private_run
 from ..tools import Tool
 from . import datasets
-from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
+from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions, without_one_pair
 
 METRICS = (
     declare("transfer_s", "s", "time to download the file, or all `files` of it one after another (curl's own "
@@ -67,7 +67,7 @@ class TransferOptions(WorkloadOptions):
         data = handler(self)
         if isinstance(data, dict) and self.files == 1:
             data.pop("files", None)
-        return data
+        return without_one_pair(self, data)
 
     @property
     def sizes(self) -> list[int]:

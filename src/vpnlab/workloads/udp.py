@@ -91,6 +91,7 @@ class Udp(WorkloadKind):
     tools = iperf.TOOLS
     metrics = (THROUGHPUT, SENT, OFFERED, JITTER, LOSS)
     primary = "throughput_mbps"
+    in_mesh = True
     loads_path = True
     runs_on_hosts = True
     graded = (("throughput_mbps", "UDP throughput"), ("udp_jitter_ms", "jitter"), ("udp_loss_pct", "loss"))
