@@ -26,13 +26,14 @@ pytestmark = pytest.mark.integration
 
 
 def up(state, tmp_path, driver_name, rate_mbit, **options):
-    bed = Testbed.build(state, Layout.for_topology("remote-access", 1), Link(rate_mbit=rate_mbit), tag="a")
+    link = Link(rate_mbit=rate_mbit)
+    bed = Testbed.build(state, Layout.for_topology("remote-access", 1), link, tag="a")
     driver = DRIVERS[driver_name]
     opts = driver.Options(**options)
     left, right = bed.tunnel_sites(0)
     started = time.monotonic()
     tunnel = driver.up(left, right, opts, "default", TunnelEnv(state, 0, tmp_path, driver.resolve(opts, detect()).name))
-    while not first_packet(bed):
+    while not first_packet(bed, link):
         assert time.monotonic() - started < 30, "no packet got through the tunnel"
     return bed, tunnel, time.monotonic() - started
 

@@ -19,7 +19,8 @@ from conftest import our_namespaces, run_here
 from vpnlab import export
 from vpnlab.catalog import KINDS
 from vpnlab.errors import StudyError
-from vpnlab.mesh_run import answer_deadline, combine, pairs_of
+from vpnlab.mesh_run import combine, pairs_of
+from vpnlab.tunnels import answer_deadline
 from vpnlab.plan import make_plan
 from vpnlab.report import build, render
 from vpnlab.store import Store

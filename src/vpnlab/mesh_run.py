@@ -13,7 +13,6 @@ which a hub-and-spoke VPN connects through its hub).
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,12 +26,11 @@ from .proof import prove
 from .repetition import Attempt
 from .testbed.mesh import MeshTestbed, PairView
 from .testbed.state import RunState
-from .tunnels import SETUP_TIMEOUT_S, TunnelStage, overhead_model
+from .tunnels import SETUP_TIMEOUT_S, TunnelStage, answer_deadline, answered, overhead_model
 from .workloads.base import Measurement, WorkloadContext
 
 ONE_PAIR = (1, 2)
 SUMMED_UNITS = ("Mbit/s", "kbit/s", "segments", "count")  # over a mesh's pairs: what all of them carried, lost
-PING_GAP_S = 0.05        # between the join's pings until one is answered: the join time's resolution
 WARM_UP_PINGS = 5  # per pair: keys, lighthouse look-ups and path-MTU discovery start with a pair's first packet
 
 
@@ -108,19 +106,6 @@ def join(stage: TunnelStage, bed: MeshTestbed, scenario, state: RunState, log_di
     stage.values["join_s"] = time.monotonic() - joining
     stage.values["setup_s"] = time.monotonic() - started
     return mesh
-
-
-def answer_deadline(link) -> int:
-    """How long pings may wait for their first reply: a second and two round trips (a handshake's and the
-    ping's) of the link as run, in whole seconds (ping's -w takes no fraction)."""
-    return 1 + math.ceil(4 * (link.delay_ms + link.jitter_ms) / 1000)
-
-
-def answered(node, address: str, deadline_s: int) -> bool:
-    """Does `address` answer a ping within the deadline? One every PING_GAP_S until the first reply, which
-    ends it: the time to a reply is the path's (a long round trip included), not a fixed wait's."""
-    argv = ["ping", "-n", "-c", "1", "-i", PING_GAP_S, "-w", deadline_s, address]
-    return node.run(argv, check=False, timeout=deadline_s + 5).returncode == 0
 
 
 def prove_pair(stage: TunnelStage, view: PairView, scenario, log_dir: Path) -> None:

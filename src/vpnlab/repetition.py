@@ -64,7 +64,7 @@ def run_repetition(scenario, state: RunState, log_dir: Path, arrivals: str, host
             others += other_live_runs(state.run_id)
         if others:
             attempt.sample.flags.append(shared_machine_flag(others))
-        attempt.failure = watch.death or still_carrying(stage, bed) or attempt.failure
+        attempt.failure = watch.death or still_carrying(stage, bed, scenario.link_as_run) or attempt.failure
         attempt.sample.values |= stage.values
         record_algorithms(stage, scenario, attempt.sample)  # declared and negotiated, per layer
     except (VpnlabError, subprocess.SubprocessError) as exc:
@@ -84,12 +84,12 @@ def warm_up(bed: Testbed) -> None:
                    timeout=10)
 
 
-def still_carrying(stage: TunnelStage, bed: Testbed) -> str | None:
+def still_carrying(stage: TunnelStage, bed: Testbed, link) -> str | None:
     """None if every daemon runs and a packet still crosses end to end, else what is wrong."""
     problem = stage.health()
     if problem:
         return f"the tunnel died during the measurement: {problem}"
-    if any(first_packet(bed, wait_s=1) for _ in range(CHECK_ATTEMPTS)):
+    if any(first_packet(bed, link) for _ in range(CHECK_ATTEMPTS)):
         return None
     logs = "\n".join(t.logs() for t in stage.tunnels)
     return "after the measurement no packet crossed end to end any more" + (f"\n{logs}" if logs else "")

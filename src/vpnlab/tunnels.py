@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from .testbed.state import RunState
 from .testbed.topology import Testbed
 
 SETUP_TIMEOUT_S = 30
+PING_GAP_S = 0.05  # between pings until one is answered: the resolution of set-up and join times
 
 
 @dataclass
@@ -67,7 +69,7 @@ def bring_up(stage: TunnelStage, bed: Testbed, scenario, state: RunState, log_di
         return
     if placement and not placement.pinned:
         stage.notes.append(f"tunnel ends {placement.text}: they shared the CPUs")
-    wait_for(lambda: first_packet(bed), SETUP_TIMEOUT_S, f"the first packet through {scenario.vpn.label}",
+    wait_for(lambda: first_packet(bed, scenario.link_as_run), SETUP_TIMEOUT_S, f"the first packet through {scenario.vpn.label}",
              stage.tunnels[-1], interval=0)
     stage.values["setup_s"] = time.monotonic() - started
 
@@ -88,10 +90,23 @@ def fitting_mtu(driver, options, profile: str, implementation: str, path_mtu: in
     return mtu
 
 
-def first_packet(bed: Testbed, wait_s: float = 0.2) -> bool:
-    """Does one echo request from the source reach the sink and come back?"""
-    probe = bed.source.run(["ping", "-n", "-c", "1", "-W", wait_s, bed.sink_ip], check=False, timeout=5)
-    return probe.returncode == 0
+def answer_deadline(link) -> int:
+    """How long pings may wait for their first reply: a second and two round trips (a handshake's and the
+    ping's) of the link as run, in whole seconds (ping's -w takes no fraction)."""
+    return 1 + math.ceil(4 * (link.delay_ms + link.jitter_ms) / 1000)
+
+
+def answered(node, address: str, deadline_s: int) -> bool:
+    """Does `address` answer a ping within the deadline? One every PING_GAP_S until the first reply, which
+    ends it: the time to a reply is the path's (a long round trip included), not a fixed wait's."""
+    argv = ["ping", "-n", "-c", "1", "-i", PING_GAP_S, "-w", deadline_s, address]
+    return node.run(argv, check=False, timeout=deadline_s + 5).returncode == 0
+
+
+def first_packet(bed: Testbed, link) -> bool:
+    """Does an echo request from the source reach the sink and come back, over `link` as run (a fixed
+    short wait never saw the reply of a link whose round trip is longer)?"""
+    return answered(bed.source, bed.sink_ip, answer_deadline(link))
 
 
 def prove_and_measure(stage: TunnelStage, bed: Testbed, scenario, log_dir: Path) -> None:
