@@ -14,7 +14,7 @@ from hosts_harness import CONTROLLER_ADDRESS, lab  # noqa: F401  (lab is the fix
 from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line, root_qdisc_device
-from vpnlab.hosts.inventory import limit, load_inventory, select
+from vpnlab.hosts.inventory import USER_KNOWN_HOSTS, host_key_policy, limit, load_inventory, select, ssh_options
 
 YAML_INVENTORY = """\
 all:
@@ -86,6 +86,74 @@ def test_inventory_errors_name_the_file_and_the_host(tmp_path):
     templated = inventory(tmp_path, "all:\n  hosts:\n    x: {ansible_host: '{{ lookup(\"env\", \"X\") }}'}\n", "t.yml")
     with pytest.raises(StudyError, match="ansible_host is a template"):
         load_inventory(templated)
+
+
+# -- the host-key policy, as Ansible's ssh follows it ------------------------------------------
+
+HOME_KNOWN_HOSTS = (str(Path(USER_KNOWN_HOSTS).expanduser()),)
+
+
+def policy(variables, environ=None):
+    found = host_key_policy(variables, environ or {}, "inventory i.yml: host h")
+    return found.checking, found.known_hosts
+
+
+def test_ssh_options_are_read_as_ssh_reads_them():
+    args = """-o StrictHostKeyChecking=no -oUserKnownHostsFile=/tmp/k -o "ProxyJump jump" -C -o 'Port = 2'"""
+    assert ssh_options(args, "x") == {"stricthostkeychecking": "no", "userknownhostsfile": "/tmp/k",
+                                      "proxyjump": "jump", "port": "2"}
+    assert ssh_options("-o StrictHostKeyChecking=yes -o stricthostkeychecking=no", "x") == \
+        {"stricthostkeychecking": "yes"}  # the first value wins
+    with pytest.raises(StudyError, match="inventory i.yml: host h: ansible_ssh_extra_args: cannot split"):
+        policy({"ansible_ssh_extra_args": "-o 'unclosed"})
+
+
+def test_host_key_checking_is_on_by_default_against_the_users_known_hosts():
+    assert policy({}) == ("yes", HOME_KNOWN_HOSTS)
+    assert policy({"ansible_ssh_common_args": "-o ServerAliveInterval=5"}) == ("yes", HOME_KNOWN_HOSTS)
+
+
+@pytest.mark.parametrize("variables, environ, expected", [
+    ({"ansible_host_key_checking": False}, {}, "no"),
+    ({"ansible_host_key_checking": "no"}, {}, "no"),
+    ({}, {"ANSIBLE_HOST_KEY_CHECKING": "False"}, "no"),
+    ({}, {"ANSIBLE_SSH_HOST_KEY_CHECKING": "0"}, "no"),
+    ({"ansible_host_key_checking": True}, {"ANSIBLE_HOST_KEY_CHECKING": "False"}, "yes"),  # the host's variable wins
+    ({"ansible_ssh_host_key_checking": "yes"}, {"ANSIBLE_HOST_KEY_CHECKING": "no"}, "yes"),
+    # checking off puts StrictHostKeyChecking=no first on Ansible's ssh command line: it wins
+    ({"ansible_host_key_checking": False, "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes"}, {}, "no"),
+    ({"ansible_ssh_common_args": "-o StrictHostKeyChecking=no"}, {}, "no"),
+    ({"ansible_ssh_extra_args": "-oStrictHostKeyChecking=accept-new"}, {}, "accept-new"),
+    ({"ansible_ssh_common_args": "-o 'StrictHostKeyChecking ask'"}, {}, "yes"),  # no terminal to ask on
+    # common args come before extra args on the command line
+    ({"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new",
+      "ansible_ssh_extra_args": "-o StrictHostKeyChecking=no"}, {}, "accept-new"),
+])
+def test_host_key_checking_follows_ansibles_precedence(variables, environ, expected):
+    assert policy(variables, environ)[0] == expected
+
+
+def test_the_known_hosts_files_come_from_user_known_hosts_file():
+    assert policy({"ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null"}) == ("yes", ())
+    two = policy({"ansible_ssh_extra_args": "-o 'UserKnownHostsFile=~/lab_hosts /etc/lab_hosts'"})[1]
+    assert two == (str(Path("~/lab_hosts").expanduser()), "/etc/lab_hosts")
+
+
+def test_bad_host_key_settings_name_the_variable():
+    with pytest.raises(StudyError, match=r"host h: ansible_host_key_checking='maybe' is not a boolean"):
+        policy({"ansible_host_key_checking": "maybe"})
+    with pytest.raises(StudyError, match=r"ANSIBLE_HOST_KEY_CHECKING='sure' is not a boolean"):
+        policy({}, {"ANSIBLE_HOST_KEY_CHECKING": "sure"})
+    with pytest.raises(StudyError, match=r"ansible_ssh_common_args: StrictHostKeyChecking=sometimes: expected one of"):
+        policy({"ansible_ssh_common_args": "-o StrictHostKeyChecking=sometimes"})
+
+
+def test_an_inventory_carries_each_hosts_policy(tmp_path):
+    text = ("all:\n  vars: {ansible_ssh_common_args: '-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'}\n"
+            "  hosts:\n    lax: {}\n    strict: {ansible_ssh_common_args: '-o UserKnownHostsFile=/keys/lab'}\n")
+    hosts = load_inventory(inventory(tmp_path, text))
+    assert (hosts["lax"].host_keys.checking, hosts["lax"].host_keys.known_hosts) == ("no", ())
+    assert (hosts["strict"].host_keys.checking, hosts["strict"].host_keys.known_hosts) == ("yes", ("/keys/lab",))
 
 
 def test_cli_bad_inventory_exits_2(tmp_path):
