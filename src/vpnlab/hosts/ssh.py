@@ -450,9 +450,10 @@ def untrusted_message(host: Host, recorded: bool) -> str:
     files = known_files(policy)
     read = ", ".join(files) if files else f"none: {', '.join(policy.known_hosts) or '/dev/null'} (absent)"
     target = policy.known_hosts[0] if policy.known_hosts else os.path.expanduser("~/.ssh/known_hosts")
+    entry = host.address if host.port == 22 else f"[{host.address}]:{host.port}"  # as known_hosts names it
     problem = (f"its host key does not match the one recorded for it in the known-hosts files vpnlab read "
                f"({read}): the host was reinstalled, or this is not that host. Check, then replace the "
-               f"entry (`ssh-keygen -R {host.address} -f {target}`) and add the new key:"
+               f"entry (`ssh-keygen -R '{entry}' -f {target}`) and add the new key:"
                if recorded else
                f"its host key is not in the known-hosts files vpnlab read ({read}), and host-key checking "
                f"is on ({policy.why}). Either add the key after checking its fingerprint against the host's "
