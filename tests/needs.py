@@ -10,6 +10,6 @@ TOOLS = (
     Tool("ps", "procps"), Tool("pgrep", "procps"), Tool("kill", "procps"),
     Tool("yes", "coreutils"), Tool("sleep", "coreutils"), Tool("true", "coreutils"), Tool("touch", "coreutils"), Tool("uname", "coreutils"),
     Tool("stat", "coreutils"),            # a file's birth time (statx), which Python 3.11 does not read
-    Tool("unshare", "util-linux"), Tool("ssh", "openssh-client"),   # the real-hosts harness
+    Tool("unshare", "util-linux"), Tool("ssh", "openssh-client"), Tool("ssh-keyscan", "openssh-client"),  # the real-hosts harness; the way out an untrusted host key names
     Tool("mount", "mount"), Tool("umount", "mount"),                 # a small tmpfs that fills up (results dir)
 )

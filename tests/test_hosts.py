@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hosts_harness import CONTROLLER_ADDRESS, lab  # noqa: F401  (lab is the fixture)
+from hosts_harness import CONTROLLER_ADDRESS, PYTHON, lab  # noqa: F401  (lab is the fixture)
 from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line, root_qdisc_device
-from vpnlab.hosts.inventory import limit, load_inventory, select
+from vpnlab.hosts.inventory import USER_KNOWN_HOSTS, host_key_policy, limit, load_inventory, select, ssh_options
 
 YAML_INVENTORY = """\
 all:
@@ -86,6 +86,74 @@ def test_inventory_errors_name_the_file_and_the_host(tmp_path):
     templated = inventory(tmp_path, "all:\n  hosts:\n    x: {ansible_host: '{{ lookup(\"env\", \"X\") }}'}\n", "t.yml")
     with pytest.raises(StudyError, match="ansible_host is a template"):
         load_inventory(templated)
+
+
+# -- the host-key policy, as Ansible's ssh follows it ------------------------------------------
+
+HOME_KNOWN_HOSTS = (str(Path(USER_KNOWN_HOSTS).expanduser()),)
+
+
+def policy(variables, environ=None):
+    found = host_key_policy(variables, environ or {}, "inventory i.yml: host h")
+    return found.checking, found.known_hosts
+
+
+def test_ssh_options_are_read_as_ssh_reads_them():
+    args = """-o StrictHostKeyChecking=no -oUserKnownHostsFile=/tmp/k -o "ProxyJump jump" -C -o 'Port = 2'"""
+    assert ssh_options(args, "x") == {"stricthostkeychecking": "no", "userknownhostsfile": "/tmp/k",
+                                      "proxyjump": "jump", "port": "2"}
+    assert ssh_options("-o StrictHostKeyChecking=yes -o stricthostkeychecking=no", "x") == \
+        {"stricthostkeychecking": "yes"}  # the first value wins
+    with pytest.raises(StudyError, match="inventory i.yml: host h: ansible_ssh_extra_args: cannot split"):
+        policy({"ansible_ssh_extra_args": "-o 'unclosed"})
+
+
+def test_host_key_checking_is_on_by_default_against_the_users_known_hosts():
+    assert policy({}) == ("yes", HOME_KNOWN_HOSTS)
+    assert policy({"ansible_ssh_common_args": "-o ServerAliveInterval=5"}) == ("yes", HOME_KNOWN_HOSTS)
+
+
+@pytest.mark.parametrize("variables, environ, expected", [
+    ({"ansible_host_key_checking": False}, {}, "no"),
+    ({"ansible_host_key_checking": "no"}, {}, "no"),
+    ({}, {"ANSIBLE_HOST_KEY_CHECKING": "False"}, "no"),
+    ({}, {"ANSIBLE_SSH_HOST_KEY_CHECKING": "0"}, "no"),
+    ({"ansible_host_key_checking": True}, {"ANSIBLE_HOST_KEY_CHECKING": "False"}, "yes"),  # the host's variable wins
+    ({"ansible_ssh_host_key_checking": "yes"}, {"ANSIBLE_HOST_KEY_CHECKING": "no"}, "yes"),
+    # checking off puts StrictHostKeyChecking=no first on Ansible's ssh command line: it wins
+    ({"ansible_host_key_checking": False, "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes"}, {}, "no"),
+    ({"ansible_ssh_common_args": "-o StrictHostKeyChecking=no"}, {}, "no"),
+    ({"ansible_ssh_extra_args": "-oStrictHostKeyChecking=accept-new"}, {}, "accept-new"),
+    ({"ansible_ssh_common_args": "-o 'StrictHostKeyChecking ask'"}, {}, "yes"),  # no terminal to ask on
+    # common args come before extra args on the command line
+    ({"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new",
+      "ansible_ssh_extra_args": "-o StrictHostKeyChecking=no"}, {}, "accept-new"),
+])
+def test_host_key_checking_follows_ansibles_precedence(variables, environ, expected):
+    assert policy(variables, environ)[0] == expected
+
+
+def test_the_known_hosts_files_come_from_user_known_hosts_file():
+    assert policy({"ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null"}) == ("yes", ())
+    two = policy({"ansible_ssh_extra_args": "-o 'UserKnownHostsFile=~/lab_hosts /etc/lab_hosts'"})[1]
+    assert two == (str(Path("~/lab_hosts").expanduser()), "/etc/lab_hosts")
+
+
+def test_bad_host_key_settings_name_the_variable():
+    with pytest.raises(StudyError, match=r"host h: ansible_host_key_checking='maybe' is not a boolean"):
+        policy({"ansible_host_key_checking": "maybe"})
+    with pytest.raises(StudyError, match=r"ANSIBLE_HOST_KEY_CHECKING='sure' is not a boolean"):
+        policy({}, {"ANSIBLE_HOST_KEY_CHECKING": "sure"})
+    with pytest.raises(StudyError, match=r"ansible_ssh_common_args: StrictHostKeyChecking=sometimes: expected one of"):
+        policy({"ansible_ssh_common_args": "-o StrictHostKeyChecking=sometimes"})
+
+
+def test_an_inventory_carries_each_hosts_policy(tmp_path):
+    text = ("all:\n  vars: {ansible_ssh_common_args: '-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'}\n"
+            "  hosts:\n    lax: {}\n    strict: {ansible_ssh_common_args: '-o UserKnownHostsFile=/keys/lab'}\n")
+    hosts = load_inventory(inventory(tmp_path, text))
+    assert (hosts["lax"].host_keys.checking, hosts["lax"].host_keys.known_hosts) == ("no", ())
+    assert (hosts["strict"].host_keys.checking, hosts["strict"].host_keys.known_hosts) == ("yes", ("/keys/lab",))
 
 
 def test_cli_bad_inventory_exits_2(tmp_path):
@@ -282,3 +350,75 @@ def test_other_load_on_a_host_is_every_process_but_the_runs_own():
     assert _others({"procs": procs, "shell": 61}, spawned=[70]) == {
         1: ("sshd", 5), 50: ("sshd", 1), 80: ("yes (1)", 500)}
 
+
+
+# -- host keys, with the lab's real sshd ---------------------------------------------------------
+
+HOST_KEY_STUDY = """\
+name: host-keys
+topology: remote-access
+hosts: {client: gw-a, gateway: gw-b}
+repetitions: 1
+vpns: [{driver: none}]
+workloads: [{kind: ping, count: 2, interval_s: 0.05}]
+"""
+
+
+def keyed_inventory(lab, name: str, **variables) -> Path:
+    """The lab's two hosts, with these variables for both, in an inventory file of the lab's."""
+    hosts = "".join(f"    {h.name}: {{ansible_host: {h.address}}}\n" for h in lab.hosts.values())
+    extra = "".join(f"    {key}: {json.dumps(value)}\n" for key, value in variables.items())
+    path = lab.dir / f"{name}.yml"
+    path.write_text(f"all:\n  vars:\n    ansible_user: root\n    ansible_ssh_private_key_file: {lab.client_key}\n"
+                    f"{extra}  hosts:\n{hosts}")
+    return path
+
+
+def reached(lab, inventory: Path, env: dict | None = None) -> dict:
+    """gw-a's doctor report: reachable, or the error."""
+    result = subprocess.run(lab.controller_argv(PYTHON, "-m", "vpnlab", "hosts", "doctor", "--inventory", inventory,
+                                                "--limit", "gw-a", "--json"),
+                            capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    assert "Traceback" not in result.stderr, result.stderr
+    return json.loads(result.stdout)[0]
+
+
+@pytest.mark.integration
+def test_an_unknown_host_key_is_accepted_only_where_ansible_would(lab, tmp_path):
+    known = lab.dir / "keys-unknown"
+    known.write_text("")
+    strict = keyed_inventory(lab, "strict", ansible_ssh_common_args=f"-o UserKnownHostsFile={known}")
+    lax = keyed_inventory(lab, "lax", ansible_ssh_common_args=f"-o UserKnownHostsFile={known} -oStrictHostKeyChecking=no")
+    off = keyed_inventory(lab, "off", ansible_host_key_checking=False, ansible_ssh_extra_args=f"-o 'UserKnownHostsFile {known}'")
+    assert reached(lab, lax)["reachable"] and reached(lab, off)["reachable"]
+    assert reached(lab, strict, {"ANSIBLE_HOST_KEY_CHECKING": "False"})["reachable"]
+    study = tmp_path / "study.yaml"
+    study.write_text(HOST_KEY_STUDY)
+    result = lab.vpnlab("run", study, "--inventory", strict, "--out", lab.dir / "host-keys", "--no-progress")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())
+    assert f"host gw-a (root@{lab.hosts['gw-a'].address}:22): its host key is not in the known-hosts files " \
+           f"vpnlab read ({known})" in said
+    assert f"ssh-keyscan -p 22 {lab.hosts['gw-a'].address} >> {known}" in said
+    assert "ansible_host_key_checking: false" in said and "-o StrictHostKeyChecking=no" in said
+    # the way out it gives works
+    keyscan = subprocess.run(lab.controller_argv("sh", "-c", f"ssh-keyscan -p 22 {lab.hosts['gw-a'].address} >> {known}"),
+                             capture_output=True, text=True, timeout=30)
+    assert keyscan.returncode == 0 and reached(lab, strict)["reachable"], keyscan.stderr
+
+
+@pytest.mark.integration
+def test_accept_new_takes_a_first_key_for_the_run_but_never_a_changed_one(lab):
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    empty, wrong = lab.dir / "keys-empty", lab.dir / "keys-wrong"
+    empty.write_text("")
+    wrong.write_text(f"{a.address} " + " ".join((lab.dir / f"host_key_{b.name}.pub").read_text().split()[:2]) + "\n")
+    accept_new = "-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={}"
+    assert reached(lab, keyed_inventory(lab, "new", ansible_ssh_common_args=accept_new.format(empty)))["reachable"]
+    assert empty.read_text() == ""  # accepted for that run only: the file is the user's, not written
+    refused = reached(lab, keyed_inventory(lab, "changed", ansible_ssh_common_args=accept_new.format(wrong)))
+    assert not refused["reachable"]
+    assert f"its host key does not match the one recorded for it in the known-hosts files vpnlab read ({wrong})" \
+        in refused["error"]
+    # the lab's own known_hosts (~/.ssh/known_hosts of the controller) still serves the default
+    assert reached(lab, lab.inventory)["reachable"]

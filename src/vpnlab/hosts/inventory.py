@@ -10,6 +10,13 @@ running vpnlab (root), so it is a program to trust, not data.
 A host's name and address reach SSH (asyncssh here, ssh under Ansible's
 playbook): one that SSH or a shell would misread (`-oProxyCommand=...`,
 `b;touch x`, control characters) is refused before vpnlab connects.
+
+The host-key policy is Ansible's: `ansible_host_key_checking` (a host or group
+variable) wins over ANSIBLE_HOST_KEY_CHECKING, and checking is on by default.
+When it is off, Ansible puts `-o StrictHostKeyChecking=no` first on ssh's command
+line; otherwise the `-o` options of ansible_ssh_args, ansible_ssh_common_args and
+ansible_ssh_extra_args decide, in that order, and, as in OpenSSH, the first value
+of an option wins. ansible.cfg and ~/.ssh/config are not read.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -32,6 +40,28 @@ IMPLICIT_GROUPS = {"all", "ungrouped"}
 # A host name or address SSH reads as one: a DNS name, IPv4, IPv6 (with a zone: fe80::1%eth0).
 SSH_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]*$")
 
+# The known-hosts file OpenSSH reads for the user running vpnlab, unless UserKnownHostsFile says otherwise.
+USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# Where Ansible's ssh finds the options that set the host-key policy, in the order it passes them.
+SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
+HOST_KEY_CHECKING_VARS = ("ansible_host_key_checking", "ansible_ssh_host_key_checking")
+HOST_KEY_CHECKING_ENV = ("ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_SSH_HOST_KEY_CHECKING")
+# OpenSSH's StrictHostKeyChecking values; "ask" cannot ask without a terminal, so it refuses as "yes".
+STRICT_VALUES = {"yes": "yes", "true": "yes", "ask": "yes", "no": "no", "false": "no", "off": "no",
+                 "accept-new": "accept-new"}
+# Ansible's boolean().
+TRUE_WORDS, FALSE_WORDS = {"y", "yes", "on", "1", "true", "t"}, {"n", "no", "off", "0", "false", "f"}
+SSH_OPTION = re.compile(r"^\s*([A-Za-z]+)\s*(?:=|\s)\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class HostKeyPolicy:
+    """How a host's SSH key is checked, as Ansible's ssh would with the same inventory."""
+
+    checking: str = "yes"                          # "yes", "no" or "accept-new" (StrictHostKeyChecking)
+    known_hosts: tuple[str, ...] = (USER_KNOWN_HOSTS,)  # the user's files, expanded; () = none (/dev/null)
+    why: str = "checking is on by default"         # what set `checking`, for messages
+
 
 @dataclass(frozen=True)
 class Host:
@@ -43,6 +73,7 @@ class Host:
     user: str | None = None         # None: the controller's user name, as ssh does
     key_file: str | None = None     # ansible_ssh_private_key_file
     become: bool = False            # ansible_become: commands go through `sudo -n`
+    host_keys: HostKeyPolicy = HostKeyPolicy()
     groups: tuple[str, ...] = ()
     vars: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -114,7 +145,8 @@ def _groups_of(listing: dict) -> dict[str, tuple[str, ...]]:
 
 
 def _host(path: Path, name: str, variables: dict, groups: tuple[str, ...]) -> Host:
-    used = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file", "ansible_become")
+    used = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file", "ansible_become",
+            *SSH_ARGS, *HOST_KEY_CHECKING_VARS)
     for key in used:
         if "{{" in str(variables.get(key, "")):
             raise StudyError(f"inventory {path}: host {name}: {key} is a template "
@@ -128,7 +160,59 @@ def _host(path: Path, name: str, variables: dict, groups: tuple[str, ...]) -> Ho
     become = str(variables.get("ansible_become", False)).lower() in ("true", "yes", "1")
     return Host(name=name, address=str(variables.get("ansible_host", name)), port=port,
                 user=variables.get("ansible_user"), key_file=str(Path(key_file).expanduser()) if key_file else None,
-                become=become, groups=groups, vars=variables)
+                become=become, host_keys=host_key_policy(variables, os.environ, f"inventory {path}: host {name}"),
+                groups=groups, vars=variables)
+
+
+def host_key_policy(variables: dict, environ, where: str) -> HostKeyPolicy:
+    """The host-key policy Ansible's ssh would follow for a host with these variables."""
+    options: dict[str, tuple[str, str]] = {}  # option (lower case) -> (value, the variable it came from)
+    for var in SSH_ARGS:
+        for key, value in ssh_options(str(variables.get(var) or ""), f"{where}: {var}").items():
+            options.setdefault(key, (value, var))
+    checking, checking_why = _host_key_checking(variables, environ, where)
+    if not checking:
+        strict = ("no", checking_why)
+    elif "stricthostkeychecking" in options:
+        value, var = options["stricthostkeychecking"]
+        if value.lower() not in STRICT_VALUES:
+            raise StudyError(f"{where}: {var}: StrictHostKeyChecking={value}: expected one of "
+                             f"{', '.join(STRICT_VALUES)}")
+        strict = (STRICT_VALUES[value.lower()], f"{var} has -o StrictHostKeyChecking={value}")
+    else:
+        strict = ("yes", checking_why)
+    files = options.get("userknownhostsfile", (USER_KNOWN_HOSTS,))[0].split()
+    known = tuple(os.path.expanduser(f) for f in files if f.lower() not in ("/dev/null", "none"))
+    return HostKeyPolicy(strict[0], known, strict[1])
+
+
+def ssh_options(args: str, where: str) -> dict[str, str]:
+    """The `-o Key=Value`, `-oKey=Value` and `-o "Key Value"` options of an ssh argument string,
+    by lower-case key; the first value of a key wins, as in OpenSSH."""
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:
+        raise StudyError(f"{where}: cannot split {args!r} as ssh arguments ({exc})") from None
+    found: dict[str, str] = {}
+    for i, word in enumerate(words):
+        text = words[i + 1] if word == "-o" and i + 1 < len(words) else word[2:] if word.startswith("-o") else None
+        match = SSH_OPTION.match(text) if text else None
+        if match:
+            found.setdefault(match[1].lower(), match[2])
+    return found
+
+
+def _host_key_checking(variables: dict, environ, where: str) -> tuple[bool, str]:
+    """Ansible's host_key_checking: the host's variable, else the environment, else on."""
+    for name, value, source in [*((v, variables.get(v), "the inventory") for v in HOST_KEY_CHECKING_VARS),
+                                *((e, environ.get(e), "the environment") for e in HOST_KEY_CHECKING_ENV)]:
+        if value is None or value == "":
+            continue
+        word = str(value).strip().lower()
+        if word not in TRUE_WORDS | FALSE_WORDS:
+            raise StudyError(f"{where}: {name}={value!r} is not a boolean (true/false, yes/no, 1/0)")
+        return word in TRUE_WORDS, f"{name}={value} in {source}"
+    return True, "checking is on by default"
 
 
 def reachable_safely(host: Host, inventory: str | Path) -> Host:

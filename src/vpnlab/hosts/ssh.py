@@ -6,6 +6,11 @@ One connection per host carries every command as its own channel. When the
 connection is lost, everything on that host fails with HostUnreachable from then
 on (it is not silently reopened: what was running there is in an unknown state),
 while other hosts carry on; `close` then tears down over a fresh connection.
+
+Host keys are checked as Ansible's ssh would (the policy is read with the inventory):
+against the user's known-hosts files and the system's, or not at all when checking is
+off. With accept-new, a host that has no key in those files is accepted for this run
+and nothing is written: a changed key is refused.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ import asyncssh
 
 from ..errors import CommandError, VpnlabError
 from .hoststate import REMOTE_ROOT, RESOURCES, SHELL_FUNCTIONS, HostState, ManagementPath
-from .inventory import Host
+from .inventory import Host, HostKeyPolicy
 
 CONNECT_TIMEOUT = 15
 TIMEOUT_MARGIN = 15  # the remote `timeout` ends a command; this catches a host that stopped answering
+GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # OpenSSH reads it besides the user's files
 
 # Run first on every connection: the sshd process serving it (the first sshd ancestor), whose
 # life is the connection's, so `clean` can tell a crashed controller's run from a live one.
@@ -52,6 +58,10 @@ SPAWN_WRAPPER = ('echo "$$ $(sed \'s/.*) //\' /proc/$$/stat | cut -d\' \' -f20)"
 
 class HostUnreachable(VpnlabError):
     """The SSH connection to a host could not be made or was lost."""
+
+
+class HostKeyUntrusted(HostUnreachable):
+    """The host's key is not one the known-hosts files vouch for."""
 
 
 class _EventLoop:
@@ -147,11 +157,14 @@ class SshHost:
 
     async def _open(self) -> asyncssh.SSHClientConnection:
         host = self.host
+        trusted, recorded = known_hosts_for(host)
         try:
             return await asyncssh.connect(
-                host.address, host.port, username=host.user or (),
+                host.address, host.port, username=host.user or (), known_hosts=trusted,
                 client_keys=[host.key_file] if host.key_file else (),
                 connect_timeout=CONNECT_TIMEOUT, keepalive_interval=10, keepalive_count_max=3)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise HostKeyUntrusted(untrusted_message(host, recorded)) from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
             raise HostUnreachable(f"cannot connect to host {host}: {exc or type(exc).__name__}") from exc
 
@@ -406,6 +419,49 @@ class SshHost:
         except subprocess.TimeoutExpired:
             pass
         self.forget("processes", {"pid": proc.pid, "start": proc.start, "what": proc.what})
+
+
+def known_files(policy: HostKeyPolicy) -> list[str]:
+    """The known-hosts files OpenSSH would read under this policy that exist."""
+    return [f for f in (*policy.known_hosts, GLOBAL_KNOWN_HOSTS) if os.path.isfile(f)]
+
+
+def known_hosts_for(host: Host):
+    """asyncssh's `known_hosts` for this host (None: no check), and whether the files hold a key
+    for it (so a refusal is a changed key, not an unknown one)."""
+    policy = host.host_keys
+    if policy.checking == "no":
+        return None, False
+    files = known_files(policy)
+    try:
+        trusted = asyncssh.read_known_hosts(files) if files else asyncssh.import_known_hosts("")
+    except (OSError, ValueError) as exc:
+        raise HostUnreachable(f"host {host}: cannot read the known-hosts files {', '.join(files)}: {exc}") from exc
+    keys, ca_keys, *_ = asyncssh.match_known_hosts(trusted, host.address, "", None if host.port == 22 else host.port)
+    recorded = bool(keys or ca_keys)
+    if policy.checking == "accept-new" and not recorded:
+        return None, False  # accepted for this run only: nothing is written to the files
+    return trusted, recorded
+
+
+def untrusted_message(host: Host, recorded: bool) -> str:
+    """What failed, in which files vpnlab looked, and both ways out."""
+    policy = host.host_keys
+    files = known_files(policy)
+    read = ", ".join(files) if files else f"none: {', '.join(policy.known_hosts) or '/dev/null'} (absent)"
+    target = policy.known_hosts[0] if policy.known_hosts else os.path.expanduser("~/.ssh/known_hosts")
+    entry = host.address if host.port == 22 else f"[{host.address}]:{host.port}"  # as known_hosts names it
+    problem = (f"its host key does not match the one recorded for it in the known-hosts files vpnlab read "
+               f"({read}): the host was reinstalled, or this is not that host. Check, then replace the "
+               f"entry (`ssh-keygen -R '{entry}' -f {target}`) and add the new key:"
+               if recorded else
+               f"its host key is not in the known-hosts files vpnlab read ({read}), and host-key checking "
+               f"is on ({policy.why}). Either add the key after checking its fingerprint against the host's "
+               f"own (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` there):")
+    return (f"host {host}: {problem}\n  ssh-keyscan -p {host.port} {host.address} >> {target}\n"
+            "or turn host-key checking off in the inventory as Ansible itself does: "
+            "`ansible_host_key_checking: false`, or `ansible_ssh_common_args: -o StrictHostKeyChecking=no` "
+            "(or `-o StrictHostKeyChecking=accept-new` to accept a host's first key but never a changed one)")
 
 
 def stale_runs(ssh: SshHost) -> tuple[list[HostState], list[str]]:
