@@ -171,6 +171,21 @@ def run_here(study, out: Path):
     return plan
 
 
+def recorded_algorithms(out: Path) -> tuple[dict, list]:
+    """What each configuration of a run recorded of its algorithms (declared and negotiated, per layer), by
+    label, and the flags of samples whose negotiated algorithms differed from the declared ones."""
+    from vpnlab.algorithms import TOOL
+    from vpnlab.store import Store
+
+    store = Store.open_dir(out)
+    try:
+        labels = {s.id: s.vpn_label for s in store.scenarios()}
+        recorded = {labels[r["scenario_id"]]: json.loads(r["output"]) for r in store.raw_outputs(TOOL)}
+        return recorded, [r.flags for r in store.samples() if "algorithms" in r.flags]
+    finally:
+        store.close()
+
+
 @pytest.fixture
 def namespace():
     """A network namespace of this test's own run (lo up), removed after it."""

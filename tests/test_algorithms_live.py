@@ -2,14 +2,11 @@
 each; the negotiated algorithms are stored with the repetition, match the declared ones, and the
 report says what the fips profile changed."""
 
-import json
 
 import pytest
 
-from conftest import run_here
+from conftest import recorded_algorithms, run_here
 from vpnlab import report
-from vpnlab.algorithms import TOOL
-from vpnlab.store import Store
 from vpnlab.study import parse_study
 
 pytestmark = pytest.mark.integration
@@ -25,13 +22,7 @@ workloads: [{kind: ping, count: 3, interval_s: 0.05}]
 
 def test_negotiated_algorithms_are_recorded_and_match(tmp_path, no_leftovers):
     run_here(parse_study(STUDY), tmp_path)
-    store = Store.open_dir(tmp_path)
-    try:
-        labels = {s.id: s.vpn_label for s in store.scenarios()}
-        recorded = {labels[r["scenario_id"]]: json.loads(r["output"]) for r in store.raw_outputs(TOOL)}
-        flags = [r.flags for r in store.samples() if "algorithms" in r.flags]
-    finally:
-        store.close()
+    recorded, flags = recorded_algorithms(tmp_path)
     assert len(recorded) == 4 and flags == []
     for vpn, (layer,) in recorded.items():
         declared, negotiated = layer["declared"], layer["negotiated"]

@@ -10,17 +10,15 @@ import time
 
 import pytest
 
-from conftest import DATA, run_here
+from conftest import DATA, recorded_algorithms, run_here
 from test_tunnels import build, iperf_through
 from vpnlab import algorithms as alg
-from vpnlab.algorithms import TOOL
 from vpnlab.capabilities import detect
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.drivers.softether import UDP_PADDING, descendants, parse_status, status_algorithms
 from vpnlab.drivers.yggdrasil import parse_yggdrasil_log
 from vpnlab.proof import PROBE_INNER_LEN, prove
-from vpnlab.store import Store
 from vpnlab.study import Link, parse_study
 from vpnlab.testbed import netns
 from vpnlab.testbed.topology import Layout, Testbed
@@ -164,13 +162,7 @@ vpns: [{driver: yggdrasil}, {driver: softether}, {driver: softether, options: {t
 links: [{name: lan}]
 workloads: [{kind: ping, count: 3, interval_s: 0.05}]
 """), tmp_path)
-    store = Store.open_dir(tmp_path)
-    try:
-        labels = {s.id: s.vpn_label for s in store.scenarios()}
-        recorded = {labels[r["scenario_id"]]: json.loads(r["output"]) for r in store.raw_outputs(TOOL)}
-        flags = [r.flags for r in store.samples() if "algorithms" in r.flags]
-    finally:
-        store.close()
+    recorded, flags = recorded_algorithms(tmp_path)
     assert set(recorded) == {"yggdrasil", "softether tcp", "softether udp"} and flags == []
     for vpn, (layer,) in recorded.items():
         declared, negotiated = layer["declared"], layer["negotiated"]
