@@ -323,7 +323,7 @@ def scenario_live(inventory: str, workdir: Path) -> None:
                 left.run(argv, timeout=timeout)
             except VpnlabError as exc:
                 out[name] = f"{type(exc).__name__}: {exc}"
-        out["secret"] = left.put_secret("psk", "not for the controller\n")
+        out["secret"] = left.write_file(f"{left.scratch()}/keys/psk", "not for the controller\n")
         out["secret_mode"] = left.run(["stat", "-c", "%a", out["secret"]]).stdout.strip()
         left.sysctl(**{"net.ipv4.ip_forward": 1})
         sleeper_a = left.spawn(["sleep", "600"], workdir / "sleep-a.log", what="sleep")

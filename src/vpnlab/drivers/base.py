@@ -96,6 +96,7 @@ class TunnelEnv:
     # An `mtu` the study sets by hand wins (see `mtu`).
     auto_mtu: int | None = None
     secrets: Path = field(init=False)  # this tunnel's keys and passwords: 0700, removed by Tunnel.down
+    nodes: list[Node] = field(default_factory=list)  # where `write` put files: their folders go with Tunnel.down
 
     def __post_init__(self) -> None:
         self.secrets = Path(tempfile.mkdtemp(prefix=f"l{self.layer}-", dir=self.state.secrets_dir))
@@ -106,6 +107,16 @@ class TunnelEnv:
 
     def log(self, name: str) -> Path:
         return self.log_dir / f"l{self.layer}-{name}.log"
+
+    def folder(self, node: Node) -> str:
+        """This tunnel's own folder on `node` (its keys, configurations, its daemons' pid files and
+        sockets): under the node's scratch, removed when the tunnel goes down."""
+        return f"{node.scratch()}/{self.secrets.name}"
+
+    def write(self, node: Node, name: str, content: str | bytes, mode: int = 0o600) -> str:
+        """A file of this tunnel's on `node` (`name` may hold folders), mode 0600 unless told; its path there."""
+        self.nodes.append(node)
+        return node.write_file(f"{self.folder(node)}/{name}", content, mode)
 
     def on(self, node: Node, path: Path) -> Path | str:
         """The path by which `node` finds a file or folder of this tunnel's (under `secrets`): the
@@ -195,6 +206,8 @@ class Tunnel:
             node.remove_file(path)
         self.left_behind.clear()
         shutil.rmtree(self.env.secrets, ignore_errors=True)
+        for node in {id(node): node for node in self.env.nodes}.values():
+            node.remove_tree(self.env.folder(node))
 
 
 @dataclass

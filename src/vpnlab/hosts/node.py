@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import VpnlabError
-from ..testbed.node import wait_listening
+from ..testbed.node import inside, wait_listening
 from .hoststate import guard_ip_line, root_qdisc_device
 from .ssh import HostUnreachable, RemoteProcess, SshHost
 
@@ -131,16 +131,26 @@ class RemoteNode:
         if proc in self.spawned:
             self.spawned.remove(proc)
 
+    def scratch(self) -> PurePosixPath:
+        return PurePosixPath(self.host.secrets_dir)
+
+    def write_file(self, path, content: str | bytes, mode: int = 0o600) -> str:
+        path = inside(path, self.scratch())
+        data = content.encode() if isinstance(content, str) else content
+        self.host.put_files({path: data}, mode, [str(PurePosixPath(path).parent)])
+        return path
+
+    def read_file(self, path) -> bytes:
+        return self.host.read_file(str(path))
+
+    def remove_tree(self, path) -> None:
+        path = inside(path, self.scratch())
+        try:
+            self.host.run(["rm", "-rf", "--", path])
+        except HostUnreachable:
+            pass  # the run's folder goes with `close`
+
     # -- beyond the namespace Node: files live on the host, not on the controller -------------
-    def put_secret(self, name: str, content: str | bytes) -> str:
-        return self.host.put_secret(name, content)
-
-    def put_file(self, path: str, content: str | bytes, mode: int = 0o644) -> str:
-        return self.host.put_file(path, content, mode)
-
-    def read_file(self, path: str) -> bytes:
-        return self.host.read_file(path)
-
     def place(self, path: Path, root: Path) -> str:
         """A file or folder the controller made under `root` (the run's secrets), copied to the host
         under the run's secrets folder there, each file 0600 and recorded first; its path there."""

@@ -9,7 +9,7 @@ method here with the same parameters.
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 
@@ -81,3 +81,17 @@ class Node(Protocol):
 
     def remove_file(self, path) -> None:
         """Remove a file there if it exists."""
+
+    def scratch(self) -> PurePosixPath:
+        """The run's private folder there (0700; keys, configurations, a daemon's own files), removed
+        with the run: where a driver or workload writes what its programs read."""
+
+    def write_file(self, path, content: str | bytes, mode: int = 0o600) -> str:
+        """Write a file there, under `scratch()`, with `mode` from its creation (never wider for a
+        moment) and its missing folders made 0700; its path there."""
+
+    def read_file(self, path) -> bytes:
+        """A file's bytes there (a daemon's own log, a key a program made there)."""
+
+    def remove_tree(self, path) -> None:
+        """Remove a folder under `scratch()` and all in it, if it exists."""

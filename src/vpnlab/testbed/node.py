@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..backend import SLOWDOWN
 from ..errors import CommandError, VpnlabError
@@ -161,6 +162,34 @@ class Node:
 
     def remove_file(self, path) -> None:
         Path(path).unlink(missing_ok=True)
+
+    def scratch(self) -> PurePosixPath:
+        return PurePosixPath(self.state.secrets_dir)
+
+    def write_file(self, path, content: str | bytes, mode: int = 0o600) -> str:
+        path = Path(self._inside_scratch(path))
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as out:
+            os.fchmod(fd, mode)  # an existing file keeps its mode through O_CREAT
+            out.write(content.encode() if isinstance(content, str) else content)
+        return str(path)
+
+    def read_file(self, path) -> bytes:
+        return Path(path).read_bytes()
+
+    def remove_tree(self, path) -> None:
+        shutil.rmtree(self._inside_scratch(path), ignore_errors=True)
+
+    def _inside_scratch(self, path) -> str:
+        return inside(path, self.scratch())
+
+
+def inside(path, folder: PurePosixPath) -> str:
+    """`path` as a string, once it is known to lie under `folder` (what a node writes or removes)."""
+    if not PurePosixPath(path).is_relative_to(folder) or ".." in PurePosixPath(path).parts:
+        raise VpnlabError(f"{path}: not under the run's folder {folder}")
+    return str(path)
 
 
 def private_run(argv: list, keep: Path, make: tuple[str, ...] = ()) -> list:
