@@ -34,6 +34,8 @@ HOSTS = {"client": "gw-a", "gateway": "gw-b"}
 GUEST_LIMIT_S = 2400  # the guest's own time limit once booted: every case below, under emulation
 RESULTS = "results.json"
 EXEC_LOG = "exec.log"  # the programs the guest's Python processes ran (tests/audit), checked here after
+# The boot is set up within the first test that asks for it: that test's time limit covers the boot.
+pytestmark = pytest.mark.timeout(vm.BOOT_TIMEOUT_S + GUEST_LIMIT_S + 60)
 
 # netem on the hosts' own WAN interfaces: 10 ms each way is a 20 ms round trip; 1% loss one way
 # over 1000 UDP datagrams (2.8 Mbit/s x 4 s / 1400 B). No VPN: the link alone.
@@ -70,12 +72,45 @@ links: [{{name: wan-10ms, delay_ms: 5, shape: true}}]
 workloads: [{{kind: ping, count: 20, interval_s: 0.05}}]
 """
 
-# A seed study from its own file, shortened: two repetitions, one short workload, its two ends
-# mapped to the inventory's hosts and its link (rate, delay, jitter, loss) shaped on them.
-SEED = "jaha-2014"
-SEED_SETS = ("repetitions=2", "hosts={client: gw-a, gateway: gw-b}", "links[0].shape=true",
-             "workloads=[{kind: ping, size: 64, count: 20, interval_s: 0.05}]")
-SEED_DRIVERS = ("none", "strongswan", "pptp", "l2tp", "openvpn")  # its vpns, as the file lists them
+# Seed studies from their own files, shortened with --set: two repetitions, their two ends mapped to
+# the inventory's hosts, their links (rate, delay, jitter, loss, background) shaped on them, and a
+# subset of their scenarios: entries of the file's own lists by index, a swept field narrowed to one
+# of its values. Each with the metric every one of its scenarios must record twice.
+SEED_CUTS = {
+    "jaha-2014": {"vpns": [0, 1, 2, 3, 4], "links": [0], "workloads": [(3, {"size": 64, "count": 20})],
+                  "metrics": ("rtt_avg_ms",)},
+    "small-business-2011": {"vpns": [0, 1, (2, {"cipher": "BF-CBC", "compression": "lzo"})], "links": [0],
+                            "workloads": [(0, {"protocol": "http", "data": "random"})],
+                            "metrics": ("throughput_mbps", "background_kbps")},
+}
+
+
+def _picked(entries: list[dict], picks: list) -> list[dict]:
+    """The entries at the picked indices, an (index, fields) pick with those fields replaced (in
+    `options` for a VPN)."""
+    chosen = []
+    for pick in picks:
+        index, fields = pick if isinstance(pick, tuple) else (pick, {})
+        entry = dict(entries[index])
+        if "driver" in entry and fields:
+            entry["options"] = {**entry.get("options", {}), **fields}
+        else:
+            entry.update(fields)
+        chosen.append(entry)
+    return chosen
+
+
+def seed_cut(name: str) -> tuple[list[str], list[str]]:
+    """The --set assignments that shorten seed `name`, and its picked drivers still refused on hosts
+    (left out of the run)."""
+    study, cut = yaml.safe_load(builtin_studies()[name]), SEED_CUTS[name]
+    vpns = _picked(study["vpns"], cut["vpns"])
+    refused = sorted({v["driver"] for v in vpns if not runs_on_hosts(v["driver"])})
+    links = [link | {"shape": True} for link in _picked(study["links"], cut["links"])]
+    sets = ["repetitions=2", f"hosts={json.dumps(HOSTS)}", f"links={json.dumps(links)}",
+            f"vpns={json.dumps([v for v in vpns if v['driver'] not in refused])}",
+            f"workloads={json.dumps(_picked(study['workloads'], cut['workloads']))}"]
+    return sets, refused
 
 
 def runs_on_hosts(driver: str) -> bool:
@@ -100,11 +135,8 @@ def guest_main(work: Path) -> int:
         seen["kernel"] = os.uname().release
         refused = [d for d in TUNNEL_VPNS if not runs_on_hosts(d)]
         tunnels = TUNNELS.format(vpns=", ".join(v for d, v in TUNNEL_VPNS.items() if d not in refused))
-        seed_sets = [*SEED_SETS]
-        seed_refused = sorted({d for d in SEED_DRIVERS if not runs_on_hosts(d)})
-        if seed_refused:  # the rest of the seed's own vpns, as its file lists them
-            seed_sets.append(f"vpns={json.dumps(seed_vpns(seed_refused))}")
-        cases = {"shaped": (SHAPED, [], []), "tunnels": (tunnels, [], refused), "seed": (SEED, seed_sets, seed_refused)}
+        cases = {"shaped": (SHAPED, [], []), "tunnels": (tunnels, [], refused)}
+        cases |= {f"seed-{name}": (name, *seed_cut(name)) for name in SEED_CUTS}
         for name, (study, sets, left_out) in cases.items():
             seen["cases"][name] = _run_case(lab, work, name, study, sets) | {"refused": left_out}
     finally:
@@ -114,17 +146,12 @@ def guest_main(work: Path) -> int:
     return 0
 
 
-def seed_vpns(without: list[str]) -> list[dict]:
-    """The seed file's own vpns (options and all), but those of the drivers `without`."""
-    return [v for v in yaml.safe_load(builtin_studies()[SEED])["vpns"] if v["driver"] not in without]
-
-
 def _run_case(lab, work: Path, name: str, study: str, sets: list[str]) -> dict:
     """`vpnlab run --inventory` on the lab's hosts (as the controller), its store copied into WORK,
     and each host's state once the run has ended."""
     from test_hosts_study import host_is_clean, wait_until
 
-    if study == SEED:
+    if study in SEED_CUTS:
         argv = [study]
     else:
         path = lab.dir / f"{name}.yaml"
@@ -148,7 +175,7 @@ def _run_case(lab, work: Path, name: str, study: str, sets: list[str]) -> dict:
 # -- this machine's side: one boot, then the tests read what the guest saw ------------------------
 
 # The guest loads only the kernel modules of the drivers it is told of (no udev there).
-GUEST_DRIVERS = ("wireguard", "libreswan", "strongswan", "pptp", "l2tp")
+GUEST_DRIVERS = ("wireguard", "libreswan", "strongswan", "pptp", "l2tp")  # openvpn needs only tun
 
 
 class GuestRun:
@@ -266,17 +293,21 @@ def test_a_tunnel_between_hosts_with_a_full_kernel(guest, driver):
 
 
 @pytest.mark.integration
-def test_a_shortened_seed_study_runs_with_every_scenario_on_the_hosts(guest):
-    """jaha-2014 from its own file, with two repetitions and one short workload: every scenario on
-    the hosts (none refused, none in the VM backend), each with both repetitions' samples."""
-    case = case_ran(guest, "seed")
-    scenarios, values = guest.scenarios("seed"), guest.values("seed")
-    assert {s["vpn"] for s in scenarios.values()} == set(SEED_DRIVERS) - set(case["refused"])
+@pytest.mark.parametrize("seed", list(SEED_CUTS))
+def test_a_shortened_seed_study_runs_with_every_scenario_on_the_hosts(guest, seed):
+    """A seed from its own file, with two repetitions and a subset of its scenarios: every scenario
+    on the hosts (none refused, none in the VM backend), each with both repetitions' samples."""
+    name = f"seed-{seed}"
+    case = case_ran(guest, name)
+    scenarios, values = guest.scenarios(name), guest.values(name)
+    picked = {v["driver"] for v in _picked(yaml.safe_load(builtin_studies()[seed])["vpns"], SEED_CUTS[seed]["vpns"])}
+    assert {s["vpn"] for s in scenarios.values()} == picked - set(case["refused"])
     assert all((s["status"], s["hosts"]) == ("done", HOSTS) for s in scenarios.values()), scenarios
-    assert {r[0] for r in guest.rows("seed", "SELECT measured_in FROM scenarios")} == {"host"}
+    assert {r[0] for r in guest.rows(name, "SELECT measured_in FROM scenarios")} == {"host"}
     for label, workload in scenarios:
-        assert len(values[(label, workload, "rtt_avg_ms")]) == 2, label
-    assert case["refused"] == [], f"the seed's {case['refused']} are still refused on hosts (runs_on_hosts)"
+        for metric in SEED_CUTS[seed]["metrics"]:
+            assert len(values[(label, workload, metric)]) == 2, (label, workload, metric)
+    assert case["refused"] == [], f"{seed}: {case['refused']} still refused on hosts by the study file (runs_on_hosts)"
 
 if __name__ == "__main__":
     sys.exit(guest_main(Path(sys.argv[1])))
