@@ -37,8 +37,9 @@ EXEC_LOG = "exec.log"  # the programs the guest's Python processes ran (tests/au
 # The boot is set up within the first test that asks for it: that test's time limit covers the boot.
 pytestmark = pytest.mark.timeout(vm.BOOT_TIMEOUT_S + GUEST_LIMIT_S + 60)
 
-# netem on the hosts' own WAN interfaces: 10 ms each way is a 20 ms round trip; 1% loss one way
-# over 1000 UDP datagrams (2.8 Mbit/s x 4 s / 1400 B). No VPN: the link alone.
+# netem on the hosts' own WAN interfaces: 10 ms each way is a 20 ms round trip; 2% loss one way
+# over 1000 UDP datagrams (1.12 Mbit/s x 10 s / 1400 B: 100 a second, few enough that a guest starved
+# of CPU by a busy machine seldom drops one itself). No VPN: the link alone.
 SHAPED = """\
 name: hosts-kernel-shaped
 topology: remote-access
@@ -46,10 +47,10 @@ hosts: {client: gw-a, gateway: gw-b}
 repetitions: 1
 order: listed
 vpns: [{driver: none}]
-links: [{name: wan-netem, delay_ms: 10, loss_pct: 1, shape: true}]
+links: [{name: wan-netem, delay_ms: 10, loss_pct: 2, shape: true}]
 workloads:
-  - {kind: ping, count: 100, interval_s: 0.02}
-  - {kind: udp, rate_mbit: 2.8, size: 1400, duration_s: 4}
+  - {kind: ping, count: 50, interval_s: 0.02}
+  - {kind: udp, rate_mbit: 1.12, size: 1400, duration_s: 10}
 """
 
 # Each tunnel between the two hosts over a delayed link; ping proves it (encrypted on the hosts'
@@ -221,7 +222,8 @@ def guest(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hosts-kernel")
     work = folder / "work"
     state = RunState.create()
-    env = {"PYTHONPATH": os.environ["PYTHONPATH"], "VPNLAB_EXEC_LOG": str(work / EXEC_LOG)}
+    # HOME as here: the guest's PID 1 has HOME=/, where matplotlib keeps no font cache for the lab's controller
+    env = {"PYTHONPATH": os.environ["PYTHONPATH"], "VPNLAB_EXEC_LOG": str(work / EXEC_LOG), "HOME": str(Path.home())}
     try:
         vm.Guest(state, work, folder / "console.log", drivers=GUEST_DRIVERS).run(
             [sys.executable, HERE, work], GUEST_LIMIT_S, env)
@@ -266,8 +268,11 @@ def test_netem_delays_and_loses_on_the_hosts_wan(guest):
     # 10 ms each way on each host's WAN interface; an emulated guest adds ~0.5-1.5 ms of its own
     rtt_min = values[("none", ping, "rtt_min_ms")][0]
     assert 20 <= rtt_min <= 21.5, rtt_min
+    # 2% set: 20 of 1000 datagrams expected; fewer than 8 lost by netem has a chance of 0.07%. Above
+    # 4.5% leaves 2.5 points for what a starved guest drops itself (2.6% with 1% set at 250 datagrams
+    # a second, with a load of 19 on this machine's 2 cores)
     loss = values[("none", udp, "udp_loss_pct")][0]
-    assert 0.2 <= loss <= 2.2, loss  # 1% set, over 1000 datagrams
+    assert 0.8 <= loss <= 4.5, loss
 
 
 @pytest.mark.integration
