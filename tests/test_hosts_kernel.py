@@ -147,6 +147,11 @@ def guest_main(work: Path) -> int:
     return 0
 
 
+def _ends(text: str, keep: int = 3000) -> str:
+    """The start and the end of a long output: the first error and the last."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]}\n[...]\n{text[-keep:]}"
+
+
 def _run_case(lab, work: Path, name: str, study: str, sets: list[str]) -> dict:
     """`vpnlab run --inventory` on the lab's hosts (as the controller), its store copied into WORK,
     and each host's state once the run has ended."""
@@ -160,7 +165,7 @@ def _run_case(lab, work: Path, name: str, study: str, sets: list[str]) -> dict:
     started = time.monotonic()
     result = lab.vpnlab("run", *argv, *(a for s in sets for a in ("--set", s)), "--inventory", lab.inventory,
                         "--out", out, "--no-progress", timeout=1200)
-    case = {"exit": result.returncode, "stdout": result.stdout[-3000:], "stderr": result.stderr[-3000:],
+    case = {"exit": result.returncode, "stdout": _ends(result.stdout), "stderr": _ends(result.stderr),
             "seconds": round(time.monotonic() - started, 1), "clean": {}}
     if (out / "results.sqlite").exists():
         shutil.copy(out / "results.sqlite", work / f"{name}.sqlite")
