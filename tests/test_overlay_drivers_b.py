@@ -117,8 +117,9 @@ def test_a_softether_worker_restarted_by_its_watchdog_is_a_broken_tunnel(state, 
     bed = build(state, "remote-access", 1)
     _, _, tunnel = up(state, bed, "softether", tmp_path)
     assert tunnel.health() is None
-    server = next(proc for node, proc, _ in tunnel.processes if node is bed.tunnel_sites(0)[1].node)
-    watchdog, worker = descendants(server.pid)  # unshare's child, and the watchdog's
+    gateway = bed.tunnel_sites(0)[1].node
+    server = next(proc for node, proc, _ in tunnel.processes if node is gateway)
+    watchdog, worker = descendants(gateway, server.pid)  # unshare's child, and the watchdog's
     os.kill(worker, 9)  # our own daemon's worker
     problem = None
     for _ in range(50):
@@ -128,10 +129,10 @@ def test_a_softether_worker_restarted_by_its_watchdog_is_a_broken_tunnel(state, 
         time.sleep(0.1)
     assert problem and "watchdog" in problem
     for _ in range(50):  # the watchdog does restart it, 0.1 s later: the old tunnel is gone all the same
-        if descendants(watchdog):
+        if descendants(gateway, watchdog):
             break
         time.sleep(0.1)
-    assert descendants(watchdog) and descendants(watchdog)[0] != worker
+    assert descendants(gateway, watchdog) and descendants(gateway, watchdog)[0] != worker
     tunnel.down()
 
 
