@@ -109,6 +109,10 @@ def test_softether_without_encryption_is_readable_inside_its_channel(state, tmp_
     proof = prove(bed, tunnel.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap", encrypted=False)
     assert proof.ok and proof.marker_in_clear is False  # seen, but inside the tunnel's TCP: not "in clear"
     assert proof.overhead_bytes == driver.overhead(options, "default", "softether", PROBE_INNER_LEN) == 74
+    # what an error quotes: the logs SoftEther writes itself, found and read through their nodes
+    quoted = tunnel.logs()
+    assert "softether-vpnserver/server_log/" in quoted and "softether-vpnclient/client_log/" in quoted, quoted
+    assert 'Successfully authenticated as user "vpnlab"' in quoted, quoted
     tunnel.down()
 
 
