@@ -21,7 +21,7 @@ import yaml
 from pydantic import ConfigDict, ValidationError, model_serializer
 
 from ..backend import SLOWDOWN
-from ..errors import CapabilityError, TunnelError
+from ..errors import CapabilityError, TunnelError, VpnlabError
 from ..features import FEATURES, Capabilities
 from ..files import tail, write_secret
 from ..metrics import declare
@@ -189,6 +189,16 @@ class Tunnel:
         written = sorted(self.env.log_dir.glob(f"l{self.env.layer}-*.log"))
         logs = dict.fromkeys([*(log for _, _, log in self.processes), *written])
         return "\n".join(f"  {log.name}:\n{tail(log)}" for log in logs)
+
+    def read_log(self, log: Path | str, node: Node | None = None) -> str:
+        """A daemon's log as text, whatever the node: the local file `node.spawn` streams its output
+        into (both kinds of node), or, given its `node`, a log the daemon writes itself there (read
+        through that node); "" while it does not exist."""
+        try:
+            data = Path(log).read_bytes() if node is None else node.read_file(log)
+        except (OSError, VpnlabError):
+            return ""
+        return data.decode(errors="replace")
 
     def leave(self, node: Node, path: Path) -> None:
         """A file a daemon of this tunnel may leave on `node` if it is killed: recorded before the

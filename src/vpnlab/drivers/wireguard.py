@@ -91,7 +91,7 @@ class WireGuard(Driver):
         for site, dev in ((left, names[0]), (right, names[1])):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
             public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
-            keys[dev] = (env.on(site.node, env.secret_file(f"{dev}.key", private + "\n")), public)
+            keys[dev] = (env.write(site.node, f"{dev}.key", private + "\n"), public)
             if env.implementation == "kernel":
                 site.node.ip(f"link add {dev} type wireguard")
             else:
@@ -124,7 +124,7 @@ class WireGuard(Driver):
         for site, dev in zip(sites, names):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
             public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
-            keys.append((env.on(site.node, env.secret_file(f"{dev}.key", private + "\n")), public))
+            keys.append((env.write(site.node, f"{dev}.key", private + "\n"), public))
 
         def start(k: int) -> None:
             site, dev = sites[k], names[k]
