@@ -8,7 +8,7 @@ the moment they are measured, so a killed run loses at most the repetition in fl
 - rows.py: a stored scenario and sample, as everything downstream reads them
 - recording.py: what a run writes, as it measures
 - merging.py: a VM guest's store, handed over and merged back
-- reading.py: the queries; ReadOnlyStore, which has nothing else
+- reading.py: the queries; ReadOnlyStore, which has nothing else; Stored, a store read once to analyse
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .database import (BASELINE_VPN, DB_NAME, LOW_SPACE_BYTES, READABLE_SINCE, R
                        SCHEMA, SCHEMA_VERSION, SETUP_REPETITION, UPGRADES, VALID, DiskFull, StoreError, _Connection,
                        check_store, free_bytes, inspect_store, now, read_only_uri)
 from .merging import Merging
-from .reading import ReadOnlyStore, Reading
+from .reading import ReadOnlyStore, Reading, Stored
 from .recording import Recording
 from .rows import SampleRow, ScenarioRow
 
@@ -68,4 +68,4 @@ class Store(Recording, Merging, Reading):
 
 __all__ = ["BASELINE_VPN", "DB_NAME", "LOW_SPACE_BYTES", "READABLE_SINCE", "RESERVE_BYTES", "RESERVE_NAME", "SCHEMA",
            "SCHEMA_VERSION", "SETUP_REPETITION", "UPGRADES", "VALID", "DiskFull", "ReadOnlyStore", "SampleRow",
-           "ScenarioRow", "Store", "StoreError", "check_store", "free_bytes", "inspect_store", "now", "read_only_uri"]
+           "ScenarioRow", "Store", "StoreError", "Stored", "check_store", "free_bytes", "inspect_store", "now", "read_only_uri"]

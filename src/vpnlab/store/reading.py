@@ -113,3 +113,55 @@ class ReadOnlyStore(Reading):
 
     def close(self) -> None:
         self.db.close()
+
+
+class Stored:
+    """A store read once, for everything that analyses it: its runs, scenarios, repetitions, every
+    sample and the raw output of the tools asked for, each table in one query; then the same reading
+    queries as a store's that analysing uses, answered from memory. `tools`: whose raw output to read."""
+
+    def __init__(self, store: Reading, tools: set[str]):
+        self.path = store.path
+        self._runs = store.runs()
+        self._scenarios = store.scenarios()
+        self._samples = store.samples(valid_only=False)
+        self._repetitions = store.db.execute("SELECT scenario_id, repetition, COALESCE(failure, '') AS failure"
+                                             " FROM repetitions ORDER BY scenario_id, repetition").fetchall()
+        marks = ",".join("?" * len(tools))
+        self._raw = store.db.execute(f"SELECT * FROM raw_outputs WHERE tool IN ({marks}) ORDER BY scenario_id,"
+                                     " repetition", sorted(tools)).fetchall()
+        self.tools = set(tools)
+        failed = {s.id for s in self._scenarios if s.status == "failed"}
+        self._valid = {(r["scenario_id"], r["repetition"]) for r in self._repetitions
+                       if not r["failure"] and r["scenario_id"] not in failed}
+        self._valid_samples = [s for s in self._samples if not s.failure and s.scenario_id not in failed]
+
+    def runs(self) -> list[sqlite3.Row]:
+        return self._runs
+
+    def scenarios(self) -> list[ScenarioRow]:
+        return self._scenarios
+
+    def samples(self, valid_only: bool = True) -> list[SampleRow]:
+        return self._valid_samples if valid_only else self._samples
+
+    def raw_outputs(self, tool: str) -> list[sqlite3.Row]:
+        return [row for row in self._raw_of(tool) if row["repetition"] > 0]
+
+    def raw_output(self, scenario_id: str, repetition: int, tool: str) -> str | None:
+        return next((row["output"] for row in self._raw_of(tool)
+                     if (row["scenario_id"], row["repetition"]) == (scenario_id, repetition)), None)
+
+    def pair_values(self) -> list[tuple[str, int, str, dict[str, float]]]:
+        return [(row["scenario_id"], row["repetition"], pair, values) for row in self._raw_of("pairs")
+                if (row["scenario_id"], row["repetition"]) in self._valid
+                for pair, values in sorted(json.loads(row["output"]).items())]
+
+    def attempts(self, scenario_id: str) -> list[str | None]:
+        return [r["failure"] or None for r in self._repetitions if r["scenario_id"] == scenario_id]
+
+    def _raw_of(self, tool: str) -> list[sqlite3.Row]:
+        if tool not in self.tools:
+            raise KeyError(f"the raw output of {tool} was not read from {self.path}")
+        return [row for row in self._raw if row["tool"] == tool]
+

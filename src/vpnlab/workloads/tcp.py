@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import statistics
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -14,6 +16,11 @@ from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 RETRANSMIT_FLAG_PCT = 1.0  # above this share of segments, say so: the path is lossy or a queue overflows
 SHORT_WINDOW_SHARE = 0.9   # a measured period below this share of -t: the warm-up overran the test's time
 MSS = 1448                 # payload of a full segment with timestamps, to turn bytes into segments
+WINDOW_OFF = 0.1           # a send window further than this share from the one asked is noted
+
+SND_WND = re.compile(r'"snd_wnd":\s*(\d+)')  # the send window in each interval of iperf3's JSON
+WINDOW_NOTE = ("the TCP send window iperf3 got (snd_wnd, median) was not the one asked for: the kernel sizes it "
+               "from the socket buffer, so read the window sweep by these")
 
 THROUGHPUT = declare("throughput_mbps", "Mbit/s", "goodput at the receiver (iperf3 sum_received; file bytes over "
                      "transfer time)", True, judged="share", graded=True, positive=True, producers="tcp")
@@ -162,3 +169,11 @@ class Tcp(WorkloadKind):
 
     def series(self, raw: str):
         return iperf.raw_series(raw)
+
+    def notes(self, options: TcpOptions, raw: list[str]) -> list[tuple[str, str]]:
+        """The send window iperf3 reported (snd_wnd, median over every interval of every repetition),
+        when more than WINDOW_OFF from the window asked: the kernel sizes it from the socket buffer."""
+        got = [int(v) for text in raw for v in SND_WND.findall(text)]
+        if not options.window or not got or abs(statistics.median(got) / options.window - 1) <= WINDOW_OFF:
+            return []
+        return [(WINDOW_NOTE, f"{statistics.median(got):.0f} B for {options.window} B asked")]
