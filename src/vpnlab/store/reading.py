@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from .database import VALID, _Connection
 from .rows import SampleRow, ScenarioRow
+
+T = TypeVar("T")
 
 
 class Reading:
@@ -135,6 +138,7 @@ class Stored:
         self._valid = {(r["scenario_id"], r["repetition"]) for r in self._repetitions
                        if not r["failure"] and r["scenario_id"] not in failed}
         self._valid_samples = [s for s in self._samples if not s.failure and s.scenario_id not in failed]
+        self._derived: dict = {}
 
     def runs(self) -> list[sqlite3.Row]:
         return self._runs
@@ -159,6 +163,13 @@ class Stored:
 
     def attempts(self, scenario_id: str) -> list[str | None]:
         return [r["failure"] or None for r in self._repetitions if r["scenario_id"] == scenario_id]
+
+    def derived(self, key, make: Callable[[], T]) -> T:
+        """What `make` derives from what was read, made the first time `key` is asked for and kept:
+        nothing read changes, so neither does it."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def _raw_of(self, tool: str) -> list[sqlite3.Row]:
         if tool not in self.tools:
