@@ -535,12 +535,14 @@ def _sweep(report: Report, stat: dict, link: str, kind: str, members: list, para
 
 
 def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
-    """Throughput interval by interval (the FAVE thesis read trends across twenty 10-s intervals)."""
+    """Each workload's series interval by interval, as its kind draws it (the FAVE thesis read trends
+    in throughput across twenty 10-s intervals)."""
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for s in scenarios:
-        if s.id in series:
+        if s.id in series and KINDS[s.workload].series_figure:
             groups[(s.link_label, s.workload_label)].append(s)
     for (link, workload), members in sorted(groups.items()):
+        shown = KINDS[members[0].workload].series_figure
         fig, ax = plt.subplots(figsize=(7.5, 3.6))
         for s in sorted(members, key=lambda s: s.idx):
             runs = [r for r in series[s.id] if r]
@@ -550,13 +552,13 @@ def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
             xs = [runs[0][i][0] for i in range(length)]
             means = [sum(r[i][1] for r in runs) / len(runs) for i in range(length)]
             ax.plot(xs, means, marker=".", label=report.labels.of(s), linestyle="--" if s.is_baseline else "-")
-        ax.set_xlabel("seconds into the transfer")
-        ax.set_ylabel("Mbit/s")
+        ax.set_xlabel(shown.x)
+        ax.set_ylabel(shown.y)
         ax.grid(alpha=0.3)
         _legend_outside(ax)
-        title = f"throughput by interval - {workload} on {link}"
+        title = f"{shown.title} - {workload} on {link}"
         ax.set_title(title, fontsize=10)
-        report.figures.append(_figure(title, fig, "mean over repetitions of each 1-second iperf3 interval"))
+        report.figures.append(_figure(title, fig, shown.caption))
 
 
 def _tunnels(report: Report, scenarios: list, stat: dict) -> None:

@@ -78,6 +78,17 @@ class WorkloadContext:
         self.services.clear()
 
 
+@dataclass(frozen=True)
+class SeriesFigure:
+    """How the report draws a kind's interval series: its title (before the workload and link), the
+    axes and the caption."""
+
+    title: str
+    x: str
+    y: str
+    caption: str
+
+
 class WorkloadKind:
     kind: ClassVar[str]
     summary: ClassVar[str]
@@ -88,6 +99,7 @@ class WorkloadKind:
     graded: ClassVar[tuple[tuple[str, str], ...]] = ()   # Jaha's Table VI columns: (metric, heading)
     plotted: ClassVar[tuple[str, ...]] = ()      # metrics drawn along a swept option
     series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series (and notes)
+    series_figure: ClassVar[SeriesFigure | None] = None  # how the report draws that series
     loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
     runs_on_hosts: ClassVar[bool] = False        # all it runs goes through the testbed's nodes (real hosts too)
     in_mesh: ClassVar[bool] = False              # runs between a mesh's pairs, several at once (its own ports)

@@ -11,7 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from ..metrics import declare
 from ..schema import SOCKET_BUFFER_MAX, Size, human_size, parse_size, whole_seconds
 from . import iperf
-from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
+from .base import Measurement, SeriesFigure, WorkloadContext, WorkloadKind, WorkloadOptions
 
 RETRANSMIT_FLAG_PCT = 1.0  # above this share of segments, say so: the path is lossy or a queue overflows
 SHORT_WINDOW_SHARE = 0.9   # a measured period below this share of -t: the warm-up overran the test's time
@@ -150,6 +150,8 @@ class Tcp(WorkloadKind):
     # (not cpu_vpn_gateway_pct: a daemon's own CPU, 0% where the kernel carries the data, as ESP does)
     plotted = ("throughput_mbps", "cpu_s_per_gb")
     series_tool = "iperf3"                 # the FAVE thesis read twenty 10-s intervals
+    series_figure = SeriesFigure("throughput by interval", "seconds into the transfer", "Mbit/s",
+                                 "mean over repetitions of each 1-second iperf3 interval")
 
     def estimate_s(self, options: TcpOptions, rate_mbit):
         return options.duration_s + options.omit_s + 0.5
