@@ -31,6 +31,9 @@ RAW_TOOLS = {kind.series_tool for kind in KINDS.values() if kind.series_tool} | 
 
 @dataclass
 class Analysed:
+    """A results directory's analysis: `stored`, its store as read once, and each part of the analysis
+    made from it the first time it is asked for."""
+
     stored: Stored
 
     @classmethod
@@ -49,7 +52,7 @@ class Analysed:
     @property
     def study_text(self) -> str:
         """The study as the last sitting ran it."""
-        return self.runs[-1]["study_text"] or "" if self.runs else ""
+        return (self.runs[-1]["study_text"] or "") if self.runs else ""
 
     @cached_property
     def settings(self) -> AnalysisSettings:
