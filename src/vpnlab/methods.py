@@ -79,8 +79,8 @@ def cpu_text(store) -> str:
     """How each tunnel end's CPU was counted and where the ends ran, over the stored repetitions
     (each stores its method and placement as raw output 'cpu'); '' without tunnel ends. `store`: a
     store, or what was read of it (store.Stored, with the raw output of 'cpu')."""
-    measured_in = {s.id: s.measured_in for s in store.scenarios()}
-    rows = [(row["output"], measured_in[row["scenario_id"]]) for row in store.raw_outputs("cpu")]
+    place = {s.id: s.measured_in for s in store.scenarios()}
+    rows = [(row["output"], place[row["scenario_id"]]) for row in store.raw_outputs("cpu")]
     tunnels = any(s.metric == "cpu_vpn_client_pct" for s in store.samples(valid_only=False))
     methods, places = Counter(), Counter()
     for output, measured_in in rows:
