@@ -205,12 +205,14 @@ def _place_on_hosts(plan, hosts):
 def _finish(out_dir: Path) -> None:
     """Summary and report; a signal meanwhile leaves the run marked interrupted, with the way to
     write the report later, never a 'completed' run without its report."""
+    from ..analysed import analyse
     from ..report import write as write_report
     from ..store import Store
 
     try:
-        _compact(out_dir)
-        report = write_report(out_dir)
+        analysed = analyse(out_dir)  # read and analysed once, for the summary and the report
+        _compact(analysed)
+        report = write_report(out_dir, analysed=analysed)
         out.print(safe(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {report}", lines=True))
     except Interrupted as exc:
         store = Store.open_dir(out_dir)
@@ -223,18 +225,14 @@ def _finish(out_dir: Path) -> None:
         raise typer.Exit(exc.exit_code)
 
 
-def _compact(directory: Path) -> None:
+def _compact(analysed) -> None:
     """The end of a run at a glance: a row per VPN, a column per link and workload with the
     workload's primary metric against no VPN (interval, grade where the data give one), failures."""
-    from ..analysis import fmt, relative_text, summarise
+    from ..analysis import fmt, relative_text
     from ..catalog import KINDS
     from ..labels import for_scenarios
 
-    store = results_dir.read_store(directory)
-    try:
-        summaries, scenarios = summarise(store), store.scenarios()
-    finally:
-        store.close()
+    summaries, scenarios = analysed.summaries, analysed.scenarios
     columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))
     rows: dict[str, dict] = {}
     labels = for_scenarios(scenarios)  # as the report and `vpnlab show` name them
