@@ -15,7 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from hosts_harness import Lab, leftovers, sh
+from vpnlab import overrides
 from vpnlab.cli import app
+from vpnlab.cli.run import load_study_arg
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line
 from vpnlab.plan import make_plan
@@ -82,13 +84,27 @@ def test_shaping_real_hosts_is_opt_in_and_named_by_field():
     parse_study(S2S_STUDY.replace(S2S_HOSTS, "").replace(", shape: true", ""))  # here: as always
 
 
-def test_what_does_not_run_on_hosts_yet_is_refused_by_field():
-    text = problems(RA_STUDY.replace("{driver: openvpn}]", "{driver: openvpn, inner: {driver: strongswan}}]")
-                    .replace("topology: remote-access", "topology: site-to-site")
-                    .replace("{client: gw-a, gateway: gw-b}", "{left: gw-a, right: gw-b}")
-                    .replace("[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: tcp}, {kind: transfer}]"))
-    assert "vpns[2].inner.driver: strongswan does not run on real hosts yet" in text
-    assert "workloads[1].kind: transfer does not run on real hosts yet" in text
+def test_every_vpn_and_workload_is_placed_on_the_hosts_none_refused(tmp_path):
+    """The done condition of issue 33: a seed study (PPTP, OpenVPN, transfers, background traffic) with
+    its two ends mapped to inventory hosts plans every scenario on them; a dry run contacts nobody."""
+    inventory = tmp_path / "lab.yml"
+    inventory.write_text("all:\n  hosts:\n    branch: {ansible_host: 203.0.113.10}\n    hq: {ansible_host: 203.0.113.20}\n")
+    sets = ["hosts={client: branch, gateway: hq}", "links[0].shape=true", "links[1].shape=true"]
+    result = CliRunner().invoke(app, ["run", "small-business-2011", "--inventory", str(inventory), "--dry-run",
+                                      *(arg for s in sets for arg in ("--set", s))])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│")]
+    planned = make_plan(parse_study(overrides.apply(load_study_arg("small-business-2011")[0].source_text, sets)))
+    assert len(rows) == len(planned.scenarios) > 100
+    assert all("branch+hq" in row for row in rows), [row for row in rows if "branch+hq" not in row][:3]
+    assert {s.vpn.layers[0].driver for s in planned.scenarios if s.vpn.layers} == {"pptp", "openvpn"}
+    assert all(s.link.background for s in planned.scenarios)
+    assert "on real hosts: client branch and gateway hq (not contacted)" in result.output
+    nested = (RA_STUDY.replace("{driver: openvpn}]", "{driver: openvpn, inner: {driver: strongswan}}]")
+              .replace("topology: remote-access", "topology: site-to-site")
+              .replace("{client: gw-a, gateway: gw-b}", "{left: gw-a, right: gw-b}")
+              .replace("[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: tcp}, {kind: transfer}]"))
+    assert len(make_plan(parse_study(nested)).scenarios) == 6
 
 
 def test_shape_leaves_the_ids_of_existing_scenarios_alone():

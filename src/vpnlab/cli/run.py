@@ -260,7 +260,8 @@ def _reps(rule) -> str:
 
 
 def _print_plan(plan, in_vm: set[str] | None) -> None:
-    """The plan as the run will carry it out; `in_vm` None: placement unknown (not root)."""
+    """The plan as the run will carry it out, each scenario where it runs (here, the VM, its pair of
+    real hosts); `in_vm` None: placement unknown (not root)."""
     from ..plan import duration
 
     table = Table(title=f"plan of study '{safe(plan.study.name)}' ({plan.study.topology})")
@@ -268,7 +269,7 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
         table.add_column(col)
     placed = in_vm or set()
     for s in plan.scenarios:
-        where = "?" if in_vm is None else ("VM" if s.id in placed else "here")
+        where = ("?" if in_vm is None else "VM" if s.id in placed else "here") if not s.hosts else "+".join(s.hosts.values())
         table.add_row(str(s.index), s.id, safe(s.vpn_label), safe(s.link.label), safe(s.workload.full_label),
                       _reps(s.repetitions), where, duration(s.estimate_s(s.id in placed)))
     out.print(table)

@@ -89,7 +89,6 @@ class WorkloadKind:
     plotted: ClassVar[tuple[str, ...]] = ()      # metrics drawn along a swept option
     series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series
     loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
-    runs_on_hosts: ClassVar[bool] = False        # all it runs goes through the testbed's nodes (real hosts too)
     in_mesh: ClassVar[bool] = False              # runs between a mesh's pairs, several at once (its own ports)
 
     def needs(self, options: WorkloadOptions) -> tuple[str, ...]:
