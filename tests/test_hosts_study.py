@@ -346,3 +346,28 @@ def test_two_pairs_run_in_parallel_and_a_lost_host_fails_only_its_scenarios(lab,
     assert sessions(d) == before + 2
     cleaning = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
     assert all(f"{name}: nothing to clean" in cleaning.stdout for name in lab.hosts), cleaning.stdout
+
+
+def test_prepare_installs_what_every_driver_and_workload_kind_needs():
+    """`hosts prepare --study` installs, for a study of every driver, every workload kind and the
+    office background, every package each of them declares, and the kernel probe's programs."""
+    from vpnlab.catalog import DRIVERS, KINDS, declared
+    from vpnlab.hosts.prepare import study_packages
+    from vpnlab.tools import CORE
+    from vpnlab.workloads import background
+
+    study = parse_study(RA_STUDY.replace("[{driver: none}, {driver: wireguard}, {driver: openvpn}]",
+                                         "[" + ", ".join(f"{{driver: {name}}}" for name in DRIVERS) + "]")
+                        .replace("workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]",
+                                 "links: [{background: office}]\nworkloads: [{kind: tcp}, {kind: udp}, {kind: ping}, "
+                                 "{kind: transfer, protocol: [http, https, ssh, ftp]}]"))
+    wanted = set(study_packages(study))
+    installable = {tool.package for tool in declared().values() if not (tool.private or tool.python)}
+    for driver in DRIVERS.values():
+        assert {t.package for t in driver.tools if not (t.private or t.python)} | set(driver.packages) <= wanted, driver.name
+    for kind in KINDS.values():
+        assert {t.package for t in kind.tools} & installable <= wanted, kind.kind
+    assert {t.package for t in background.TOOLS} <= wanted
+    assert {"grep", "sed", "coreutils", "iproute2", "openssl"} <= wanted and {t.package for t in CORE} <= wanted
+    # and no more than the study runs
+    assert "nginx-light" not in study_packages(parse_study(RA_STUDY))
