@@ -289,6 +289,36 @@ def test_a_program_outside_the_run_on_a_host_flags_the_repetitions_it_disturbed(
     assert not any("of a core on host gw-a" in f for f in flags), flags  # gw-a has its own processes
 
 
+@pytest.mark.integration
+def test_a_scenario_the_hosts_kernel_cannot_run_fails_before_it_starts(lab, tmp_path):
+    """The lab's hosts have this machine's kernel: no PPP and no netem (FIELD-NOTES). PPTP, and any
+    link with a delay, fail with the host and the piece they lack before anything of theirs starts;
+    no VPN on the unshaped path runs as always."""
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    study, out = tmp_path / "study.yaml", lab.dir / "kernel-lacks"
+    study.write_text(RA_STUDY.replace("[{driver: none}, {driver: wireguard}, {driver: openvpn}]", "[{driver: none}, {driver: pptp}]")
+                     .replace("workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]",
+                              "links: [{name: as-is}, {name: delayed, delay_ms: 5, shape: true}]\n"
+                              "workloads: [{kind: ping, count: 3, interval_s: 0.05}]"))
+    probed = json.loads(lab.vpnlab("hosts", "doctor", "--inventory", lab.inventory, "--limit", "gw-a", "--json").stdout)
+    assert not probed[0]["features"]["ppp"] and not probed[0]["features"]["netem"], probed  # the premise
+    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    runs, scenarios, samples = read_store(out)
+    assert scenarios[("none", "as-is")]["status"] == "done" and samples[("none", "as-is", 1, "rtt_avg_ms")] > 0
+    pptp = next(label for label, _ in scenarios if label.startswith("pptp"))
+    for key in ((pptp, "as-is"), ("none", "delayed"), (pptp, "delayed")):
+        assert scenarios[key]["status"] == "failed", key
+        assert not (out / "logs" / scenarios[key]["id"]).exists()  # nothing of it started
+        assert not any(k[:2] == key for k in samples)
+    assert scenarios[(pptp, "as-is")]["failure"].startswith("the kernel cannot run it: host gw-a: pptp: ")
+    assert "feature 'ppp'" in scenarios[(pptp, "as-is")]["failure"] and "host gw-b:" in scenarios[(pptp, "as-is")]["failure"]
+    assert "netem" in scenarios[("none", "delayed")]["failure"]
+    assert "failed before it started: the kernel cannot run it: host gw-a" in result.stderr
+    for host in (a, b):
+        assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
+
+
 def pair_repetitions(out, host: str) -> list[str]:
     """When each stored repetition of the scenarios on `host` completed."""
     if not (out / "results.sqlite").exists():
