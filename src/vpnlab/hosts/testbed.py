@@ -30,7 +30,8 @@ from ..features import FEATURES, Capabilities, parse_probe, probe_argv
 from ..errors import StudyError, VpnlabError
 from ..testbed.shaping import shape_commands
 from ..testbed.topology import HOST_ROLES, Layout, Testbed, chain_routes
-from .cpu import RemoteCpuMeter
+from ..cpu import CpuMeter
+from .cpu import HostProc
 from .doctor import version_script
 from .inventory import Host, load_inventory, select
 from .node import RemoteNode
@@ -325,8 +326,8 @@ class RemoteTestbed(Testbed):
 
     def cpu_meter(self, layers: int):
         ends = [self.layout.tunnels[layer] for layer in range(layers)]
-        return RemoteCpuMeter([self.nodes[a] for a, _ in ends], [self.nodes[b] for _, b in ends], self.pair,
-                              self.nodes)
+        sides = {"client": [self.nodes[a] for a, _ in ends], "gateway": [self.nodes[b] for _, b in ends]}
+        return CpuMeter([HostProc(site, sides, self.nodes) for site in self.pair.sites])
 
     def destroy(self) -> None:
         """Remove what the hosts' records gained since the testbed began; on a lost host it stays
