@@ -392,12 +392,22 @@ def test_prepare_installs_what_every_driver_and_workload_kind_needs():
                                  "links: [{background: office}]\nworkloads: [{kind: tcp}, {kind: udp}, {kind: ping}, "
                                  "{kind: transfer, protocol: [http, https, ssh, ftp]}]"))
     wanted = set(study_packages(study))
-    installable = {tool.package for tool in declared().values() if not (tool.private or tool.python)}
+    installable = {tool.package for tool in declared().values() if not tool.python}
     for driver in DRIVERS.values():
-        assert {t.package for t in driver.tools if not (t.private or t.python)} | set(driver.packages) <= wanted, driver.name
+        assert {t.package for t in driver.tools if not t.python} | set(driver.packages) <= wanted, driver.name
     for kind in KINDS.values():
         assert {t.package for t in kind.tools} & installable <= wanted, kind.kind
     assert {t.package for t in background.TOOLS} <= wanted
-    assert {"grep", "sed", "coreutils", "iproute2", "openssl"} <= wanted and {t.package for t in CORE} <= wanted
+    assert {"grep", "sed", "coreutils", "iproute2", "openssl", "libreswan", "pptpd", "xl2tpd"} <= wanted and {t.package for t in CORE} <= wanted
     # and no more than the study runs
     assert "nginx-light" not in study_packages(parse_study(RA_STUDY))
+
+
+def test_the_readme_lists_what_each_vpn_and_workload_needs_on_a_host_as_declared():
+    from pathlib import Path
+
+    from vpnlab.catalog import hosts_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert hosts_table() in readme, "README's real-hosts tables differ from the declarations: paste catalog.hosts_table()"
+    assert "`pptp` | pptpd: `ppp` |" in hosts_table() and "`strongswan` | kernel: `esp`; else libipsec: `tun` |" in hosts_table()

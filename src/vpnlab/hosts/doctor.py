@@ -83,8 +83,8 @@ def version_script(commands=None) -> str:
     q = shlex.quote
     lines = []
     for tool in declared().values():
-        if tool.private or (commands is not None and tool.command not in commands):
-            continue  # unpacked privately by bootstrap.sh on a controller, not installed on hosts
+        if commands is not None and tool.command not in commands:
+            continue
         find = f"p=$(command -v {q(tool.command)})"
         if tool.path:
             find = f"p=$(command -v {q(tool.command)} || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }})"

@@ -50,7 +50,8 @@ def study_packages(study) -> list[str]:
     for vpn in study.vpns:
         for layer in vpn.layers:
             driver = DRIVERS[layer.driver]
-            wanted |= {t.package for t in driver.tools if not (t.private or t.python)} | set(driver.packages)
+            # a package bootstrap.sh unpacks privately here (libreswan) is installed on a host as Debian's
+            wanted |= {t.package for t in driver.tools if not t.python} | set(driver.packages)
     return sorted(wanted)
 
 

@@ -63,7 +63,7 @@ def tools_script() -> str:
     q = shlex.quote
     lines = []
     for tool in declared().values():
-        if tool.private or tool.python:
+        if tool.python:
             continue
         fallback = f" || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }}" if tool.path else ""
         lines.append(f'p=$(command -v {q(tool.command)}{fallback}) && printf "%s\\t%s\\n" {q(tool.command)} "$p"')
