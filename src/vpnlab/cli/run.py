@@ -181,11 +181,13 @@ def _place_on_hosts(plan, hosts):
     from ..catalog import DRIVERS
     from ..hosts.prepare import TESTBED_TOOLS
     from ..plan import check_scenario
+    from ..workloads import background
 
     commands = set(TESTBED_TOOLS)
     for scenario in plan.scenarios:
         commands |= set(scenario.kind.needs(scenario.workload))
         commands |= {tool.command for layer in scenario.vpn.layers for tool in DRIVERS[layer.driver].tools}
+        commands |= background.needs(scenario.link.background) if scenario.link.background else set()
     try:
         caps = hosts.probe(commands)
         problems, refused = [], {}
