@@ -411,3 +411,29 @@ def test_the_readme_lists_what_each_vpn_and_workload_needs_on_a_host_as_declared
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert hosts_table() in readme, "README's real-hosts tables differ from the declarations: paste catalog.hosts_table()"
     assert "`pptp` | pptpd: `ppp` |" in hosts_table() and "`strongswan` | kernel: `esp`; else libipsec: `tun` |" in hosts_table()
+
+
+def test_what_a_hosts_kernel_lacks_names_that_host_or_the_pair_when_only_together(tmp_path):
+    """The preflight's reasons, from what each host's probe answered (set here as it would be): a piece
+    one host lacks names that host; two hosts that each allow one implementation but not the same
+    one are named together."""
+    from vpnlab.cli.run import _kernels_lack
+    from vpnlab.features import FEATURES
+    from vpnlab.hosts.testbed import HostSet
+
+    inventory = tmp_path / "lab.yml"
+    inventory.write_text("all:\n  hosts:\n    gw-a: {ansible_host: 203.0.113.10}\n    gw-b: {ansible_host: 203.0.113.20}\n")
+    study = parse_study(RA_STUDY.replace("[{driver: none}, {driver: wireguard}, {driver: openvpn}]",
+                                         "[{driver: none}, {driver: pptp}, {driver: strongswan}]"))
+    hosts = HostSet(study, inventory)
+    everything = {name: True for name in FEATURES}
+    hosts.facts = {"gw-a": {"kernel": "6.1", "features": everything | {"ppp": False, "esp": False}},
+                   "gw-b": {"kernel": "6.1", "features": everything | {"tun": False}}}
+    none, pptp, strongswan = make_plan(study).scenarios
+    pair = hosts.pair_of(pptp)
+    assert _kernels_lack(none, pair, hosts) is None
+    assert _kernels_lack(pptp, pair, hosts) == ("the kernel cannot run it: host gw-a: pptp: cannot run here: pptpd "
+                                                "needs feature 'ppp' (PPP (/dev/ppp))")
+    why = _kernels_lack(strongswan, pair, hosts)
+    assert why.startswith("the kernel cannot run it: client gw-a and gateway gw-b together: strongswan: cannot run")
+    assert "kernel needs feature 'esp'" in why and "libipsec needs feature 'tun'" in why
