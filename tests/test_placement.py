@@ -192,7 +192,7 @@ class FakePlacement:
 
 
 def test_the_meter_takes_the_cgroups_figures_and_keeps_the_ticks_beside_them():
-    meter = CpuMeter([], [], FakePlacement())
+    meter = CpuMeter.here([], [], FakePlacement())
     values, _ = meter.finish(None)
     wall = meter.record["wall_s"]
     assert values["cpu_vpn_client_pct"] == pytest.approx(100 * 0.25 / wall)

@@ -241,7 +241,6 @@ class Driver:
     tools: ClassVar[tuple[Tool, ...]] = ()       # every program it runs, with its Debian package
     packages: ClassVar[tuple[str, ...]] = ()     # Debian packages it needs that carry no program (plugins)
     guest_modules: ClassVar[tuple[str, ...]] = ()  # kernel modules a VM guest (no udev) must load for it
-    runs_on_hosts: ClassVar[bool] = False        # its files and daemons go through the node (real hosts too)
     tunables: ClassVar[tuple[Tunable, ...]] = ()  # what `vpnlab tune` may vary; none: its default options only
     proposed: ClassVar[bool] = True              # in `vpnlab tune`'s space unless a spec names its drivers
     # How it joins the peers of a mesh (topology `mesh`): "full", every peer to every other (its own

@@ -48,7 +48,6 @@ class Nebula(Driver):
     summary = "Nebula 1.6 (Noise IX, certificates, a lighthouse) over UDP: cipher aes or chachapoly"
     tools = (NEBULA, NEBULA_CERT)
     Options = NebulaOptions
-    runs_on_hosts = True
     mesh = "full"
 
     def check(self, options, profile):

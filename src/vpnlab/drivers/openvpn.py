@@ -108,7 +108,6 @@ class OpenVpn(Driver):
     summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
     tools = (Tool("openvpn", "openvpn", ("openvpn", "--version")), OPENSSL)
     Options = OpenVpnOptions
-    runs_on_hosts = True
     mesh = "hub"  # a server that its clients reach each other through (the default up_mesh)
     # Compression before encryption lets packet sizes betray the contents (VORACLE): OpenVPN 2.6
     # refuses it unless allowed, so it is weak. MD5 and SHA1 HMACs are left out: SHA256 is as fast.

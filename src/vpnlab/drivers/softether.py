@@ -222,7 +222,6 @@ class SoftEther(Driver):
              Tool("vpncmd", "softether-vpncmd"), Tool("unshare", "util-linux"),
              Tool("kill", "procps"), Tool("find", "findutils"))  # its PID namespace ended, its own logs found
     Options = SoftEtherOptions
-    runs_on_hosts = True
     mesh = "hub"  # a server its clients reach each other through (the default up_mesh)
 
     def check(self, options, profile):

@@ -78,7 +78,6 @@ class Tinc(Driver):
     summary = "tinc 1.0 (RSA meta connection, CBC + truncated HMAC over UDP): cipher, digest, compression"
     tools = (TINCD,)
     Options = TincOptions
-    runs_on_hosts = True
     mesh = "full"
 
     def check(self, options, profile):

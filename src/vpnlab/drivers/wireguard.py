@@ -34,7 +34,6 @@ class WireGuard(Driver):
              Tool("wireguard-go", "wireguard-go", ("wireguard-go", "--version")))
     guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
-    runs_on_hosts = True
     mesh = "full"
     tunables = (Tunable("mtu", (None, 1380, 1280)), Tunable("implementation", ("kernel", "wireguard-go")))
 

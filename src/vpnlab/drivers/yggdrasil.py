@@ -79,7 +79,6 @@ class Yggdrasil(Driver):
     tools = (Tool("yggdrasil", "yggdrasil", ("yggdrasil", "-version")),
              Tool("bridge", "iproute2", ("bridge", "-V")))  # a mesh's VXLAN flood list
     Options = YggdrasilOptions
-    runs_on_hosts = True
     mesh = "full"
 
     def check(self, options, profile):

@@ -101,7 +101,6 @@ class WorkloadKind:
     series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series (and notes)
     series_figure: ClassVar[SeriesFigure | None] = None  # how the report draws that series
     loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
-    runs_on_hosts: ClassVar[bool] = False        # all it runs goes through the testbed's nodes (real hosts too)
     in_mesh: ClassVar[bool] = False              # runs between a mesh's pairs, several at once (its own ports)
 
     def needs(self, options: WorkloadOptions) -> tuple[str, ...]:

@@ -145,7 +145,6 @@ class Tcp(WorkloadKind):
     primary = "throughput_mbps"
     in_mesh = True
     loads_path = True
-    runs_on_hosts = True
     graded = (("throughput_mbps", "TCP throughput"),)
     # (not cpu_vpn_gateway_pct: a daemon's own CPU, 0% where the kernel carries the data, as ESP does)
     plotted = ("throughput_mbps", "cpu_s_per_gb")
