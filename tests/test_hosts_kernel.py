@@ -28,7 +28,6 @@ from declared import programs
 from hosts_harness import Lab, leftovers
 from test_hosts_study import host_is_clean, wait_until
 from vpnlab import vm
-from vpnlab.catalog import DRIVERS
 from vpnlab.study import builtin_studies
 from vpnlab.testbed.state import RunState
 
@@ -59,23 +58,22 @@ workloads:
 
 # Each tunnel between the two hosts over a delayed link; ping proves it (encrypted on the hosts'
 # WAN, overhead as modelled) and measures the round trip through it.
-TUNNEL_VPNS = {
-    "wireguard": "{driver: wireguard}",
-    "openvpn": "{driver: openvpn}",
-    "libreswan": "{driver: libreswan}",
-    "pptp": "{driver: pptp}",
-    "l2tp": "{driver: l2tp}",  # L2TP over IPsec (kernel ESP), the default
-}
 TUNNELS = """\
 name: hosts-kernel-tunnels
 topology: remote-access
-hosts: {{client: gw-a, gateway: gw-b}}
+hosts: {client: gw-a, gateway: gw-b}
 repetitions: 1
 order: listed
-vpns: [{vpns}]
-links: [{{name: wan-10ms, delay_ms: 5, shape: true}}]
-workloads: [{{kind: ping, count: 20, interval_s: 0.05}}]
+vpns:
+  - driver: wireguard
+  - driver: openvpn
+  - driver: libreswan
+  - driver: pptp
+  - driver: l2tp  # over IPsec (kernel ESP), the default
+links: [{name: wan-10ms, delay_ms: 5, shape: true}]
+workloads: [{kind: ping, count: 20, interval_s: 0.05}]
 """
+TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"]]
 
 # Seed studies from their own files, shortened with --set: two repetitions, their two ends mapped to
 # the inventory's hosts, their links (rate, delay, jitter, loss, background) shaped on them, and a
@@ -105,22 +103,20 @@ def _picked(entries: list[dict], picks: list) -> list[dict]:
     return chosen
 
 
-def seed_cut(name: str) -> tuple[list[str], list[str]]:
-    """The --set assignments that shorten seed `name`, and its picked drivers still refused on hosts
-    (left out of the run)."""
+def seed_drivers(name: str) -> list[str]:
+    """The drivers of the vpns picked from seed `name`."""
+    return [vpn["driver"] for vpn in _picked(yaml.safe_load(builtin_studies()[name])["vpns"], SEED_CUTS[name]["vpns"])]
+
+
+def seed_cut(name: str) -> list[str]:
+    """The --set assignments that shorten seed `name`."""
     study, cut = yaml.safe_load(builtin_studies()[name]), SEED_CUTS[name]
     vpns = _picked(study["vpns"], cut["vpns"])
-    refused = sorted({v["driver"] for v in vpns if not runs_on_hosts(v["driver"])})
     links = [link | {"shape": True} for link in _picked(study["links"], cut["links"])]
     sets = ["repetitions=2", f"hosts={json.dumps(HOSTS)}", f"links={json.dumps(links)}",
-            f"vpns={json.dumps([v for v in vpns if v['driver'] not in refused])}",
+            f"vpns={json.dumps(vpns)}",
             f"workloads={json.dumps(_picked(study['workloads'], cut['workloads']))}"]
-    return sets, refused
-
-
-def runs_on_hosts(driver: str) -> bool:
-    """Whether the study file accepts `driver` on hosts today (the flag goes once every driver runs there)."""
-    return getattr(DRIVERS[driver], "runs_on_hosts", True)
+    return sets
 
 
 # -- the guest's side -----------------------------------------------------------------------------
@@ -134,12 +130,10 @@ def guest_main(work: Path) -> int:
         # the controller's private home gets matplotlib's font list (the report's), or it would build one
         shutil.copytree(matplotlib.get_cachedir(), lab.home / ".cache" / "matplotlib", dirs_exist_ok=True)
         seen["kernel"] = os.uname().release
-        refused = [d for d in TUNNEL_VPNS if not runs_on_hosts(d)]
-        tunnels = TUNNELS.format(vpns=", ".join(v for d, v in TUNNEL_VPNS.items() if d not in refused))
-        cases = {"shaped": (SHAPED, [], []), "tunnels": (tunnels, [], refused)}
-        cases |= {f"seed-{name}": (name, *seed_cut(name)) for name in SEED_CUTS}
-        for name, (study, sets, left_out) in cases.items():
-            seen["cases"][name] = _run_case(lab, work, name, study, sets) | {"refused": left_out}
+        cases = {"shaped": (SHAPED, []), "tunnels": (TUNNELS, [])}
+        cases |= {f"seed-{name}": (name, seed_cut(name)) for name in SEED_CUTS}
+        for name, (study, sets) in cases.items():
+            seen["cases"][name] = _run_case(lab, work, name, study, sets)
     finally:
         lab.teardown()
         seen["leftovers"] = leftovers()
@@ -179,7 +173,7 @@ def _run_case(lab, work: Path, name: str, study: str, sets: list[str]) -> dict:
 # -- this machine's side: one boot, then the tests read what the guest saw ------------------------
 
 # The guest loads only the kernel modules of the drivers it is told of (no udev there).
-GUEST_DRIVERS = ("wireguard", "libreswan", "strongswan", "pptp", "l2tp")  # openvpn needs only tun
+GUEST_DRIVERS = tuple(dict.fromkeys([*TUNNEL_DRIVERS, *(d for seed in SEED_CUTS for d in seed_drivers(seed))]))
 
 
 class GuestRun:
@@ -276,13 +270,10 @@ def test_netem_delays_and_loses_on_the_hosts_wan(guest):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("driver", list(TUNNEL_VPNS))
+@pytest.mark.parametrize("driver", TUNNEL_DRIVERS)
 def test_a_tunnel_between_hosts_with_a_full_kernel(guest, driver):
     """Through the tunnel between the two hosts, encrypted on their WAN (the scenario's proof), with
     the modelled overhead, no ping lost, the delay of the shaped link and the gateway's CPU measured."""
-    case = guest.case("tunnels")
-    assert driver not in case["refused"], (f"{driver} is still refused on hosts by the study file: its "
-                                           "driver does not yet act only through its node (runs_on_hosts)")
     case_ran(guest, "tunnels")
     found = {label: s for (label, _), s in guest.scenarios("tunnels").items() if s["vpn"] == driver}
     assert len(found) == 1, found
@@ -303,16 +294,14 @@ def test_a_shortened_seed_study_runs_with_every_scenario_on_the_hosts(guest, see
     """A seed from its own file, with two repetitions and a subset of its scenarios: every scenario
     on the hosts (none refused, none in the VM backend), each with both repetitions' samples."""
     name = f"seed-{seed}"
-    case = case_ran(guest, name)
+    case_ran(guest, name)
     scenarios, values = guest.scenarios(name), guest.values(name)
-    picked = {v["driver"] for v in _picked(yaml.safe_load(builtin_studies()[seed])["vpns"], SEED_CUTS[seed]["vpns"])}
-    assert {s["vpn"] for s in scenarios.values()} == picked - set(case["refused"])
+    assert {s["vpn"] for s in scenarios.values()} == set(seed_drivers(seed))
     assert all((s["status"], s["hosts"]) == ("done", HOSTS) for s in scenarios.values()), scenarios
     assert {r[0] for r in guest.rows(name, "SELECT measured_in FROM scenarios")} == {"host"}
     for label, workload in scenarios:
         for metric in SEED_CUTS[seed]["metrics"]:
             assert len(values[(label, workload, metric)]) == 2, (label, workload, metric)
-    assert case["refused"] == [], f"{seed}: {case['refused']} still refused on hosts by the study file (runs_on_hosts)"
 
 if __name__ == "__main__":
     sys.exit(guest_main(Path(sys.argv[1])))
