@@ -74,6 +74,7 @@ def packages(extra: tuple[Tool, ...] = ()) -> list[str]:
     those the drivers need without a program of their own (plugins, libraries)."""
     wanted = {t.package for t in declared(extra).values() if not (t.private or t.python)}
     wanted |= {p for driver in DRIVERS.values() for p in driver.packages}
+    wanted |= {p for kind in KINDS.values() for p in kind.packages} | set(background.PACKAGES)
     return sorted(wanted | set(BASE_PACKAGES))
 
 

@@ -17,13 +17,10 @@ import asyncio
 import random
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Awaitable, Callable, Literal
 
 import dpkt
@@ -34,8 +31,8 @@ from ..schema import Size, Strict, parse_size
 from ..testbed import netns
 from ..tools import Tool
 from .base import WorkloadContext
-from .datasets import make as make_file
-from .transfer import NGINX, VSFTPD, data_dir, ensure_servers, file_server, private_dir
+from .datasets import make_on
+from .transfer import DATASET_PACKAGES, NGINX, VSFTPD, data_dir, ensure_servers, file_server, private_dir
 
 PROTOCOLS = ("http", "ftp", "smtp", "pop3", "dns")
 METRICS = (
@@ -63,6 +60,10 @@ DOVECOT = Tool("dovecot", "dovecot-pop3d", ("dovecot", "--version"), path="/usr/
 DNSMASQ = Tool("dnsmasq", "dnsmasq-base", ("dnsmasq", "--version"), path="/usr/sbin/dnsmasq")
 FLOW_TOOLS = {"http": (NGINX,), "ftp": (VSFTPD,), "smtp": (), "pop3": (DOVECOT,), "dns": (DNSMASQ,)}
 TOOLS = tuple(dict.fromkeys(t for tools in FLOW_TOOLS.values() for t in tools))
+# The SMTP server runs under the sink's Python (a host's own: `python3 -m aiosmtpd`), as do the files' maker.
+PACKAGES = ("python3-aiosmtpd", *DATASET_PACKAGES)
+# Off the well-known ports, as the file servers' (transfer.PORTS): a host's own may hold those.
+PORTS = {"smtp": 2525, "pop3": 1110, "dns": 5300}
 # One transaction of each protocol: a web object, a file, a mail sent, a mail fetched.
 DEFAULT_OBJECT = {"http": 64 * 1024, "ftp": 256 * 1024, "smtp": 32 * 1024, "pop3": 32 * 1024}
 
@@ -133,32 +134,37 @@ def needs(mix: Background) -> set[str]:
 
 # --- servers in the sink ----------------------------------------------------------
 
-def _start_aiosmtpd(ctx: WorkloadContext, data: Path, mix: Background) -> dict:
-    argv = [sys.executable, "-m", "aiosmtpd", "-n", "-l", f"{ctx.bed.sink_ip}:25", "-c", "aiosmtpd.handlers.Sink"]
-    return {"argv": argv, "port": 25}
+def _start_aiosmtpd(ctx: WorkloadContext, data: str, mix: Background) -> dict:
+    sink = ctx.bed.sink
+    argv = [sink.python, "-m", "aiosmtpd", "-n", "-l", f"{ctx.bed.sink_ip}:{PORTS['smtp']}",
+            "-c", "aiosmtpd.handlers.Sink"]
+    return {"argv": argv, "port": PORTS["smtp"]}
 
 
-def _mailbox(data: Path, sizes: list[int]) -> dict[int, int]:
-    """A maildir with one text message per size; size -> POP3 message number."""
-    box = data / "Maildir"
-    for sub in ("cur", "new", "tmp"):
-        (box / sub).mkdir(parents=True, exist_ok=True)
-    numbers = {}
+# Maildir/cur/<number>.vpnlab:2,S of a header and a text file, for each (number, header, file) given.
+MAILBOX = ('set -e; box="$1/Maildir"; shift; mkdir -p "$box/cur" "$box/new" "$box/tmp"; '
+           'while [ $# -gt 0 ]; do { printf %s "$2"; cat "$3"; } > "$box/cur/$1.vpnlab:2,S"; shift 3; done; '
+           'chown -R daemon:daemon "$box"')
+
+
+def _mailbox(sink, data: str, sizes: list[int]) -> dict[int, int]:
+    """A maildir on the sink with one text message per size; size -> POP3 message number."""
+    numbers, messages = {}, []
     for number, size in enumerate(sorted(set(sizes)), start=1):
-        body = make_file(data, "text", size).read_bytes()
-        header = f"From: a@office.test\nTo: {POP3_USER}@office.test\nSubject: office mail {number}\n\n".encode()
-        (box / "cur" / f"{number:04d}.vpnlab:2,S").write_bytes(header + body)
+        [body] = make_on(sink, data, "text", [size])
+        header = f"From: a@office.test\nTo: {POP3_USER}@office.test\nSubject: office mail {number}\n\n"
+        messages += [f"{number:04d}", header, body]
         numbers[size] = number
-    subprocess.run(["chown", "-R", "daemon:daemon", box], check=True)
+    sink.run(["sh", "-c", MAILBOX, "sh", data, *messages])
     return numbers
 
 
-def _start_dovecot(ctx: WorkloadContext, data: Path, mix: Background) -> dict:
-    home = private_dir(ctx, "dovecot")
+def _start_dovecot(ctx: WorkloadContext, data: str, mix: Background) -> dict:
+    sink = ctx.bed.sink
+    home = private_dir(sink, "dovecot")
     sizes = [f.object_size for f in mix.flows if f.protocol == "pop3"]
-    numbers = _mailbox(data, sizes)
-    conf = home / "dovecot.conf"
-    conf.write_text(f"""base_dir = {home}/run
+    numbers = _mailbox(sink, data, sizes)
+    conf = sink.write_file(f"{home}/dovecot.conf", f"""base_dir = {home}/run
 state_dir = {home}/state
 log_path = /dev/stderr
 protocols = pop3
@@ -167,6 +173,11 @@ ssl = no
 disable_plaintext_auth = no
 auth_mechanisms = plain
 first_valid_uid = 1
+service pop3-login {{
+  inet_listener pop3 {{
+    port = {PORTS["pop3"]}
+  }}
+}}
 passdb {{
   driver = static
   args = password={POP3_USER}
@@ -177,14 +188,15 @@ userdb {{
 }}
 mail_location = maildir:{data}/Maildir
 """)
-    return {"argv": ["dovecot", "-F", "-c", conf], "port": 110, "messages": numbers}
+    return {"argv": ["dovecot", "-F", "-c", conf], "port": PORTS["pop3"], "messages": numbers}
 
 
-def _start_dnsmasq(ctx: WorkloadContext, data: Path, mix: Background) -> dict:
+def _start_dnsmasq(ctx: WorkloadContext, data: str, mix: Background) -> dict:
     ip = ctx.bed.sink_ip
     argv = ["dnsmasq", "--keep-in-foreground", "--log-facility=-", "--conf-file=/dev/null", f"--listen-address={ip}",
-            "--bind-interfaces", "--no-resolv", "--no-hosts", "--pid-file=", f"--address=/office.test/{ip}"]
-    return {"argv": argv, "port": 53}
+            f"--port={PORTS['dns']}", "--bind-interfaces", "--no-resolv", "--no-hosts", "--pid-file=",
+            f"--address=/office.test/{ip}"]
+    return {"argv": argv, "port": PORTS["dns"]}
 
 
 SERVERS = {"smtp": _start_aiosmtpd, "pop3": _start_dovecot, "dns": _start_dnsmasq}
@@ -235,8 +247,8 @@ class _Connection:
         self.writer.transport.abort()  # nothing is left to say: do not wait for a slow link to close
 
 
-async def _http(ip: str, name: str) -> int:
-    async with _Connection(ip, 80) as (reader, writer):
+async def _http(ip: str, port: int, name: str) -> int:
+    async with _Connection(ip, port) as (reader, writer):
         writer.write(f"GET /{name} HTTP/1.0\r\nHost: {ip}\r\n\r\n".encode())
         head = await reader.readuntil(b"\r\n\r\n")
         status = head.split(b"\r\n", 1)[0]
@@ -249,9 +261,9 @@ async def _http(ip: str, name: str) -> int:
         return body
 
 
-async def _ftp(ip: str, name: str) -> int:
+async def _ftp(ip: str, port: int, name: str) -> int:
     """Anonymous passive-mode RETR, as a browser or curl does it."""
-    async with _Connection(ip, 21) as (reader, writer):
+    async with _Connection(ip, port) as (reader, writer):
         await _expect(reader, b"220")
         await _command(reader, writer, "USER anonymous", b"230")
         await _command(reader, writer, "TYPE I", b"200")
@@ -273,8 +285,8 @@ def mail_data(text: bytes) -> bytes:
     return b"Subject: office mail\r\n\r\n" + body + (b"" if body.endswith(b"\r\n") else b"\r\n") + b".\r\n"
 
 
-async def _smtp(ip: str, data: bytes) -> int:
-    async with _Connection(ip, 25) as (reader, writer):
+async def _smtp(ip: str, port: int, data: bytes) -> int:
+    async with _Connection(ip, port) as (reader, writer):
         await _expect(reader, b"220")
         for line, code in (("EHLO office.test", b"250"), ("MAIL FROM:<a@office.test>", b"250"),
                            ("RCPT TO:<b@office.test>", b"250"), ("DATA", b"354")):
@@ -286,9 +298,9 @@ async def _smtp(ip: str, data: bytes) -> int:
         return len(data)
 
 
-async def _pop3(ip: str, number: int) -> int:
+async def _pop3(ip: str, port: int, number: int) -> int:
     """Log in, RETR one message; the bytes of the message as delivered (dot-stuffing undone)."""
-    async with _Connection(ip, 110) as (reader, writer):
+    async with _Connection(ip, port) as (reader, writer):
         await _expect(reader, b"+OK")
         for line in (f"USER {POP3_USER}", f"PASS {POP3_USER}", f"RETR {number}"):
             await _command(reader, writer, line, b"+OK")
@@ -301,7 +313,7 @@ async def _pop3(ip: str, number: int) -> int:
         return moved
 
 
-async def _dns(ip: str, rng: random.Random) -> int:
+async def _dns(ip: str, port: int, rng: random.Random) -> int:
     """An A query for a fresh name, with a stub resolver's retries (glibc: 2 attempts of 5 s: a
     query lost in a full queue is asked again); the bytes of the query and its answer."""
     query = dpkt.dns.DNS(id=rng.randrange(1 << 16), qd=[dpkt.dns.DNS.Q(name=f"host{rng.randrange(10**6)}.office.test")])
@@ -309,7 +321,7 @@ async def _dns(ip: str, rng: random.Random) -> int:
     loop = asyncio.get_running_loop()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
-        sock.connect((ip, 53))
+        sock.connect((ip, port))
         for _ in range(2):
             await loop.sock_sendall(sock, wire)
             try:
@@ -323,17 +335,19 @@ async def _dns(ip: str, rng: random.Random) -> int:
     raise ProtocolError("no answer to 2 attempts of 5 s")
 
 
-def _transaction(flow: BackgroundFlow, ip: str, data: Path, info: dict,
+def _transaction(flow: BackgroundFlow, sink, ip: str, data: str, info: dict,
                  rng: random.Random) -> Callable[[], Awaitable[int]]:
-    """What one transaction of the flow does, its files made beforehand."""
+    """What one transaction of the flow does, its files made beforehand on the sink."""
+    port = info["port"]  # (http and ftp: their file server's)
     if flow.protocol in ("http", "ftp"):
-        name = make_file(data, "text", flow.object_size).name
-        return partial(_http if flow.protocol == "http" else _ftp, ip, name)
+        [path] = make_on(sink, data, "text", [flow.object_size])
+        return partial(_http if flow.protocol == "http" else _ftp, ip, port, path.rsplit("/", 1)[-1])
     if flow.protocol == "smtp":
-        return partial(_smtp, ip, mail_data(make_file(data, "text", flow.object_size).read_bytes()))
+        [path] = make_on(sink, data, "text", [flow.object_size])
+        return partial(_smtp, ip, port, mail_data(sink.read_file(path)))  # (the sink's file, mailed from the source)
     if flow.protocol == "pop3":
-        return partial(_pop3, ip, info["messages"][flow.object_size])
-    return partial(_dns, ip, rng)
+        return partial(_pop3, ip, port, info["messages"][flow.object_size])
+    return partial(_dns, ip, port, rng)
 
 
 # --- the generator --------------------------------------------------------------
@@ -375,16 +389,17 @@ class BackgroundTraffic:
         self._stopped = 0.0
 
     def start(self) -> None:
-        data = data_dir(self.ctx)
+        data = data_dir(self.ctx, self.ctx.bed.sink)
         servers = [self._server(flow.protocol, data) for flow in self.mix.flows]
         infos = ensure_servers(self.ctx, dict(servers))
         flows = []
         for flow, (name, _) in zip(self.mix.flows, servers):
             rng = random.Random(self.rng.random())
-            flows.append((flow, _transaction(flow, self.ctx.bed.sink_ip, data, infos[name], rng), rng))
+            flows.append((flow, _transaction(flow, self.ctx.bed.sink, self.ctx.bed.sink_ip, data, infos[name], rng),
+                          rng))
         self._launch(flows)
 
-    def _server(self, protocol: str, data: Path) -> tuple[str, Callable[[], dict]]:
+    def _server(self, protocol: str, data: str) -> tuple[str, Callable[[], dict]]:
         """The name and starter of the server a flow's transactions need."""
         if protocol in ("http", "ftp"):
             return file_server(self.ctx, protocol, data)
