@@ -5,12 +5,14 @@ import asyncio
 import random
 import sqlite3
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import dpkt
 import pytest
 
 from conftest import run_here
+from vpnlab.catalog import TRAFFIC_TOOLS
 from vpnlab.errors import MeasurementError, StudyError
 from vpnlab.measure import share_with_background
 from vpnlab.plan import make_plan
@@ -174,6 +176,8 @@ def test_the_clients_program_counts_refusals_and_ends_at_once_when_abandoned(nam
     traffic = _traffic(namespace, tmp_path)
     try:
         traffic._launch("127.0.0.1", flows)
+        # named for the CPU meters, which count it with the workloads' programs, not as the VPN's
+        assert Path(f"/proc/{traffic._proc.pid}/comm").read_text().strip() == office.NAME in TRAFFIC_TOOLS
         time.sleep(1)
         values, text, flags = traffic.stop()
     finally:

@@ -234,7 +234,7 @@ class BackgroundTraffic:
         source = self.ctx.bed.source
         config = json.dumps({"ip": ip, "flows": flows})
         self._proc = source.spawn([source.python, "-c", inspect.getsource(office), config], self._log,
-                                  what="background")
+                                  what=office.NAME)
         self._wait_ready()
 
     def _server(self, protocol: str, data: str) -> tuple[str, Callable[[], dict]]:
