@@ -12,6 +12,7 @@ import pytest
 from hosts_harness import lab  # noqa: F401  (the fixture: two SSH "hosts" in namespaces)
 from test_hosts_study import host_is_clean, wait_until
 from vpnlab.errors import StudyError
+from vpnlab.hosts.prepare import study_packages
 from vpnlab.study import parse_study
 
 # With no VPN the source and the sink are the hosts themselves (their own network, where the
@@ -120,3 +121,13 @@ def test_the_background_mix_runs_between_hosts(lab, tmp_path):  # noqa: F811
         assert samples[(scenario, "background_failures")] <= 1, account
         assert samples[(scenario, "background_offered_kbps")] == 3600
         assert samples[(scenario, "throughput_mbps")] > 0
+
+
+def test_hosts_prepare_installs_the_servers_clients_and_python_modules_they_need():
+    here = "hosts: {client: gw-a, gateway: gw-b}\n"
+    transfers = study_packages(parse_study(TRANSFERS.replace(here, "")))
+    assert {"nginx-light", "curl", "openssl", "vsftpd", "openssh-server", "openssh-client", "util-linux",
+            "python3-numpy", "python3-pil"} <= set(transfers)  # datasets.py runs under the host's Python
+    assert "dovecot-pop3d" not in transfers
+    mixed = set(study_packages(parse_study(BACKGROUND.replace(here, ""))))
+    assert {"nginx-light", "vsftpd", "dovecot-pop3d", "dnsmasq-base", "python3-aiosmtpd"} <= mixed

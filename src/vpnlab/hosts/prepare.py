@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..catalog import DRIVERS, KINDS, declared
 from ..errors import VpnlabError
+from ..workloads import background
 from .inventory import ansible_program, limit, load_inventory
 
 PLAYBOOK = Path(__file__).with_name("prepare.yml")
@@ -60,7 +61,7 @@ TESTBED_TOOLS = ("ip", "tc", "ss", "sysctl", "ping", "tcpdump", "python3")
 
 def study_packages(study) -> list[str]:
     """The Debian packages a study's scenarios run on real hosts: the testbed's programs, its VPNs'
-    (and the packages they need without a program) and its workloads'."""
+    (and the packages they need without a program), its workloads' and its links' background mixes'."""
     tools = declared()
     wanted = {tools[name].package for name in TESTBED_TOOLS}
     for vpn in study.vpns:
@@ -68,7 +69,10 @@ def study_packages(study) -> list[str]:
             driver = DRIVERS[layer.driver]
             wanted |= {t.package for t in driver.tools if not (t.private or t.python)} | set(driver.packages)
     for workload in study.workloads:
-        wanted |= {tools[name].package for name in KINDS[workload.kind].needs(workload) if name in tools}
+        kind = KINDS[workload.kind]
+        wanted |= {tools[name].package for name in kind.needs(workload) if name in tools} | set(kind.packages)
+    for mix in {link.background.name: link.background for link in study.links if link.background}.values():
+        wanted |= {tools[name].package for name in background.needs(mix)} | set(background.PACKAGES)
     return sorted(wanted)
 
 
