@@ -37,7 +37,9 @@ repetitions: 1
 order: listed
 vpns: [{driver: none}, {driver: wireguard}]
 links:
-  - background:
+  - rate_mbit: 8
+    shape: true
+    background:
       name: busy
       flows:
         - {protocol: http, rate_kbit: 2000}
@@ -45,7 +47,7 @@ links:
         - {protocol: pop3, rate_kbit: 400}
         - {protocol: smtp, rate_kbit: 400}
         - {protocol: dns, queries_per_s: 10}
-workloads: [{kind: transfer, protocol: http, data: text, size: 2M}]
+workloads: [{kind: transfer, protocol: http, data: random, size: 4M}]  # 4 s at 8 Mbit/s: about 6 of the rarest
 """
 
 
