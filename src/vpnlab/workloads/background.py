@@ -272,7 +272,9 @@ class BackgroundTraffic:
     def _end(self, grace: float) -> None:
         if self._proc is not None:
             self.ctx.bed.source.stop(self._proc, grace)
-            self._proc.wait(timeout=5)  # (on a host: until its output is all in the local log)
+            deadline = time.monotonic() + 5  # (on a host: until its output is all in the local log)
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
             self._proc = None
 
     def abandon(self) -> None:
