@@ -93,7 +93,7 @@ def data_dir(ctx: WorkloadContext, node: Node) -> str:
     """The run's folder of generated files on `node`. On disk in /var/tmp, not under the node's
     scratch(): files of gigabytes do not fit a host's tmpfs /run, and the servers' unprivileged
     users (nginx's workers, vsftpd's and dovecot's) read them, which the 0700 scratch forbids.
-    Recorded on the node before it is made, removed with the run (on a host: with the testbed)."""
+    Recorded on the node before it is made, removed with the run."""
     key = (node.role, node.namespace)
     if key not in ctx.folders:
         folder = f"/var/tmp/vpnlab-{ctx.bed.state.run_id}-data"
