@@ -163,6 +163,10 @@ class Node:
     def remove_file(self, path) -> None:
         Path(path).unlink(missing_ok=True)
 
+    def record_dir(self, path) -> None:
+        if str(path) not in self.state.dirs:
+            self.state.add_dir(path)
+
     def scratch(self) -> PurePosixPath:
         return PurePosixPath(self.state.secrets_dir)
 
