@@ -100,7 +100,7 @@ def private_dir(ctx: WorkloadContext, name: str) -> Path:
 
 def _start_nginx(ctx: WorkloadContext, data: Path) -> dict:
     home = private_dir(ctx, "nginx")
-    pki = make_pki(home, ctx.bed.sink_ip, "")
+    pki = make_pki(ctx.bed.sink_ip).install("server", lambda name, pem: ctx.bed.sink.write_file(home / name, pem))
     conf = home / "nginx.conf"
     conf.write_text(f"""daemon off;
 worker_processes 1;
@@ -115,8 +115,8 @@ http {{
   server {{
     listen {ctx.bed.sink_ip}:80;
     listen {ctx.bed.sink_ip}:443 ssl;
-    ssl_certificate {pki.server_cert};
-    ssl_certificate_key {pki.server_key};
+    ssl_certificate {pki.cert};
+    ssl_certificate_key {pki.key};
     root {data};
   }}
 }}
