@@ -3,11 +3,15 @@ own sshd, Ansible real): its configurations, certificates and keys written on th
 started there in the hosts' own network namespaces, traffic through it, encrypted on the WAN, and
 nothing of it left on a host. The lab's hosts have this machine's kernel, which lacks kernel ESP:
 their probe says so and the run picks strongSwan's userspace ESP (kernel-libipsec, ESP in UDP).
-libreswan needs kernel ESP: its run on hosts is tests/test_hosts_kernel.py's, inside a VM guest."""
+libreswan needs kernel ESP: its run on hosts is tests/test_hosts_kernel.py's, inside a VM guest; here,
+how a host's probe finds its pluto."""
 
+import dataclasses
 import json
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -16,8 +20,6 @@ from conftest import recorded_algorithms
 from hosts_harness import Lab, leftovers, sh
 from test_hosts_study import LAB_SUBNET, host_is_clean, read_store, wait_until
 from vpnlab.catalog import DRIVERS
-
-pytestmark = pytest.mark.integration
 
 STUDY = """\
 name: strongswan-on-hosts
@@ -68,6 +70,7 @@ def network_of(host) -> dict:
             "xfrm": ip("xfrm", "state") + ip("xfrm", "policy")}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("topology", ["remote-access", "site-to-site"])
 def test_strongswan_runs_between_real_hosts_over_ssh(lab, tmp_path, topology):
     a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
@@ -104,3 +107,28 @@ def test_strongswan_runs_between_real_hosts_over_ssh(lab, tmp_path, topology):
         # charon's private /run was its own: the host's (with the lab's /run/sshd) was never hidden
         assert "sshd" in host.listdir("/run"), host.listdir("/run")
 
+
+
+def test_a_host_finds_a_privately_unpacked_program_as_this_machine_does(monkeypatch, tmp_path):
+    """libreswan's pluto is installed on a host, or unpacked by bootstrap.sh (a VM guest shares this
+    machine's cache): the hosts' probe looks in both places, so a libreswan study is placed on such hosts."""
+    from vpnlab import unpacked
+    from vpnlab.hosts.doctor import locate
+
+    monkeypatch.setattr(unpacked, "package_folder", lambda package: tmp_path / "packages" / package)
+    pluto = dataclasses.replace(DRIVERS["libreswan"].tools[0], command="vpnlab-no-such-pluto",
+                                path=str(tmp_path / "installed" / "pluto"))
+    copy = tmp_path / "packages" / "libreswan" / pluto.path.lstrip("/")
+
+    script = tmp_path / "locate.sh"  # as the probe runs it over SSH: a script for sh
+    script.write_text(f'{locate(pluto)} && echo "$p"\n')
+
+    def found() -> str:
+        return subprocess.run(["sh", script], capture_output=True, text=True).stdout.strip()
+
+    assert pluto.private and found() == ""
+    for place in (copy, Path(pluto.path)):  # unpacked; then installed too, which comes first
+        place.parent.mkdir(parents=True)
+        place.write_text("#!/bin/sh\n")
+        place.chmod(0o755)
+        assert found() == str(place)

@@ -19,8 +19,7 @@ from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_na
 from ..errors import CommandError, TunnelError
 from ..testbed.contract import Node
 from ..testbed.node import private_run
-from ..tools import Tool
-from ..unpacked import package_folder
+from ..tools import Tool, places
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
 from .ipsec import (ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IpsecOptions, configured_esp,
                     esp_algorithms, esp_overhead, fips_problem)
@@ -45,22 +44,21 @@ DEFAULT_ESP = "aes256gcm16"
 FIPS_IKE = "aes256-sha2_256-dh19"
 CONN = "vpnlab"
 LIBEXEC = str(Path(PLUTO).parent)  # where pluto looks for its helpers (addconn), built in
-# Where a node finds pluto: installed, else unpacked by bootstrap (this machine, a VM guest sharing its files).
-PLUTO_PLACES = (PLUTO, str(package_folder("libreswan") / PLUTO.lstrip("/")))
+PLUTO_TOOL = Tool("pluto", "libreswan", ("pluto", "--version"), path=PLUTO, private=True)
 FIRST_EXECUTABLE = 'for p in "$@"; do [ -x "$p" ] && { echo "$p"; exit 0; }; done; exit 1'
 
 
 def _pluto_on(node: Node) -> str:
-    """pluto's path on this node (installed or unpacked), or a TunnelError saying it is missing."""
+    """pluto's path on this node (installed, or unpacked by bootstrap.sh), or a TunnelError saying it is missing."""
     try:
-        return node.run(["sh", "-c", FIRST_EXECUTABLE, "sh", *PLUTO_PLACES], timeout=10).stdout.strip()
+        return node.run(["sh", "-c", FIRST_EXECUTABLE, "sh", *places(PLUTO_TOOL)], timeout=10).stdout.strip()
     except CommandError as exc:
-        raise TunnelError(f"libreswan: no pluto in {node.role} (looked at {', '.join(PLUTO_PLACES)})") from exc
+        raise TunnelError(f"libreswan: no pluto in {node.role} (looked at {', '.join(places(PLUTO_TOOL))})") from exc
 
 
 def _at_built_in_path(libexec: str, argv: list) -> list:
     """Wrap pluto so an unpacked libreswan is found where pluto was built to look: bind it over
-    /usr/libexec/ipsec in pluto's own mount namespace (`ip netns exec` gives it one)."""
+    /usr/libexec/ipsec in pluto's own mount namespace (private_run gives it one)."""
     if libexec == LIBEXEC:
         return argv
     script = ('mount -t tmpfs vpnlab-libexec "${1%/*}" && mkdir "$1" && mount --bind "$2" "$1" && shift 2 '
@@ -71,8 +69,7 @@ def _at_built_in_path(libexec: str, argv: list) -> list:
 class Libreswan(Driver):
     name = "libreswan"
     summary = "IPsec IKEv2 (libreswan pluto, kernel ESP): PSK or certificates"
-    tools = (Tool("pluto", "libreswan", ("pluto", "--version"), path=PLUTO, private=True),
-             Tool("certutil", "libnss3-tools"), Tool("pk12util", "libnss3-tools"), OPENSSL)
+    tools = (PLUTO_TOOL, Tool("certutil", "libnss3-tools"), Tool("pk12util", "libnss3-tools"), OPENSSL)
     # the privately unpacked package comes without its dependencies: its libraries
     packages = ("libnss3-tools", "libldns3", "libevent-core-2.1-7", "libevent-pthreads-2.1-7", "libcurl3-nss",
                 "libunbound8", "libcap-ng0")
