@@ -6,8 +6,9 @@ IPComp needs kernel ESP: kernel-libipsec cannot allocate an IPComp CPI (its get_
 NOT_SUPPORTED), and charon then logs "unable to allocate a CPI from kernel, IPComp disabled"
 and carries on uncompressed, so `compression: on` never runs on libipsec.
 Remote access gives the client a virtual IP from a pool; site-to-site joins
-the two LANs. Each charon runs in its gateway's namespace with a private /run
-(its pid file is fixed there) and its own vici socket.
+the two LANs. Each charon runs on its gateway's node (a namespace here, or a real host) with a
+private /run (its pid file is fixed there) and its own vici socket; its configuration, keys and
+certificates are written there (env.write) and swanctl runs there, so nothing is local but its log.
 """
 
 from __future__ import annotations
