@@ -199,5 +199,5 @@ def private_run(argv: list, keep: Path, make: tuple[str, ...] = ()) -> list:
     exec` does not wrap, and the host's /run must stay as everyone else sees it."""
     script = ('exec 3<"$1"; shift; mount -t tmpfs vpnlab-run /run && mkdir -p "$KEEP" $MAKE '
               '&& mount --no-canonicalize --bind /proc/self/fd/3 "$KEEP" && exec 3<&- && exec "$@"')
-    return ["unshare", "--mount", "--propagation", "private", "env", f"KEEP={keep}", f"MAKE={' '.join(make)}",
+    return ["unshare", "--mount", "--propagation=private", "env", f"KEEP={keep}", f"MAKE={' '.join(make)}",
             "sh", "-c", script, "sh", str(keep), *map(str, argv)]
