@@ -10,7 +10,6 @@ import dataclasses
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -34,11 +33,6 @@ vpns:
 workloads: [{{kind: tcp, duration_s: 1, omit_s: 0}}]
 """
 HOSTS = {"remote-access": "{client: gw-a, gateway: gw-b}", "site-to-site": "{left: gw-a, right: gw-b}"}
-
-# Until the `runs_on_hosts` refusal leaves study.py (issue #33, helper probecpu), the controller lifts it
-# for strongSwan; then this is plain `vpnlab` (lab.vpnlab).
-LIFTED = ("import runpy, vpnlab.drivers.strongswan as s; s.StrongSwan.runs_on_hosts = True; "
-          "runpy.run_module('vpnlab', run_name='__main__')")
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +71,7 @@ def test_strongswan_runs_between_real_hosts_over_ssh(lab, tmp_path, topology):
     before = {host.name: network_of(host) for host in (a, b)}
     study, out = tmp_path / "study.yaml", lab.dir / f"strongswan-{topology}"
     study.write_text(STUDY.format(topology=topology, hosts=HOSTS[topology]))
-    result = sh(*lab.controller_argv(sys.executable, "-c", LIFTED, "run", study, "--inventory", lab.inventory,
-                                     "--out", out, "--no-progress"), check=False)
+    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     _, scenarios, samples = read_store(out)
     strongswan = DRIVERS["strongswan"]

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ConfigDict, ValidationError, model_serializer
 
 from ..backend import SLOWDOWN
-from ..errors import CapabilityError, TunnelError
+from ..errors import CapabilityError, TunnelError, VpnlabError
 from ..features import FEATURES, Capabilities
 from ..files import tail, write_secret
 from ..metrics import declare
@@ -190,6 +190,16 @@ class Tunnel:
         logs = dict.fromkeys([*(log for _, _, log in self.processes), *written])
         return "\n".join(f"  {log.name}:\n{tail(log)}" for log in logs)
 
+    def read_log(self, log: Path | str, node: Node | None = None) -> str:
+        """A daemon's log as text, whatever the node: the local file `node.spawn` streams its output
+        into (both kinds of node), or, given its `node`, a log the daemon writes itself there (read
+        through that node); "" while it does not exist."""
+        try:
+            data = Path(log).read_bytes() if node is None else node.read_file(log)
+        except (OSError, VpnlabError):
+            return ""
+        return data.decode(errors="replace")
+
     def leave(self, node: Node, path: Path) -> None:
         """A file a daemon of this tunnel may leave on `node` if it is killed: recorded before the
         daemon starts, removed when the tunnel goes down."""
@@ -231,7 +241,6 @@ class Driver:
     tools: ClassVar[tuple[Tool, ...]] = ()       # every program it runs, with its Debian package
     packages: ClassVar[tuple[str, ...]] = ()     # Debian packages it needs that carry no program (plugins)
     guest_modules: ClassVar[tuple[str, ...]] = ()  # kernel modules a VM guest (no udev) must load for it
-    runs_on_hosts: ClassVar[bool] = False        # its files and daemons go through the node (real hosts too)
     tunables: ClassVar[tuple[Tunable, ...]] = ()  # what `vpnlab tune` may vary; none: its default options only
     proposed: ClassVar[bool] = True              # in `vpnlab tune`'s space unless a spec names its drivers
     # How it joins the peers of a mesh (topology `mesh`): "full", every peer to every other (its own
