@@ -30,10 +30,10 @@ NGINX = Tool("nginx", "nginx-light", ("nginx", "-v"), path="/usr/sbin/nginx")
 CURL = Tool("curl", "curl", ("curl", "--version"))
 VSFTPD = Tool("vsftpd", "vsftpd", ("vsftpd", "-v"), path="/usr/sbin/vsftpd")
 SSHD = Tool("sshd", "openssh-server", ("sshd", "-V"), path="/usr/sbin/sshd")
-MKTEMP, RM, UNSHARE = Tool("mktemp", "coreutils"), Tool("rm", "coreutils"), Tool("unshare", "util-linux")
+MKTEMP, RM = Tool("mktemp", "coreutils"), Tool("rm", "coreutils")
 CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL, OPENSSL), "ftp": (VSFTPD, CURL),
            "ssh": (SSHD, Tool("scp", "openssh-client"), Tool("ssh", "openssh-client"),  # (scp runs ssh)
-                   Tool("ssh-keygen", "openssh-client"), UNSHARE, MKTEMP, RM)}
+                   Tool("ssh-keygen", "openssh-client"), MKTEMP, RM)}
 # What datasets.py, run on the sink by its Python, imports beyond the standard library
 DATASET_PACKAGES = ("python3-numpy", "python3-pil")
 
@@ -195,10 +195,9 @@ StrictModes no
 PidFile {home}/sshd.pid
 Subsystem sftp internal-sftp
 """)
-    # sshd insists on its privilege-separation directory /run/sshd: give it a private /run, in a
-    # mount namespace of its own (on a host's own network the sink shares the host's mounts).
-    argv = ["unshare", "--mount",  # (its propagation private: nothing mounted there is seen outside)
-            *private_run(["/usr/sbin/sshd", "-D", "-e", "-f", conf], keep=sink.scratch(), make=("/run/sshd",))]
+    # sshd insists on its privilege-separation directory /run/sshd: give it a private /run (private_run
+    # makes its own mount namespace: on a host's own network the sink shares the host's mounts).
+    argv = private_run(["/usr/sbin/sshd", "-D", "-e", "-f", conf], keep=sink.scratch(), make=("/run/sshd",))
     return {"argv": argv, "port": PORTS["ssh"], "key": f"{client}/client_key"}
 
 
