@@ -2,19 +2,26 @@
 sharing a real tunnel with the measured workload."""
 
 import asyncio
+import random
 import sqlite3
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
+import dpkt
 import pytest
 
 from conftest import run_here
-from vpnlab.errors import StudyError
+from vpnlab.catalog import TRAFFIC_TOOLS
+from vpnlab.errors import MeasurementError, StudyError
 from vpnlab.measure import share_with_background
 from vpnlab.plan import make_plan
 from vpnlab.study import parse_study
-from vpnlab.workloads.background import (DRAIN_S, PRESETS, BackgroundTraffic, ProtocolError, _expect, arrivals_seed,
-                                         mail_data)
+from vpnlab.testbed.node import Node
+from vpnlab.testbed.state import RunState
+from vpnlab.workloads import office
+from vpnlab.workloads.background import PRESETS, BackgroundTraffic, arrivals_seed, summary
+from vpnlab.workloads.office import DRAIN_S, ProtocolError, _expect, mail_data
 
 STUDY = """
 name: bg
@@ -103,43 +110,91 @@ def test_a_mail_body_has_crlf_lines_dots_doubled_and_the_closing_dot():
     assert mail_data(b"one\r\n").endswith(b"\r\none\r\n.\r\n")
 
 
-def _traffic(namespace: str, transaction) -> BackgroundTraffic:
-    """The office mix's flows driving `transaction` from the thread in `namespace` (no servers)."""
-    traffic = BackgroundTraffic(SimpleNamespace(bed=SimpleNamespace(source=SimpleNamespace(namespace=namespace))),
-                                PRESETS["office"], seed="1")
-    traffic._launch([(flow, transaction, traffic.rng) for flow in traffic.mix.flows])
-    return traffic
+def test_dns_queries_are_what_a_resolver_sends_and_error_answers_fail():
+    query = dpkt.dns.DNS(office.dns_query(7, "host1.office.test"))
+    assert (query.id, query.op, [(q.name, q.type) for q in query.qd]) == (7, dpkt.dns.DNS_RD, [("host1.office.test", 1)])
+    answer = dpkt.dns.DNS(id=7, op=dpkt.dns.DNS_RA, qd=query.qd, an=[dpkt.dns.DNS.RR(name="host1.office.test", ip=b"\x01\x02\x03\x04")])
+    assert office.dns_answers(bytes(answer)) == 1
+    for bad in (bytes(dpkt.dns.DNS(id=7, rcode=dpkt.dns.DNS_RCODE_NXDOMAIN)), bytes(dpkt.dns.DNS(id=7)), b"\0" * 5):
+        with pytest.raises(ProtocolError):
+            office.dns_answers(bad)
 
 
-def test_a_failed_measurement_ends_the_background_at_once_and_the_background_error_does_not_hide_it(namespace):
+def _mix(transaction) -> office.Mix:
+    """The office mix's arrivals, each transaction `transaction` (no servers, no program)."""
+    return office.Mix([(flow.per_s, transaction, random.Random(1)) for flow in PRESETS["office"].flows])
+
+
+def test_a_window_ended_without_drain_cancels_at_once_and_one_ended_with_drain_counts_what_finished():
     async def slow():
         await asyncio.sleep(3 * DRAIN_S)
         return 1
-    traffic = _traffic(namespace, slow)
-    time.sleep(1)  # DNS arrives 5 times a second: transactions are in flight
-    assert sum(c.started for c in traffic.counters) > 0
-    begun = time.monotonic()
-    traffic.abandon()
-    assert time.monotonic() - begun < DRAIN_S / 2  # cancelled, not drained
-    assert not traffic._thread.is_alive()
 
-    gone = _traffic("vl-no-such-namespace", slow)  # its thread fails to join the namespace
-    gone.abandon()  # the measurement's error is the one raised, not this
-    gone = _traffic("vl-no-such-namespace", slow)
-    with pytest.raises(OSError):
-        gone.stop()  # after a good measurement a broken background fails the repetition
-
-
-def test_a_stopped_background_counts_what_finished_and_drains_what_is_in_flight(namespace):
     async def quick():
         await asyncio.sleep(0.2)
         return 1000
-    traffic = _traffic(namespace, quick)
-    time.sleep(1.5)
-    values, account, flags = traffic.stop()
+
+    async def abandoned():
+        mix = _mix(slow)
+        running = asyncio.create_task(mix.run())
+        await asyncio.sleep(1)  # DNS arrives 5 times a second: transactions are in flight
+        assert sum(c.started for c in mix.counters) > 0
+        begun = time.monotonic()
+        mix.end(drain=False)
+        await running
+        return time.monotonic() - begun, mix
+
+    took, mix = asyncio.run(abandoned())
+    assert took < DRAIN_S / 2 and sum(c.completed for c in mix.counters) == 0  # cancelled, not drained
+
+    async def drained():
+        mix = _mix(quick)
+        running = asyncio.create_task(mix.run())
+        await asyncio.sleep(1.5)
+        mix.end()
+        await running
+        return mix.account()
+
+    account = asyncio.run(drained())
+    values, text, flags = summary(PRESETS["office"], account["window_s"], account["counters"])
     assert values["background_failures"] == 0 and not flags
     assert values["background_dns_kbps"] > 0  # ~5 queries a second of 1000 B
-    assert "dns:" in account
+    assert "dns:" in text
+
+
+def _traffic(namespace: str, tmp_path) -> BackgroundTraffic:
+    """A background whose clients run in `namespace` as a Node runs them (no servers)."""
+    node = Node("source", namespace, RunState.create())
+    return BackgroundTraffic(SimpleNamespace(bed=SimpleNamespace(source=node), log_dir=tmp_path),
+                             PRESETS["office"], seed="1")
+
+
+def test_the_clients_program_counts_refusals_and_ends_at_once_when_abandoned(namespace, tmp_path):
+    """office.py run in a namespace by the node: nobody listens there, so every transaction fails."""
+    flows = [{"protocol": "dns", "per_s": 20, "seed": 1, "port": 5300},
+             {"protocol": "http", "per_s": 20, "seed": 2, "port": 8080, "target": "x"}]
+    traffic = _traffic(namespace, tmp_path)
+    try:
+        traffic._launch("127.0.0.1", flows)
+        # named for the CPU meters, which count it with the workloads' programs, not as the VPN's
+        assert Path(f"/proc/{traffic._proc.pid}/comm").read_text().strip() == office.NAME in TRAFFIC_TOOLS
+        time.sleep(1)
+        values, text, flags = traffic.stop()
+    finally:
+        traffic.ctx.bed.source.state.teardown()
+    assert values["background_failures"] > 10 and "ConnectionRefusedError" in text, text
+    assert any("transactions failed" in f for f in flags)
+
+    traffic = _traffic(namespace, tmp_path)
+    try:
+        traffic._launch("127.0.0.1", flows)
+        begun = time.monotonic()
+        traffic.abandon()  # the measurement's error is the one raised, not this
+        assert time.monotonic() - begun < DRAIN_S / 2
+        with pytest.raises(MeasurementError, match="did not start"):
+            traffic._launch("127.0.0.1", [{"protocol": "gopher"}])  # the program fails before its window
+    finally:
+        traffic.ctx.bed.source.state.teardown()
 
 
 @pytest.mark.integration

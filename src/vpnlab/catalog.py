@@ -25,7 +25,7 @@ from .drivers.yggdrasil import Yggdrasil
 from .hosts import TOOLS as HOST_TOOLS
 from .metrics import REGISTRY, Level, Metric
 from .tools import BASE_PACKAGES, CORE, VM, Tool
-from .workloads import background
+from .workloads import background, office
 from .workloads.base import WorkloadKind
 from .workloads.ping import Ping
 from .workloads.tcp import Tcp
@@ -45,7 +45,7 @@ METRICS: dict[str, Metric] = {m.name: m for level in Level.__args__ for m in REG
 
 # The programs the workloads and the WAN capture run, not the VPN: the CPU meters leave them out of
 # a tunnel end's daemons (a remote-access transfer's curl or scp, and its ssh, run beside them).
-TRAFFIC_TOOLS = frozenset({"tcpdump"} | {tool.command for kind in KINDS.values() for tool in kind.tools})
+TRAFFIC_TOOLS = frozenset({"tcpdump", office.NAME} | {tool.command for kind in KINDS.values() for tool in kind.tools})
 
 
 def metric(name: str) -> Metric:
@@ -74,6 +74,7 @@ def packages(extra: tuple[Tool, ...] = ()) -> list[str]:
     those the drivers need without a program of their own (plugins, libraries)."""
     wanted = {t.package for t in declared(extra).values() if not (t.private or t.python)}
     wanted |= {p for driver in DRIVERS.values() for p in driver.packages}
+    wanted |= {p for kind in KINDS.values() for p in kind.packages} | set(background.PACKAGES)
     return sorted(wanted | set(BASE_PACKAGES))
 
 

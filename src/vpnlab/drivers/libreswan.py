@@ -4,22 +4,22 @@ study can set it against strongSwan with the same ESP proposal.
 Libreswan has no userspace data plane: it needs kernel ESP (xfrm), so on a host without
 it the VM backend runs it. Debian's package conflicts with strongSwan's, so bootstrap
 unpacks it privately (see unpacked.py) unless it is installed. Each pluto runs in its
-gateway's namespace with its own configuration, secrets, NSS database and control socket
-in the tunnel's secrets folder; its real updown script adds the routes (and, for remote
-access, the client's leased address).
+gateway's node with its own configuration, secrets, NSS database and control socket in the
+tunnel's folder there (everything goes through the node, so a real host serves as well); its
+real updown script adds the routes (and, for remote access, the client's leased address).
 """
 
 from __future__ import annotations
 
 import re
 import secrets as random_secrets
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
-from ..files import write_secret
+from ..testbed.contract import Node
 from ..testbed.node import private_run
-from ..tools import Tool, find
+from ..tools import Tool, places
 from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
 from .ipsec import (ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IpsecOptions, configured_esp,
                     esp_algorithms, esp_overhead, fips_problem)
@@ -44,12 +44,22 @@ DEFAULT_ESP = "aes256gcm16"
 FIPS_IKE = "aes256-sha2_256-dh19"
 CONN = "vpnlab"
 LIBEXEC = str(Path(PLUTO).parent)  # where pluto looks for its helpers (addconn), built in
+PLUTO_TOOL = Tool("pluto", "libreswan", ("pluto", "--version"), path=PLUTO, private=True)
+FIRST_EXECUTABLE = 'for p in "$@"; do [ -x "$p" ] && { echo "$p"; exit 0; }; done; exit 1'
 
 
-def _at_built_in_path(libexec: Path, argv: list) -> list:
+def _pluto_on(node: Node) -> str:
+    """pluto's path on this node (installed, or unpacked by bootstrap.sh), or a TunnelError saying it is missing."""
+    try:
+        return node.run(["sh", "-c", FIRST_EXECUTABLE, "sh", *places(PLUTO_TOOL)], timeout=10).stdout.strip()
+    except CommandError as exc:
+        raise TunnelError(f"libreswan: no pluto in {node.role} (looked at {', '.join(places(PLUTO_TOOL))})") from exc
+
+
+def _at_built_in_path(libexec: str, argv: list) -> list:
     """Wrap pluto so an unpacked libreswan is found where pluto was built to look: bind it over
-    /usr/libexec/ipsec in pluto's own mount namespace (`ip netns exec` gives it one)."""
-    if str(libexec) == LIBEXEC:
+    /usr/libexec/ipsec in pluto's own mount namespace (private_run gives it one)."""
+    if libexec == LIBEXEC:
         return argv
     script = ('mount -t tmpfs vpnlab-libexec "${1%/*}" && mkdir "$1" && mount --bind "$2" "$1" && shift 2 '
               '&& exec "$@"')
@@ -59,8 +69,7 @@ def _at_built_in_path(libexec: Path, argv: list) -> list:
 class Libreswan(Driver):
     name = "libreswan"
     summary = "IPsec IKEv2 (libreswan pluto, kernel ESP): PSK or certificates"
-    tools = (Tool("pluto", "libreswan", ("pluto", "--version"), path=PLUTO, private=True),
-             Tool("certutil", "libnss3-tools"), Tool("pk12util", "libnss3-tools"), OPENSSL)
+    tools = (PLUTO_TOOL, Tool("certutil", "libnss3-tools"), Tool("pk12util", "libnss3-tools"), OPENSSL)
     # the privately unpacked package comes without its dependencies: its libraries
     packages = ("libnss3-tools", "libldns3", "libevent-core-2.1-7", "libevent-pthreads-2.1-7", "libcurl3-nss",
                 "libunbound8", "libcap-ng0")
@@ -112,47 +121,33 @@ class Libreswan(Driver):
         return esp_overhead(self.esp_proposal(options, profile), options.udp_encap, inner_len)
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
-        pluto = Path(find(self.tools[0]) or PLUTO)
-        libexec = pluto.parent  # whack, addconn and the updown script sit next to pluto
         mtu = env.mtu(options, None)  # None: the path's, as kernel ESP finds it
         tunnel = Tunnel(env, ("udp", 4500) if options.udp_encap else ("esp", None), mtu=mtu,
                         control=[("udp", 500), ("udp", 4500)])  # IKE
         remote_access = not left.subnets
-        pki = make_pki(env.secrets, right.underlay_ip, "") if options.auth == "cert" else None
+        pki = make_pki(right.underlay_ip) if options.auth == "cert" else None
         psk = random_secrets.token_urlsafe(32)
         esp = configured_esp(options, profile)
         homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
-            home = env.secrets / site.node.role
-            (home / "nss").mkdir(mode=0o700, parents=True)
-            (home / "run").mkdir(mode=0o700)
-            self._nss(site, home, pki, is_client)
-            conf = home / "ipsec.conf"
-            conf.write_text(self._conf(site, peer, is_client, remote_access, esp, profile, options.udp_encap,
-                                       pki is not None, options.compression == "on", mtu))
-            secrets = write_secret(home / "ipsec.secrets", "" if pki else f'@client@vpnlab @server@vpnlab : PSK "{psk}"\n')
-            log = env.log(f"pluto-{site.node.role}")
-            # No --config: pluto would run addconn from its built-in path to read "config setup".
-            argv = [pluto, "--nofork", "--stderrlog", "--rundir", home / "run",
-                    "--secretsfile", secrets, "--ipsecdir", home, "--nssdir", home / "nss", "--no-dnssec"]
-            proc = site.node.spawn(private_run(_at_built_in_path(libexec, argv), keep=env.state.directory), log,
-                                   what="pluto")
-            tunnel.processes.append((site.node, proc, log))
-            homes.append((site, home))
+            conf = self._conf(site, peer, is_client, remote_access, esp, profile, options.udp_encap, pki is not None,
+                              options.compression == "on", mtu)
+            secrets = "" if pki else f'@client@vpnlab @server@vpnlab : PSK "{psk}"\n'
+            homes.append(self._start(site, conf, secrets, pki, "client" if is_client else "server", env, tunnel))
 
-        def answering(site, home) -> bool:
+        def answering(site, home, libexec) -> bool:
             try:
-                return site.node.run([libexec / "whack", "--ctlsocket", home / "run" / "pluto.ctl", "--status"],
+                return site.node.run([f"{libexec}/whack", "--ctlsocket", f"{home}/run/pluto.ctl", "--status"],
                                      check=False, timeout=10).returncode == 0
             except CommandError:  # no answer yet
                 return False
 
         wait_for(lambda: all(answering(*h) for h in homes), 20, "pluto's control sockets", tunnel)
-        for site, home in homes:
-            self._control(site, [libexec / "addconn", "--config", home / "ipsec.conf",
-                                 "--ctlsocket", home / "run" / "pluto.ctl", CONN], tunnel)
-        client, home = homes[-1]
-        self._control(client, [libexec / "whack", "--ctlsocket", home / "run" / "pluto.ctl",
+        for site, home, libexec in homes:
+            self._control(site, [f"{libexec}/addconn", "--config", f"{home}/ipsec.conf",
+                                 "--ctlsocket", f"{home}/run/pluto.ctl", CONN], tunnel)
+        client, home, libexec = homes[-1]
+        self._control(client, [f"{libexec}/whack", "--ctlsocket", f"{home}/run/pluto.ctl",
                                "--name", CONN, "--initiate"], tunnel, timeout=40)
         if remote_access:
             # The client's updown script routes the gateway's prefix from the leased address; the
@@ -164,6 +159,28 @@ class Libreswan(Driver):
                            for net in right.subnets))
             right.node.ip(f"route replace {left.tunnel_ip} via {left.underlay_ip}")
         return tunnel
+
+    @staticmethod
+    def _start(site, conf: str, secrets: str, pki, end: str, env: TunnelEnv, tunnel: Tunnel) -> tuple:
+        """One end's pluto, its files in the tunnel's folder on its node: the configuration, the
+        secrets, an NSS database (with this end's certificate and the CA when `pki` is given);
+        returns (site, that folder, the folder of pluto's helpers there)."""
+        role = site.node.role
+        home = str(PurePosixPath(env.write(site.node, f"{role}/ipsec.conf", conf)).parent)
+        secrets_file = env.write(site.node, f"{role}/ipsec.secrets", secrets)
+        site.node.run(["mkdir", "-m", "700", f"{home}/nss", f"{home}/run"])
+        installed = pki.install(end, lambda name, data: env.write(site.node, f"{role}/{name}", data)) if pki else None
+        Libreswan._nss(site, home, installed)
+        pluto = _pluto_on(site.node)
+        libexec = str(PurePosixPath(pluto).parent)  # whack, addconn and the updown script sit next to pluto
+        log = env.log(f"pluto-{role}")
+        # No --config: pluto would run addconn from its built-in path to read "config setup".
+        argv = [pluto, "--nofork", "--stderrlog", "--rundir", f"{home}/run", "--secretsfile", secrets_file,
+                "--ipsecdir", home, "--nssdir", f"{home}/nss", "--no-dnssec"]
+        proc = site.node.spawn(private_run(_at_built_in_path(libexec, argv), keep=site.node.scratch()), log,
+                               what="pluto")
+        tunnel.processes.append((site.node, proc, log))
+        return site, home, libexec
 
     # -- configuration ---------------------------------------------------------
     @staticmethod
@@ -198,27 +215,26 @@ class Libreswan(Driver):
         return "\n".join(lines) + "\n"
 
     @staticmethod
-    def _nss(site, home: Path, pki, is_client: bool) -> None:
+    def _nss(site, home: str, installed) -> None:
         """An empty NSS database (libreswan keeps keys there), with this end's certificate
-        and the CA it trusts when certificates are used."""
-        nss = f"sql:{home / 'nss'}"
+        and the CA it trusts when certificates are used (`installed`: their files on the node, pki.py)."""
+        nss = f"sql:{home}/nss"
         site.node.run(["certutil", "-N", "-d", nss, "--empty-password"])
-        if not pki:
+        if not installed:
             return
-        cert, key = (pki.client_cert, pki.client_key) if is_client else (pki.server_cert, pki.server_key)
-        bundle, password = home / "own.p12", random_secrets.token_hex(16)
-        site.node.run(["openssl", "pkcs12", "-export", "-in", cert, "-inkey", key, "-name", "own",
+        bundle, password = f"{home}/own.p12", random_secrets.token_hex(16)
+        site.node.run(["openssl", "pkcs12", "-export", "-in", installed.cert, "-inkey", installed.key, "-name", "own",
                        "-out", bundle, "-passout", f"pass:{password}"])
         site.node.run(["pk12util", "-i", bundle, "-d", nss, "-W", password])
-        bundle.unlink()
-        site.node.run(["certutil", "-A", "-d", nss, "-n", "ca", "-t", "CT,,", "-a", "-i", pki.ca])
+        site.node.remove_file(bundle)
+        site.node.run(["certutil", "-A", "-d", nss, "-n", "ca", "-t", "CT,,", "-a", "-i", installed.ca])
 
     @staticmethod
     def _control(site, argv: list, tunnel: Tunnel, timeout: float = 20) -> None:
         try:
             site.node.run(argv, timeout=timeout)
         except CommandError as exc:
-            raise TunnelError(f"libreswan: {Path(argv[0]).name} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
+            raise TunnelError(f"libreswan: {PurePosixPath(argv[0]).name} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
 
     # -- algorithms (algorithms.py) --------------------------------------------
     def algorithms(self, options, profile, implementation=""):

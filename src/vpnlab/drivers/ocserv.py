@@ -67,10 +67,12 @@ class Ocserv(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         dtls = options.transport == "dtls"
         folder = env.secrets
-        pki = make_pki(folder, right.underlay_ip, "")
+        pki = make_pki(right.underlay_ip)
+        server_pki = pki.install("server", lambda name, data: env.write(right.node, name, data))
+        client_pki = pki.install("client", lambda name, data: env.write(left.node, name, data))
         password = random_secrets.token_urlsafe(18)
         answer = env.secret_file("password", password + "\n")
-        config = self._server_config(left, right, dtls, profile, env, pki, password)
+        config = self._server_config(left, right, dtls, profile, env, server_pki, password)
         tunnel = Tunnel(env, ("udp" if dtls else "tcp", PORT),
                         control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
         log = env.log("ocserv")
@@ -84,7 +86,7 @@ class Ocserv(Driver):
         script.write_text(CONNECT_SCRIPT.format(routes=" ".join(right.subnets), ready=ready))
         script.chmod(0o700)
         log = env.log("openconnect")
-        proc = left.node.spawn(self._client_argv(right, dtls, pki, script, f"vc{env.unique}"), log, stdin=answer,
+        proc = left.node.spawn(self._client_argv(right, dtls, client_pki, script, f"vc{env.unique}"), log, stdin=answer,
                                what="openconnect")
         tunnel.processes.append((left.node, proc, log))
         wait_for(ready.exists, 30, "openconnect to connect", tunnel)
@@ -118,7 +120,7 @@ class Ocserv(Driver):
             f"listen-host = {right.underlay_ip}",
             "run-as-user = nobody", "run-as-group = nogroup",
             "socket-file = /run/ocserv-socket", "pid-file = /run/ocserv.pid", "use-occtl = false",
-            "isolate-workers = false", f"server-cert = {pki.server_cert}", f"server-key = {pki.server_key}",
+            "isolate-workers = false", f"server-cert = {pki.cert}", f"server-key = {pki.key}",
             "max-clients = 16", "max-same-clients = 4", "keepalive = 32400", "dpd = 90", "mobile-dpd = 1800",
             "try-mtu-discovery = false", f'tls-priorities = "{FIPS_PRIORITIES if profile == "fips" else DEFAULT_PRIORITIES}"',
             "auth-timeout = 240", "cookie-timeout = 300", "deny-roaming = false", "rekey-time = 172800",

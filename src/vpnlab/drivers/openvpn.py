@@ -195,7 +195,9 @@ class OpenVpn(Driver):
         dev = f"vo{env.unique}"
         mtu = env.mtu(options, None)  # None: OpenVPN's own 1500, with MSS clamped for 1492-byte outer packets
         tunnel = Tunnel(env, (options.transport, options.port), mtu=mtu or 1500)
-        pki = make_pki(env.secrets, right.underlay_ip, "")
+        pki = make_pki(right.underlay_ip)
+        server_pki = pki.install("server", lambda name, data: env.write(right.node, name, data))
+        client_pki = pki.install("client", lambda name, data: env.write(left.node, name, data))
         common = _both_ends(options, profile, dev, mtu)
         udp = options.transport == "udp"
         # Client/server mode: the server pushes the client its address the moment the handshake
@@ -207,14 +209,13 @@ class OpenVpn(Driver):
                         f"ifconfig-push {left.tunnel_ip} 255.255.255.0\n"  # the layer's /24 (topology.py)
                         + "".join(f"iroute {net.network_address} {net.netmask}\n"  # its LANs, site-to-site
                                   for net in map(ipaddress.ip_network, left.subnets)))
-        on_server, on_client = (lambda path: env.on(right.node, path)), (lambda path: env.on(left.node, path))
-        server = common + ["--mode", "server", "--tls-server", "--ca", on_server(pki.ca),
-                           "--cert", on_server(pki.server_cert), "--key", on_server(pki.server_key),
+        server = common + ["--mode", "server", "--tls-server", "--ca", server_pki.ca,
+                           "--cert", server_pki.cert, "--key", server_pki.key,
                            "--proto", "udp" if udp else "tcp-server", "--lport", options.port,
                            "--topology", "subnet", "--ifconfig", right.tunnel_ip, "255.255.255.0",
                            "--push", "topology subnet", "--client-config-dir", PurePosixPath(ccd).parent]
-        client = common + ["--client", "--remote-cert-tls", "server", "--ca", on_client(pki.ca),
-                           "--cert", on_client(pki.client_cert), "--key", on_client(pki.client_key),
+        client = common + ["--client", "--remote-cert-tls", "server", "--ca", client_pki.ca,
+                           "--cert", client_pki.cert, "--key", client_pki.key,
                            "--proto", "udp" if udp else "tcp-client",
                            "--remote", right.underlay_ip, options.port, "--nobind"]
         logs = {}

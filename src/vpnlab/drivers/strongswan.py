@@ -6,8 +6,9 @@ IPComp needs kernel ESP: kernel-libipsec cannot allocate an IPComp CPI (its get_
 NOT_SUPPORTED), and charon then logs "unable to allocate a CPI from kernel, IPComp disabled"
 and carries on uncompressed, so `compression: on` never runs on libipsec.
 Remote access gives the client a virtual IP from a pool; site-to-site joins
-the two LANs. Each charon runs in its gateway's namespace with a private /run
-(its pid file is fixed there) and its own vici socket.
+the two LANs. Each charon runs on its gateway's node (a namespace here, or a real host) with a
+private /run (its pid file is fixed there) and its own vici socket; its configuration, keys and
+certificates are written there (env.write) and swanctl runs there, so nothing is local but its log.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from __future__ import annotations
 import json
 import re
 import secrets as random_secrets
-import shutil
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Literal
 
 from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
-from ..files import write_secret
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Tunable, Tunnel, TunnelEnv, wait_for
 from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES, IPSEC_TOOLS,
@@ -136,34 +135,30 @@ class StrongSwan(Driver):
                         mtu=mtu or (LIBIPSEC_MTU if libipsec else None),
                         control=[("udp", 500), ("udp", 4500)])  # IKE
         remote_access = not left.subnets
-        folder = env.secrets
-        pki = make_pki(folder, right.underlay_ip, "") if options.auth == "cert" else None
+        pki = make_pki(right.underlay_ip) if options.auth == "cert" else None
         psk = "0x" + random_secrets.token_hex(32)
         esp = configured_esp(options, profile)
         homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
-            home = folder / site.node.role  # swanctl's directory: swanctl.conf and its credential folders
-            for sub in ("x509", "x509ca", "private"):
-                (home / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
-            if pki:
-                cert, key = (pki.client_cert, pki.client_key) if is_client else (pki.server_cert, pki.server_key)
-                shutil.copy(cert, home / "x509" / "own.pem")
-                shutil.copy(pki.ca, home / "x509ca" / "ca.pem")
-                shutil.copy(key, home / "private" / "own.pem")
+            home = site.node.role  # swanctl's directory, in the tunnel's folder there: swanctl.conf, its credentials
+            if pki:  # in swanctl's folders: its own certificate, the CA's, its own key (never the peer's)
+                cert, key = pki.own("client" if is_client else "server")
+                for name, content in (("x509/own.pem", cert), ("x509ca/ca.pem", pki.ca), ("private/own.pem", key)):
+                    env.write(site.node, f"{home}/{name}", content)
             if remote_access:  # the client's side is its virtual IP
                 local_ts, remote_ts = (("dynamic", peer.prefix) if is_client else (site.prefix, "dynamic"))
             else:
                 local_ts, remote_ts = site.prefix, peer.prefix
-            write_secret(home / "swanctl.conf", self._swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts,
-                                                  esp, profile, encap, psk if not pki else None,
-                                                  options.compression == "on"))
-            homes.append((site, home))
+            conf = env.write(site.node, f"{home}/swanctl.conf", self._swanctl_conf(
+                site, peer, is_client, remote_access, local_ts, remote_ts, esp, profile, encap,
+                psk if not pki else None, options.compression == "on"))
+            homes.append((site, str(PurePosixPath(conf).parent)))
         start_charons(homes, env, tunnel, libipsec, child="net", mtu=mtu)
         return tunnel
 
     # -- configuration ---------------------------------------------------------
     @staticmethod
-    def _strongswan_conf(vici: Path, libipsec: bool, mtu: int | None = None) -> str:
+    def _strongswan_conf(vici: str, libipsec: bool, mtu: int | None = None) -> str:
         # The first kernel interface loaded handles the SAs: libipsec must come before netlink.
         plugins = ("kernel-libipsec " if libipsec else "") + PLUGINS
         # kernel-netlink puts this MTU on the routes it installs (for kernel ESP towards the remote
@@ -228,11 +223,11 @@ charon {{
         return "\n".join(lines) + "\n"
 
     @staticmethod
-    def _swanctl(site, home: Path, args: list, tunnel: Tunnel) -> str:
-        argv = ["swanctl", *args, "--uri", f"unix://{home / 'charon.vici'}"]
+    def _swanctl(site, home: str, args: list, tunnel: Tunnel) -> str:
+        argv = ["swanctl", *args, "--uri", f"unix://{home}/charon.vici"]
         try:
-            return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": str(home),
-                                                         "STRONGSWAN_CONF": str(home / "strongswan.conf")}).stdout
+            return site.node.run(argv, timeout=40, env={"SWANCTL_DIR": home,
+                                                         "STRONGSWAN_CONF": f"{home}/strongswan.conf"}).stdout
         except CommandError as exc:
             raise TunnelError(f"strongSwan: swanctl {args[0]} failed in {site.node.role}: {exc}\n{tunnel.logs()}") from exc
 
@@ -258,17 +253,20 @@ charon {{
 
 def start_charons(homes: list, env: TunnelEnv, tunnel: Tunnel, libipsec: bool, child: str,
                   mtu: int | None = None) -> None:
-    """One charon per (site, home) with the swanctl.conf already in `home`, gateway first:
-    start them, load their configuration, and have the last one (the client) initiate `child`."""
+    """One charon per (site, home), gateway first, `home` a folder of this tunnel's on the site's node
+    (under env.folder) that holds its swanctl.conf: start them, load their configuration, and have the
+    last one (the client) initiate `child`."""
     for site, home in homes:
-        conf = home / "strongswan.conf"
-        conf.write_text(StrongSwan._strongswan_conf(home / "charon.vici", libipsec, mtu))
+        name = PurePosixPath(home).relative_to(env.folder(site.node))
+        conf = env.write(site.node, f"{name}/strongswan.conf",
+                         StrongSwan._strongswan_conf(f"{home}/charon.vici", libipsec, mtu))
         log = env.log(f"charon-{site.node.role}")
-        proc = site.node.spawn(private_run([CHARON], keep=env.state.directory), log,
-                               env={"STRONGSWAN_CONF": str(conf)}, what="charon")
+        # its fixed pid file goes to a private /run; the tunnel's folder (under the node's scratch) stays
+        proc = site.node.spawn(private_run([CHARON], keep=site.node.scratch()), log,
+                               env={"STRONGSWAN_CONF": conf}, what="charon")
         tunnel.processes.append((site.node, proc, log))
 
-    wait_for(lambda: all(site.node.accepts(home / "charon.vici") for site, home in homes), 15,
+    wait_for(lambda: all(site.node.accepts(f"{home}/charon.vici") for site, home in homes), 15,
              "charon's vici sockets", tunnel)
     if libipsec and mtu:  # the plugin created its TUN device as charon started
         for site, _ in homes:

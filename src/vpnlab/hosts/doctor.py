@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import VpnlabError
 from ..catalog import declared
 from ..features import parse_probe, probe_argv
+from ..tools import Tool, places
 from .inventory import Host
 from .ssh import SshHost
 
@@ -76,6 +77,14 @@ def _versions(ssh: SshHost) -> dict[str, str]:
     return dict(line.split("\t", 1) for line in shown.splitlines() if "\t" in line)
 
 
+def locate(tool: Tool) -> str:
+    """A shell line that sets $p to the program's path on a host (on PATH, else where Debian installs
+    it or bootstrap.sh unpacks it: tools.places) and fails when it has none."""
+    q = shlex.quote
+    return (f"p=$(command -v {q(tool.command)}"
+            + "".join(f" || {{ [ -x {q(place)} ] && echo {q(place)}; }}" for place in places(tool)) + ")")
+
+
 def version_script(commands=None) -> str:
     """For every program vpnlab declares (or those of `commands`) that the host has: its name, a
     tab and its version, found as vpnlab.tools.version finds it here (its own first line naming a
@@ -85,12 +94,9 @@ def version_script(commands=None) -> str:
     for tool in declared().values():
         if commands is not None and tool.command not in commands:
             continue
-        find = f"p=$(command -v {q(tool.command)})"
-        if tool.path:
-            find = f"p=$(command -v {q(tool.command)} || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }})"
         own = (f'v=$(timeout 10 "$p" {shlex.join(tool.version[1:])} 2>&1 | grep -m 1 -E "[0-9]+[.][0-9]+")'
                if tool.version else "v=")
         package = f"dpkg-query -W -f='{tool.package} ${{Version}}' {q(tool.package)} 2>/dev/null"
-        lines.append(f'{find} && {{ {own}; [ -n "$v" ] || v=$({package}); '
+        lines.append(f'{locate(tool)} && {{ {own}; [ -n "$v" ] || v=$({package}); '
                      f'printf "%s\\t%s\\n" {q(tool.command)} "${{v:-unknown}}"; }}')
     return "\n".join(lines) + "\ntrue\n"

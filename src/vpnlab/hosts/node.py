@@ -173,6 +173,12 @@ class RemoteNode:
         removed with the testbed."""
         self.host.record("files", str(path))
 
+    def record_dir(self, path) -> None:
+        """A folder of ours outside the run's folder there: recorded on the host, removed when the run
+        ends (not with the testbed: the next one's files are the same)."""
+        self.host.run_dirs.add(str(path))
+        self.host.record("dirs", str(path))
+
     def remove_file(self, path) -> None:
         try:
             self.host.remove_file(str(path))

@@ -39,7 +39,7 @@ TESTBED_TOOLS = ("ip", "tc", "ss", "sysctl", "ping", "tcpdump", "python3")
 def study_packages(study) -> list[str]:
     """The Debian packages a study's scenarios run on real hosts: the testbed's programs and the kernel
     probe's, its VPNs' (and the packages they need without a program), its workloads' and its links'
-    background traffic's."""
+    background mixes'."""
     tools = declared()
     commands = {tool.command for tool in CORE}  # the testbed's (TESTBED_TOOLS among them) and the kernel probe's
     for workload in study.workloads:
@@ -52,6 +52,9 @@ def study_packages(study) -> list[str]:
             driver = DRIVERS[layer.driver]
             # a package bootstrap.sh unpacks privately here (libreswan) is installed on a host as Debian's
             wanted |= {t.package for t in driver.tools if not t.python} | set(driver.packages)
+    wanted |= {package for workload in study.workloads for package in KINDS[workload.kind].packages}
+    if any(link.background for link in study.links):
+        wanted |= set(background.PACKAGES)
     return sorted(wanted)
 
 

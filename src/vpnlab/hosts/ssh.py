@@ -127,6 +127,7 @@ class SshHost:
         self._lock = threading.Lock()  # the record is read-modify-write; runner threads may share a host
         self._dirty = False  # the record changed since it was last written on the host
         self.sysctls_set: dict[str, str] = {}  # in the host's own namespace, by this run (RemoteNode.sysctl)
+        self.run_dirs: set[str] = set()  # recorded folders kept to the run's end, not undone with a testbed
 
     # -- connection ----------------------------------------------------------
     def attach(self) -> "SshHost":
@@ -288,6 +289,7 @@ class SshHost:
         """Remove what was recorded since `mark`, then forget it (HostUnreachable if the host is
         lost: it stays recorded there, and `close` removes it over a fresh connection)."""
         added = self.state.since(mark)
+        added.dirs = [path for path in added.dirs if path not in self.run_dirs]
         self.script(added.undo_script(), timeout=60)
         with self._lock:
             for kind in RESOURCES:

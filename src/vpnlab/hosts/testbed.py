@@ -32,7 +32,7 @@ from ..testbed.shaping import shape_commands
 from ..testbed.topology import HOST_ROLES, Layout, Testbed, chain_routes
 from ..cpu import CpuMeter
 from .cpu import HostProc
-from .doctor import version_script
+from .doctor import locate, version_script
 from .inventory import Host, load_inventory, select
 from .node import RemoteNode
 from .ssh import HostUnreachable, SshHost
@@ -60,13 +60,8 @@ SYSCTLS = {
 
 def tools_script() -> str:
     """For each program vpnlab declares that the host has: its name, a tab and its path."""
-    q = shlex.quote
-    lines = []
-    for tool in declared().values():
-        if tool.python:
-            continue
-        fallback = f" || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }}" if tool.path else ""
-        lines.append(f'p=$(command -v {q(tool.command)}{fallback}) && printf "%s\\t%s\\n" {q(tool.command)} "$p"')
+    lines = [f'{locate(tool)} && printf "%s\\t%s\\n" {shlex.quote(tool.command)} "$p"'
+             for tool in declared().values() if not tool.python]
     return "\n".join(lines) + "\ntrue\n"
 
 

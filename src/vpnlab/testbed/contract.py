@@ -82,6 +82,9 @@ class Node(Protocol):
     def remove_file(self, path) -> None:
         """Remove a file there if it exists."""
 
+    def record_dir(self, path) -> None:
+        """A folder of ours outside `scratch()` (files too large for tmpfs): removed with the run."""
+
     def scratch(self) -> PurePosixPath:
         """The run's private folder there (0700; keys, configurations, a daemon's own files), removed
         with the run: where a driver or workload writes what its programs read."""

@@ -163,6 +163,10 @@ class Node:
     def remove_file(self, path) -> None:
         Path(path).unlink(missing_ok=True)
 
+    def record_dir(self, path) -> None:
+        if str(path) not in self.state.dirs:
+            self.state.add_dir(path)
+
     def scratch(self) -> PurePosixPath:
         return PurePosixPath(self.state.secrets_dir)
 
@@ -194,8 +198,10 @@ def inside(path, folder: PurePosixPath) -> str:
 
 def private_run(argv: list, keep: Path, make: tuple[str, ...] = ()) -> list:
     """Wrap a daemon so it gets an empty private /run (where it writes a fixed pid file), with
-    `keep` (under /run) still visible and the directories `make` created in it. `ip netns exec`
-    gives each command its own mount namespace, so none of this is seen outside."""
+    `keep` (under /run) still visible and the directories `make` created in it. The mount namespace
+    is its own (`unshare`): on a real host a node may be the host's own namespace, which `ip netns
+    exec` does not wrap, and the host's /run must stay as everyone else sees it."""
     script = ('exec 3<"$1"; shift; mount -t tmpfs vpnlab-run /run && mkdir -p "$KEEP" $MAKE '
               '&& mount --no-canonicalize --bind /proc/self/fd/3 "$KEEP" && exec 3<&- && exec "$@"')
-    return ["env", f"KEEP={keep}", f"MAKE={' '.join(make)}", "sh", "-c", script, "sh", str(keep), *map(str, argv)]
+    return ["unshare", "--mount", "--propagation=private", "env", f"KEEP={keep}", f"MAKE={' '.join(make)}",
+            "sh", "-c", script, "sh", str(keep), *map(str, argv)]

@@ -44,7 +44,7 @@ CORE = (
     Tool("ip", "iproute2", ("ip", "-V")), Tool("tc", "iproute2", ("tc", "-V")), Tool("ss", "iproute2", ("ss", "-V")),
     Tool("tcpdump", "tcpdump", ("tcpdump", "--version")), Tool("sysctl", "procps", ("sysctl", "--version")),
     Tool("ping", "iputils-ping", ("ping", "-V")), Tool("ethtool", "ethtool", ("ethtool", "--version")), Tool("sh", "dash"), Tool("env", "coreutils"),
-    Tool("mount", "mount"), Tool("nsenter", "util-linux"), Tool("taskset", "util-linux", ("taskset", "--version")), Tool("python3", "python3", ("python3", "--version")),
+    Tool("mount", "mount"), Tool("unshare", "util-linux"), Tool("nsenter", "util-linux"), Tool("taskset", "util-linux", ("taskset", "--version")), Tool("python3", "python3", ("python3", "--version")),
     # in the shell wrappers that give a daemon private mounts, and the background's helpers
     Tool("mkdir", "coreutils"), Tool("true", "coreutils"), Tool("cat", "coreutils"), Tool("wc", "coreutils"), Tool("chown", "coreutils"),
     # the kernel probe (features.KERNEL_PROBE), here, in a VM guest and on every host
@@ -71,16 +71,19 @@ def find(tool: Tool) -> str | None:
     beside = Path(sys.executable).parent / tool.command  # installed with vpnlab, venv not activated
     if tool.python and os.access(beside, os.X_OK):
         return str(beside)
-    if not tool.path:
-        return None
-    if os.access(tool.path, os.X_OK):
-        return tool.path
-    if tool.private:
-        found = unpacked.package_folder(tool.package) / tool.path.lstrip("/")
-        if os.access(found, os.X_OK) and subprocess.run([str(found), "--version"],
-                                                        capture_output=True).returncode == 0:
-            return str(found)
+    for place in places(tool):
+        if os.access(place, os.X_OK) and (place == tool.path or subprocess.run(
+                [place, "--version"], capture_output=True).returncode == 0):
+            return place
     return None
+
+
+def places(tool: Tool) -> tuple[str, ...]:
+    """Where the program is when it is not on PATH: where Debian installs it and, for a package
+    bootstrap.sh unpacks privately, its copy in vpnlab's cache (a VM guest shares this machine's)."""
+    if not tool.path:
+        return ()
+    return (tool.path, *((str(unpacked.package_folder(tool.package) / tool.path.lstrip("/")),) if tool.private else ()))
 
 
 _VERSION = re.compile(r"\d+\.\d+")

@@ -3,39 +3,33 @@ rates, running through the tunnel alongside the measured workload (the small-bus
 generated such a mix from its router).
 
 Servers run in the sink (nginx, vsftpd, dovecot, aiosmtpd, dnsmasq); the source starts
-transactions as a Poisson process per flow. The clients are coroutines in one thread that has
-joined the source's namespace: a program per transaction (curl, dig) cost 25 ms of CPU here and
-tens of times that under the VM's software emulation, where the mix alone saturated the guest
-and the measured transfer got a tenth of an 8 Mbit/s link. What each flow carried in the
-measurement window (completed transactions only) is recorded next to what it offered, so a
-result says how much of the link the background really took.
+transactions as a Poisson process per flow, in one program run there (office.py: coroutines, not
+a program per transaction). Everything goes through the two nodes, so it runs on real hosts as
+in namespaces. What each flow carried in the measurement window (completed transactions only) is
+recorded next to what it offered, so a result says how much of the link the background really took.
 """
 
 from __future__ import annotations
 
-import asyncio
+import inspect
+import json
 import random
-import re
-import socket
-import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
-from typing import Awaitable, Callable, Literal
+from typing import Callable, Literal
 
-import dpkt
 from pydantic import Field, field_validator, model_validator
 
+from ..backend import SLOWDOWN
+from ..errors import MeasurementError
 from ..metrics import declare
 from ..schema import Size, Strict, parse_size
-from ..testbed import netns
+from ..testbed.node import LISTEN_TIMEOUT_S
 from ..tools import Tool
+from . import office
 from .base import WorkloadContext
-from .datasets import make as make_file
-from .transfer import NGINX, VSFTPD, data_dir, ensure_servers, file_server, private_dir
+from .datasets import make_on
+from .transfer import DATASET_PACKAGES, NGINX, VSFTPD, data_dir, ensure_servers, file_server, private_dir
 
 PROTOCOLS = ("http", "ftp", "smtp", "pop3", "dns")
 METRICS = (
@@ -55,14 +49,15 @@ METRICS = (
 # imports most of the rest), so about 1.5 s on a host (SLOWDOWN 4).
 SETUP_S = 1.5
 VM_SETUP_S = 6
-DRAIN_S = 10  # how long transactions open at the window's end may take to finish
-MAX_IN_FLIGHT = 8  # per flow: beyond this the link is saturated and more clients only add CPU load
-TRANSACTION_TIMEOUT_S = 60
-POP3_USER = "office"
+POP3_USER = office.POP3_USER
 DOVECOT = Tool("dovecot", "dovecot-pop3d", ("dovecot", "--version"), path="/usr/sbin/dovecot")
 DNSMASQ = Tool("dnsmasq", "dnsmasq-base", ("dnsmasq", "--version"), path="/usr/sbin/dnsmasq")
 FLOW_TOOLS = {"http": (NGINX,), "ftp": (VSFTPD,), "smtp": (), "pop3": (DOVECOT,), "dns": (DNSMASQ,)}
 TOOLS = tuple(dict.fromkeys(t for tools in FLOW_TOOLS.values() for t in tools))
+# The SMTP server runs under the sink's Python (a host's own: `python3 -m aiosmtpd`), as do the files' maker.
+PACKAGES = ("python3-aiosmtpd", *DATASET_PACKAGES)
+# Off the well-known ports, as the file servers' (transfer.PORTS): a host's own may hold those.
+PORTS = {"smtp": 2525, "pop3": 1110, "dns": 5300}
 # One transaction of each protocol: a web object, a file, a mail sent, a mail fetched.
 DEFAULT_OBJECT = {"http": 64 * 1024, "ftp": 256 * 1024, "smtp": 32 * 1024, "pop3": 32 * 1024}
 
@@ -133,32 +128,37 @@ def needs(mix: Background) -> set[str]:
 
 # --- servers in the sink ----------------------------------------------------------
 
-def _start_aiosmtpd(ctx: WorkloadContext, data: Path, mix: Background) -> dict:
-    argv = [sys.executable, "-m", "aiosmtpd", "-n", "-l", f"{ctx.bed.sink_ip}:25", "-c", "aiosmtpd.handlers.Sink"]
-    return {"argv": argv, "port": 25}
+def _start_aiosmtpd(ctx: WorkloadContext, data: str, mix: Background) -> dict:
+    sink = ctx.bed.sink
+    argv = [sink.python, "-m", "aiosmtpd", "-n", "-l", f"{ctx.bed.sink_ip}:{PORTS['smtp']}",
+            "-c", "aiosmtpd.handlers.Sink"]
+    return {"argv": argv, "port": PORTS["smtp"]}
 
 
-def _mailbox(data: Path, sizes: list[int]) -> dict[int, int]:
-    """A maildir with one text message per size; size -> POP3 message number."""
-    box = data / "Maildir"
-    for sub in ("cur", "new", "tmp"):
-        (box / sub).mkdir(parents=True, exist_ok=True)
-    numbers = {}
+# Maildir/cur/<number>.vpnlab:2,S of a header and a text file, for each (number, header, file) given.
+MAILBOX = ('set -e; box="$1/Maildir"; shift; mkdir -p "$box/cur" "$box/new" "$box/tmp"; '
+           'while [ $# -gt 0 ]; do { printf %s "$2"; cat "$3"; } > "$box/cur/$1.vpnlab:2,S"; shift 3; done; '
+           'chown -R daemon:daemon "$box"')
+
+
+def _mailbox(sink, data: str, sizes: list[int]) -> dict[int, int]:
+    """A maildir on the sink with one text message per size; size -> POP3 message number."""
+    numbers, messages = {}, []
     for number, size in enumerate(sorted(set(sizes)), start=1):
-        body = make_file(data, "text", size).read_bytes()
-        header = f"From: a@office.test\nTo: {POP3_USER}@office.test\nSubject: office mail {number}\n\n".encode()
-        (box / "cur" / f"{number:04d}.vpnlab:2,S").write_bytes(header + body)
+        [body] = make_on(sink, data, "text", [size])
+        header = f"From: a@office.test\nTo: {POP3_USER}@office.test\nSubject: office mail {number}\n\n"
+        messages += [f"{number:04d}", header, body]
         numbers[size] = number
-    subprocess.run(["chown", "-R", "daemon:daemon", box], check=True)
+    sink.run(["sh", "-c", MAILBOX, "sh", data, *messages])
     return numbers
 
 
-def _start_dovecot(ctx: WorkloadContext, data: Path, mix: Background) -> dict:
-    home = private_dir(ctx, "dovecot")
+def _start_dovecot(ctx: WorkloadContext, data: str, mix: Background) -> dict:
+    sink = ctx.bed.sink
+    home = private_dir(sink, "dovecot")
     sizes = [f.object_size for f in mix.flows if f.protocol == "pop3"]
-    numbers = _mailbox(data, sizes)
-    conf = home / "dovecot.conf"
-    conf.write_text(f"""base_dir = {home}/run
+    numbers = _mailbox(sink, data, sizes)
+    conf = sink.write_file(f"{home}/dovecot.conf", f"""base_dir = {home}/run
 state_dir = {home}/state
 log_path = /dev/stderr
 protocols = pop3
@@ -167,6 +167,11 @@ ssl = no
 disable_plaintext_auth = no
 auth_mechanisms = plain
 first_valid_uid = 1
+service pop3-login {{
+  inet_listener pop3 {{
+    port = {PORTS["pop3"]}
+  }}
+}}
 passdb {{
   driver = static
   args = password={POP3_USER}
@@ -177,177 +182,21 @@ userdb {{
 }}
 mail_location = maildir:{data}/Maildir
 """)
-    return {"argv": ["dovecot", "-F", "-c", conf], "port": 110, "messages": numbers}
+    return {"argv": ["dovecot", "-F", "-c", conf], "port": PORTS["pop3"], "messages": numbers}
 
 
-def _start_dnsmasq(ctx: WorkloadContext, data: Path, mix: Background) -> dict:
+def _start_dnsmasq(ctx: WorkloadContext, data: str, mix: Background) -> dict:
     ip = ctx.bed.sink_ip
     argv = ["dnsmasq", "--keep-in-foreground", "--log-facility=-", "--conf-file=/dev/null", f"--listen-address={ip}",
-            "--bind-interfaces", "--no-resolv", "--no-hosts", "--pid-file=", f"--address=/office.test/{ip}"]
-    return {"argv": argv, "port": 53}
+            f"--port={PORTS['dns']}", "--bind-interfaces", "--no-resolv", "--no-hosts", "--pid-file=",
+            f"--address=/office.test/{ip}"]
+    return {"argv": argv, "port": PORTS["dns"]}
 
 
 SERVERS = {"smtp": _start_aiosmtpd, "pop3": _start_dovecot, "dns": _start_dnsmasq}
 
 
-# --- one transaction: a coroutine that returns the bytes it moved ------------------
-
-class ProtocolError(Exception):
-    """A server's reply that is not the one the transaction needs."""
-
-
-async def _expect(reader: asyncio.StreamReader, code: bytes) -> bytes:
-    """One reply (FTP and SMTP: "123-" opens a multi-line one, "123 " ends it; POP3: "+OK");
-    ProtocolError unless it starts with `code`."""
-    first = line = await reader.readline()
-    if first[3:4] == b"-":
-        while line and not line.startswith(first[:3] + b" "):
-            line = await reader.readline()
-    if not first.startswith(code) or not line:
-        raise ProtocolError(first.decode(errors="replace").strip() or "connection closed")
-    return first
-
-
-async def _command(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: str, code: bytes) -> bytes:
-    writer.write(line.encode() + b"\r\n")
-    await writer.drain()
-    return await _expect(reader, code)
-
-
-async def _count_until_closed(reader: asyncio.StreamReader) -> int:
-    total = 0
-    while chunk := await reader.read(1 << 16):
-        total += len(chunk)
-    return total
-
-
-class _Connection:
-    """`async with _Connection(ip, port) as (reader, writer)`: closed however the transaction ends."""
-
-    def __init__(self, ip: str, port: int):
-        self.address = (ip, port)
-
-    async def __aenter__(self):
-        self.reader, self.writer = await asyncio.open_connection(*self.address)
-        return self.reader, self.writer
-
-    async def __aexit__(self, *exc) -> None:
-        self.writer.transport.abort()  # nothing is left to say: do not wait for a slow link to close
-
-
-async def _http(ip: str, name: str) -> int:
-    async with _Connection(ip, 80) as (reader, writer):
-        writer.write(f"GET /{name} HTTP/1.0\r\nHost: {ip}\r\n\r\n".encode())
-        head = await reader.readuntil(b"\r\n\r\n")
-        status = head.split(b"\r\n", 1)[0]
-        if status.split()[1:2] != [b"200"]:
-            raise ProtocolError(status.decode(errors="replace"))
-        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-        body = await _count_until_closed(reader)
-        if length and body != int(length[1]):
-            raise ProtocolError(f"{body} of {int(length[1])} bytes before the server closed")
-        return body
-
-
-async def _ftp(ip: str, name: str) -> int:
-    """Anonymous passive-mode RETR, as a browser or curl does it."""
-    async with _Connection(ip, 21) as (reader, writer):
-        await _expect(reader, b"220")
-        await _command(reader, writer, "USER anonymous", b"230")
-        await _command(reader, writer, "TYPE I", b"200")
-        reply = await _command(reader, writer, "PASV", b"227")
-        numbers = re.search(rb"(\d+),(\d+),(\d+),(\d+),(\d+),(\d+)", reply)
-        if not numbers:
-            raise ProtocolError(reply.decode(errors="replace").strip())
-        async with _Connection(ip, int(numbers[5]) * 256 + int(numbers[6])) as (data, _):
-            await _command(reader, writer, f"RETR {name}", b"150")
-            moved = await _count_until_closed(data)
-        await _expect(reader, b"226")
-        writer.write(b"QUIT\r\n")
-        return moved
-
-
-def mail_data(text: bytes) -> bytes:
-    """A text file as an SMTP DATA body: CRLF lines, a leading dot doubled, the closing dot."""
-    body = re.sub(rb"(?m)^\.", b"..", text.replace(b"\r\n", b"\n")).replace(b"\n", b"\r\n")
-    return b"Subject: office mail\r\n\r\n" + body + (b"" if body.endswith(b"\r\n") else b"\r\n") + b".\r\n"
-
-
-async def _smtp(ip: str, data: bytes) -> int:
-    async with _Connection(ip, 25) as (reader, writer):
-        await _expect(reader, b"220")
-        for line, code in (("EHLO office.test", b"250"), ("MAIL FROM:<a@office.test>", b"250"),
-                           ("RCPT TO:<b@office.test>", b"250"), ("DATA", b"354")):
-            await _command(reader, writer, line, code)
-        writer.write(data)
-        await writer.drain()
-        await _expect(reader, b"250")
-        writer.write(b"QUIT\r\n")
-        return len(data)
-
-
-async def _pop3(ip: str, number: int) -> int:
-    """Log in, RETR one message; the bytes of the message as delivered (dot-stuffing undone)."""
-    async with _Connection(ip, 110) as (reader, writer):
-        await _expect(reader, b"+OK")
-        for line in (f"USER {POP3_USER}", f"PASS {POP3_USER}", f"RETR {number}"):
-            await _command(reader, writer, line, b"+OK")
-        moved = 0
-        while (line := await reader.readline()) != b".\r\n":
-            if not line:
-                raise ProtocolError(f"connection closed after {moved} bytes of the message")
-            moved += len(line) - line.startswith(b"..")
-        writer.write(b"QUIT\r\n")
-        return moved
-
-
-async def _dns(ip: str, rng: random.Random) -> int:
-    """An A query for a fresh name, with a stub resolver's retries (glibc: 2 attempts of 5 s: a
-    query lost in a full queue is asked again); the bytes of the query and its answer."""
-    query = dpkt.dns.DNS(id=rng.randrange(1 << 16), qd=[dpkt.dns.DNS.Q(name=f"host{rng.randrange(10**6)}.office.test")])
-    wire = bytes(query)
-    loop = asyncio.get_running_loop()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.setblocking(False)
-        sock.connect((ip, 53))
-        for _ in range(2):
-            await loop.sock_sendall(sock, wire)
-            try:
-                reply = await asyncio.wait_for(loop.sock_recv(sock, 4096), 5)
-            except TimeoutError:
-                continue
-            answer = dpkt.dns.DNS(reply)
-            if answer.rcode != dpkt.dns.DNS_RCODE_NOERR or not answer.an:
-                raise ProtocolError(f"answer with rcode {answer.rcode} and {len(answer.an)} records")
-            return len(wire) + len(reply)
-    raise ProtocolError("no answer to 2 attempts of 5 s")
-
-
-def _transaction(flow: BackgroundFlow, ip: str, data: Path, info: dict,
-                 rng: random.Random) -> Callable[[], Awaitable[int]]:
-    """What one transaction of the flow does, its files made beforehand."""
-    if flow.protocol in ("http", "ftp"):
-        name = make_file(data, "text", flow.object_size).name
-        return partial(_http if flow.protocol == "http" else _ftp, ip, name)
-    if flow.protocol == "smtp":
-        return partial(_smtp, ip, mail_data(make_file(data, "text", flow.object_size).read_bytes()))
-    if flow.protocol == "pop3":
-        return partial(_pop3, ip, info["messages"][flow.object_size])
-    return partial(_dns, ip, rng)
-
-
-# --- the generator --------------------------------------------------------------
-
-@dataclass
-class FlowCounters:
-    started: int = 0
-    completed: int = 0
-    failed: int = 0
-    skipped: int = 0  # arrivals while MAX_IN_FLIGHT were still running
-    bytes: int = 0
-    window_bytes: float = 0.0  # the part of `bytes` carried inside the measurement window
-    errors: list[str] = field(default_factory=list)
-
+# --- the clients, on the source ---------------------------------------------------
 
 def arrivals_seed(study_seed: int, round_no: int, scenario) -> str:
     """The seed of a repetition's arrivals. In one round every configuration on one link and workload
@@ -365,136 +214,106 @@ class BackgroundTraffic:
         self.ctx = ctx
         self.mix = mix
         self.rng = random.Random(seed)
-        self.counters = [FlowCounters() for _ in mix.flows]
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
-        self._started = 0.0
-        self._stopped = 0.0
+        self._proc = None
+
+    @property
+    def _log(self):
+        return self.ctx.log_dir / "background.log"
 
     def start(self) -> None:
-        data = data_dir(self.ctx)
+        """Its servers listening on the sink, its files made, its clients started on the source:
+        back once their window is open."""
+        data = data_dir(self.ctx, self.ctx.bed.sink)
         servers = [self._server(flow.protocol, data) for flow in self.mix.flows]
         infos = ensure_servers(self.ctx, dict(servers))
-        flows = []
-        for flow, (name, _) in zip(self.mix.flows, servers):
-            rng = random.Random(self.rng.random())
-            flows.append((flow, _transaction(flow, self.ctx.bed.sink_ip, data, infos[name], rng), rng))
-        self._launch(flows)
+        self._launch(self.ctx.bed.sink_ip, [self._described(flow, infos[name], data)
+                                            for flow, (name, _) in zip(self.mix.flows, servers)])
 
-    def _server(self, protocol: str, data: Path) -> tuple[str, Callable[[], dict]]:
+    def _launch(self, ip: str, flows: list[dict]) -> None:
+        """office.py on the source, with these flows to `ip`; back once its window is open."""
+        source = self.ctx.bed.source
+        config = json.dumps({"ip": ip, "flows": flows})
+        self._proc = source.spawn([source.python, "-c", inspect.getsource(office), config], self._log,
+                                  what=office.NAME)
+        self._wait_ready()
+
+    def _server(self, protocol: str, data: str) -> tuple[str, Callable[[], dict]]:
         """The name and starter of the server a flow's transactions need."""
         if protocol in ("http", "ftp"):
             return file_server(self.ctx, protocol, data)
         start = SERVERS[protocol]
         return start.__name__.removeprefix("_start_"), partial(start, self.ctx, data, self.mix)
 
-    def _launch(self, flows: list) -> None:
-        """Drive (flow, transaction, rng) triples in a thread in the source's namespace."""
-        self._ready.clear()
-        self._error = None
-        self._stopped = 0.0
-        self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._run, args=(flows,), daemon=True, name="background")
-        self._thread.start()
-        self._ready.wait()
+    def _described(self, flow: BackgroundFlow, info: dict, data: str) -> dict:
+        """A flow as office.py takes it, its files made: a file served by the sink, the text the
+        source mails made on the source (the same bytes: they are seeded), a message's number."""
+        described = {"protocol": flow.protocol, "per_s": flow.per_s, "seed": self.rng.random(), "port": info["port"]}
+        if flow.protocol in ("http", "ftp"):
+            [path] = make_on(self.ctx.bed.sink, data, "text", [flow.object_size])
+            described["target"] = path.rsplit("/", 1)[-1]
+        elif flow.protocol == "smtp":
+            source = self.ctx.bed.source
+            [described["target"]] = make_on(source, data_dir(self.ctx, source), "text", [flow.object_size])
+        elif flow.protocol == "pop3":
+            described["target"] = info["messages"][flow.object_size]
+        return described
 
-    def _run(self, flows: list) -> None:
-        try:
-            netns.join(self.ctx.bed.source.namespace)  # this thread's sockets are the source's
-            asyncio.run(self._drive_all(flows))
-        except BaseException as exc:  # raised again by stop(), in the measuring thread
-            self._error = exc
-        finally:
-            self._ready.set()
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + LISTEN_TIMEOUT_S * SLOWDOWN
+        while b"ready\n" not in self._log.read_bytes():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.abandon()
+                raise MeasurementError(f"the background's clients did not start: {self._tail()}")
+            time.sleep(0.05)
 
-    async def _drive_all(self, flows: list) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        self._ready.set()
-        await asyncio.gather(*(self._drive(flow, counters, transaction, rng)
-                               for (flow, transaction, rng), counters in zip(flows, self.counters)))
+    def _tail(self) -> str:
+        return self._log.read_text(errors="replace")[-500:].strip()
 
-    async def _drive(self, flow: BackgroundFlow, counters: FlowCounters, transaction, rng: random.Random) -> None:
-        in_flight: set[asyncio.Task] = set()
-        next_at = time.monotonic() + rng.expovariate(flow.per_s)
-        while True:
-            try:
-                await asyncio.wait_for(self._stop.wait(), max(0.0, next_at - time.monotonic()))
-                break
-            except TimeoutError:
-                pass
-            next_at += rng.expovariate(flow.per_s)
-            if len(in_flight) >= MAX_IN_FLIGHT:
-                counters.skipped += 1
-                continue
-            counters.started += 1
-            task = asyncio.create_task(self._one(counters, transaction))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-        if in_flight:
-            _, unfinished = await asyncio.wait(in_flight, timeout=max(0.0, self._stopped + DRAIN_S - time.monotonic()))
-            for task in unfinished:
-                task.cancel()  # still running at the drain deadline: unknown, not failed
-            await asyncio.gather(*unfinished, return_exceptions=True)
-
-    async def _one(self, counters: FlowCounters, transaction) -> None:
-        began = time.monotonic()
-        try:
-            moved = await asyncio.wait_for(transaction(), TRANSACTION_TIMEOUT_S)
-        except (OSError, EOFError, ValueError, ProtocolError, asyncio.LimitOverrunError, dpkt.UnpackError) as exc:
-            counters.failed += 1  # (TimeoutError is an OSError, a cut-off reply an EOFError)
-            if len(counters.errors) < 3:
-                counters.errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            return
-        ended = time.monotonic()
-        counters.completed += 1
-        counters.bytes += moved
-        # A transaction still running when the window closed counts with its share inside it.
-        inside = min(ended, self._stopped or ended) - began
-        counters.window_bytes += moved * max(0.0, inside) / max(ended - began, 1e-6)
-
-    def _end(self, drain: bool) -> None:
-        self._stopped = time.monotonic() - (0 if drain else DRAIN_S)  # (without drain: cancel at once)
-        if self._loop and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join()
-        self._loop = self._stop = None
+    def _end(self, grace: float) -> None:
+        if self._proc is not None:
+            self.ctx.bed.source.stop(self._proc, grace)
+            deadline = time.monotonic() + 5  # (on a host: until its output is all in the local log)
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self._proc = None
 
     def abandon(self) -> None:
         """End it at once, counting nothing and raising nothing: the measurement failed, and its
         error, not one of the background's, is the one to tell."""
-        self._end(drain=False)
-        self.counters = [FlowCounters() for _ in self.mix.flows]
+        self._end(grace=0.1)
 
     def stop(self) -> tuple[dict[str, float], str, list[str]]:
         """Values, a readable account of the window, flags."""
-        self._end(drain=True)
-        window = self._stopped - self._started
-        if self._error:
-            raise self._error
-        values: dict[str, float] = {}
-        lines = [f"background mix {self.mix.name!r} over {window:.1f} s (bytes of transactions that straddle "
-                 f"the window's end are counted in proportion to their time inside it)"]
-        flags = []
-        for flow, c in zip(self.mix.flows, self.counters):
-            kbps = c.window_bytes * 8 / window / 1000
-            key = f"background_{flow.protocol}_kbps"
-            values[key] = values.get(key, 0.0) + kbps
-            offered = f" of {flow.rate_kbit:g} offered" if flow.rate_kbit else ""
-            lines.append(f"{flow.protocol}: {c.started} started, {c.completed} completed ({c.bytes} B), "
-                         f"{c.failed} failed, {c.skipped} not started (busy), {kbps:.1f} kbit/s carried{offered}"
-                         + "".join(f"\n  error: {e}" for e in c.errors))
-            if c.skipped:
-                flags.append(f"background {flow.protocol}: {c.skipped} transactions not started, "
-                             f"{MAX_IN_FLIGHT} were still running (the link, or this machine's CPU, could not keep "
-                             "up with the offered rate)")
-        failures = sum(c.failed for c in self.counters)
-        values["background_kbps"] = sum(c.window_bytes for c in self.counters) * 8 / window / 1000
-        values["background_offered_kbps"] = self.mix.offered_kbit
-        values["background_failures"] = float(failures)
-        if failures:
-            flags.append(f"background traffic: {failures} transactions failed")
-        self.counters = [FlowCounters() for _ in self.mix.flows]
-        return values, "\n".join(lines) + "\n", flags
+        self._end(grace=office.DRAIN_S + 5 * SLOWDOWN)
+        lines = self._log.read_text(errors="replace").splitlines()
+        if not lines or not lines[-1].startswith("{"):
+            raise MeasurementError(f"the background's clients ended without their account: {self._tail()}")
+        account = json.loads(lines[-1])
+        return summary(self.mix, account["window_s"], account["counters"])
+
+
+def summary(mix: Background, window: float, counters: list[dict]) -> tuple[dict[str, float], str, list[str]]:
+    """Values, a readable account of the window and flags, from each flow's counters (office.py's)."""
+    values: dict[str, float] = {}
+    lines = [f"background mix {mix.name!r} over {window:.1f} s (bytes of transactions that straddle "
+             f"the window's end are counted in proportion to their time inside it)"]
+    flags = []
+    for flow, c in zip(mix.flows, counters):
+        kbps = c["window_bytes"] * 8 / window / 1000
+        key = f"background_{flow.protocol}_kbps"
+        values[key] = values.get(key, 0.0) + kbps
+        offered = f" of {flow.rate_kbit:g} offered" if flow.rate_kbit else ""
+        lines.append(f"{flow.protocol}: {c['started']} started, {c['completed']} completed ({c['bytes']} B), "
+                     f"{c['failed']} failed, {c['skipped']} not started (busy), {kbps:.1f} kbit/s carried{offered}"
+                     + "".join(f"\n  error: {e}" for e in c["errors"]))
+        if c["skipped"]:
+            flags.append(f"background {flow.protocol}: {c['skipped']} transactions not started, "
+                         f"{office.MAX_IN_FLIGHT} were still running (the link, or this machine's CPU, could not keep "
+                         "up with the offered rate)")
+    failures = sum(c["failed"] for c in counters)
+    values["background_kbps"] = sum(c["window_bytes"] for c in counters) * 8 / window / 1000
+    values["background_offered_kbps"] = mix.offered_kbit
+    values["background_failures"] = float(failures)
+    if failures:
+        flags.append(f"background traffic: {failures} transactions failed")
+    return values, "\n".join(lines) + "\n", flags

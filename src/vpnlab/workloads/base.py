@@ -71,6 +71,7 @@ class WorkloadContext:
     services: dict = field(default_factory=dict)  # servers started once per testbed, stopped with it
     server_info: dict = field(default_factory=dict)  # what clients need to reach them (keys, CA)
     port_offset: int = 0  # added to its servers' ports: each pair of a mesh measured at once has its own
+    folders: dict = field(default_factory=dict)  # (role, namespace) -> the run's data folder on that node
 
     def stop_services(self) -> None:
         for node, proc in self.services.values():
@@ -94,6 +95,7 @@ class WorkloadKind:
     summary: ClassVar[str]
     Options: ClassVar[type[WorkloadOptions]]
     tools: ClassVar[tuple[Tool, ...]]            # every program the kind may run
+    packages: ClassVar[tuple[str, ...]] = ()     # Debian packages it needs without a program (Python modules)
     metrics: ClassVar[tuple[Metric, ...]]
     primary: ClassVar[str]                       # the metric that answers the kind's question
     graded: ClassVar[tuple[tuple[str, str], ...]] = ()   # Jaha's Table VI columns: (metric, heading)

@@ -3,19 +3,17 @@ vsftpd (FTP). The sink serves, the source downloads and times the transfer."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Callable, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from ..drivers.pki import make_pki
+from ..drivers.pki import OPENSSL
 from ..errors import MeasurementError
 from ..metrics import declare
 from ..schema import Size, human_size, parse_size
+from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool
 from . import datasets
@@ -32,9 +30,12 @@ NGINX = Tool("nginx", "nginx-light", ("nginx", "-v"), path="/usr/sbin/nginx")
 CURL = Tool("curl", "curl", ("curl", "--version"))
 VSFTPD = Tool("vsftpd", "vsftpd", ("vsftpd", "-v"), path="/usr/sbin/vsftpd")
 SSHD = Tool("sshd", "openssh-server", ("sshd", "-V"), path="/usr/sbin/sshd")
-CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL), "ftp": (VSFTPD, CURL),
+MKTEMP, RM = Tool("mktemp", "coreutils"), Tool("rm", "coreutils")
+CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL, OPENSSL), "ftp": (VSFTPD, CURL),
            "ssh": (SSHD, Tool("scp", "openssh-client"), Tool("ssh", "openssh-client"),  # (scp runs ssh)
-                   Tool("ssh-keygen", "openssh-client"))}
+                   Tool("ssh-keygen", "openssh-client"), MKTEMP, RM)}
+# What datasets.py, run on the sink by its Python, imports beyond the standard library
+DATASET_PACKAGES = ("python3-numpy", "python3-pil")
 
 
 class TransferOptions(WorkloadOptions):
@@ -80,29 +81,54 @@ class TransferOptions(WorkloadOptions):
         return f"{self.protocol}-{self.data}-{human_size(self.size)}" + (f"-in-{self.files}" if self.files > 1 else "")
 
 
-def data_dir(ctx: WorkloadContext) -> Path:
-    """Per-run folder of generated files, readable by the servers' unprivileged users."""
-    folder = Path(f"/var/tmp/vpnlab-{ctx.bed.state.run_id}-data")
-    if str(folder) not in ctx.bed.state.dirs:
-        ctx.bed.state.add_dir(folder)
-        folder.mkdir(mode=0o755, exist_ok=True)
+# Off the well-known ports: in a baseline on real hosts the sink is the host itself, whose own
+# sshd (or web, FTP server) may hold those.
+PORTS = {"http": 8080, "https": 8443, "ftp": 2121, "ssh": 2222}
+# A folder of that name that is there already must be a real folder of root's (a run's own, made
+# by an earlier testbed of it), never another user's folder or link in the world-writable /var/tmp.
+NOT_ANOTHERS = '[ ! -e "$1" ] && [ ! -L "$1" ] || { [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ]; }'
+
+
+def data_dir(ctx: WorkloadContext, node: Node) -> str:
+    """The run's folder of generated files on `node`. On disk in /var/tmp, not under the node's
+    scratch(): files of gigabytes do not fit a host's tmpfs /run, and the servers' unprivileged
+    users (nginx's workers, vsftpd's and dovecot's) read them, which the 0700 scratch forbids.
+    Recorded on the node before it is made, removed with the run."""
+    key = (node.role, node.namespace)
+    if key not in ctx.folders:
+        folder = f"/var/tmp/vpnlab-{ctx.bed.state.run_id}-data"
+        if node.run(["sh", "-c", NOT_ANOTHERS, "sh", folder], check=False).returncode != 0:
+            raise MeasurementError(f"{folder} in {node.role} is there and is not this run's: left alone")
+        node.record_dir(folder)
+        node.run(["mkdir", "-p", "-m", "755", "--", folder])
+        ctx.folders[key] = folder
+    return ctx.folders[key]
+
+
+def private_dir(node: Node, name: str) -> str:
+    """A server's (or client's) own folder on its node, fresh for each testbed (a repetition's
+    testbed reuses the names of the one before it, whose keys and configuration must not be taken
+    for its own)."""
+    folder = f"{node.scratch()}/{name}-{node.namespace or node.role}"
+    node.remove_tree(folder)
+    node.run(["mkdir", "-p", "-m", "700", "--", folder])
     return folder
 
 
-def private_dir(ctx: WorkloadContext, name: str) -> Path:
-    """A server's own folder, fresh for each testbed (a repetition's testbed reuses the names of
-    the one before it, whose keys and configuration must not be taken for its own)."""
-    folder = ctx.bed.state.secrets_dir / f"{name}-{ctx.bed.nodes[0].namespace}"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(mode=0o700)
-    return folder
+def _self_signed(node: Node, home: str, ip: str) -> tuple[str, str]:
+    """A certificate for `ip` that is its own CA, made on the server's node: (key, certificate)."""
+    key, cert = f"{home}/server.key", f"{home}/server.pem"
+    node.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+              "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=vpnlab-server",
+              "-addext", f"subjectAltName=IP:{ip}"])
+    return key, cert
 
 
-def _start_nginx(ctx: WorkloadContext, data: Path) -> dict:
-    home = private_dir(ctx, "nginx")
-    pki = make_pki(home, ctx.bed.sink_ip, "")
-    conf = home / "nginx.conf"
-    conf.write_text(f"""daemon off;
+def _start_nginx(ctx: WorkloadContext, data: str) -> dict:
+    sink, ip = ctx.bed.sink, ctx.bed.sink_ip
+    home = private_dir(sink, "nginx")
+    key, cert = _self_signed(sink, home, ip)
+    conf = sink.write_file(f"{home}/nginx.conf", f"""daemon off;
 worker_processes 1;
 pid {home}/nginx.pid;
 error_log stderr warn;
@@ -113,24 +139,25 @@ http {{
   client_body_temp_path {home}/body; proxy_temp_path {home}/proxy; fastcgi_temp_path {home}/fastcgi;
   uwsgi_temp_path {home}/uwsgi; scgi_temp_path {home}/scgi;
   server {{
-    listen {ctx.bed.sink_ip}:80;
-    listen {ctx.bed.sink_ip}:443 ssl;
-    ssl_certificate {pki.server_cert};
-    ssl_certificate_key {pki.server_key};
+    listen {ip}:{PORTS["http"]};
+    listen {ip}:{PORTS["https"]} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
     root {data};
   }}
 }}
 """)
-    return {"argv": ["nginx", "-c", conf, "-p", home], "port": 80, "ca": pki.ca}
+    return {"argv": ["nginx", "-c", conf, "-p", home], "port": PORTS["http"], "ca": cert}
 
 
-def _start_vsftpd(ctx: WorkloadContext, data: Path) -> dict:
+def _start_vsftpd(ctx: WorkloadContext, data: str) -> dict:
     # Anonymous FTP as a system user whose home exists (vsftpd enters it before anon_root).
-    home = private_dir(ctx, "vsftpd")
-    (home / "empty").mkdir(mode=0o755, exist_ok=True)
-    conf = home / "vsftpd.conf"
-    conf.write_text(f"""listen=YES
+    sink = ctx.bed.sink
+    home = private_dir(sink, "vsftpd")
+    sink.run(["mkdir", "-m", "755", "--", f"{home}/empty"])
+    conf = sink.write_file(f"{home}/vsftpd.conf", f"""listen=YES
 listen_address={ctx.bed.sink_ip}
+listen_port={PORTS["ftp"]}
 background=NO
 anonymous_enable=YES
 no_anon_password=YES
@@ -146,17 +173,18 @@ seccomp_sandbox=NO
 isolate_network=NO
 xferlog_enable=NO
 """)
-    conf.chmod(0o600)
-    return {"argv": ["vsftpd", conf], "port": 21}
+    return {"argv": ["vsftpd", conf], "port": PORTS["ftp"]}
 
 
-def _start_sshd(ctx: WorkloadContext, data: Path) -> dict:
-    home = private_dir(ctx, "sshd")
-    for name in ("host_key", "client_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", home / name], check=True)
-    (home / "authorized_keys").write_text((home / "client_key.pub").read_text())
-    conf = home / "sshd_config"
-    conf.write_text(f"""ListenAddress {ctx.bed.sink_ip}
+def _start_sshd(ctx: WorkloadContext, data: str) -> dict:
+    """sshd on the sink with a host key made there; the client's key made on the source, whose
+    public half alone crosses to the sink."""
+    sink, source = ctx.bed.sink, ctx.bed.source
+    home, client = private_dir(sink, "sshd"), private_dir(source, "scp")
+    sink.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{home}/host_key"])
+    source.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{client}/client_key"])
+    sink.write_file(f"{home}/authorized_keys", source.read_file(f"{client}/client_key.pub"))
+    conf = sink.write_file(f"{home}/sshd_config", f"""ListenAddress {ctx.bed.sink_ip}:{PORTS["ssh"]}
 HostKey {home}/host_key
 AuthorizedKeysFile {home}/authorized_keys
 PermitRootLogin prohibit-password
@@ -167,9 +195,10 @@ StrictModes no
 PidFile {home}/sshd.pid
 Subsystem sftp internal-sftp
 """)
-    # sshd insists on its privilege-separation directory /run/sshd: give it a private /run.
-    argv = private_run(["/usr/sbin/sshd", "-D", "-e", "-f", conf], keep=ctx.bed.state.directory, make=("/run/sshd",))
-    return {"argv": argv, "port": 22, "key": home / "client_key"}
+    # sshd insists on its privilege-separation directory /run/sshd: give it a private /run (private_run
+    # makes its own mount namespace: on a host's own network the sink shares the host's mounts).
+    argv = private_run(["/usr/sbin/sshd", "-D", "-e", "-f", conf], keep=sink.scratch(), make=("/run/sshd",))
+    return {"argv": argv, "port": PORTS["ssh"], "key": f"{client}/client_key"}
 
 
 STARTERS = {"http": _start_nginx, "https": _start_nginx, "ftp": _start_vsftpd, "ssh": _start_sshd}
@@ -189,13 +218,13 @@ def ensure_servers(ctx: WorkloadContext, starts: dict[str, Callable[[], dict]]) 
     return {name: ctx.server_info[name] for name in starts}
 
 
-def file_server(ctx: WorkloadContext, protocol: str, data: Path) -> tuple[str, Callable[[], dict]]:
+def file_server(ctx: WorkloadContext, protocol: str, data: str) -> tuple[str, Callable[[], dict]]:
     """The name and starter of the server behind a file transfer protocol."""
     start = STARTERS[protocol]
     return start.__name__.removeprefix("_start_"), lambda: start(ctx, data)
 
 
-def ensure_file_server(ctx: WorkloadContext, protocol: str, data: Path) -> dict:
+def ensure_file_server(ctx: WorkloadContext, protocol: str, data: str) -> dict:
     name, start = file_server(ctx, protocol, data)
     return ensure_servers(ctx, {name: start})[name]
 
@@ -210,6 +239,7 @@ class Transfer(WorkloadKind):
     graded = (("throughput_mbps", "transfer throughput"),)  # after Jaha's columns: the file's goodput
     loads_path = True
     plotted = ("transfer_s",)
+    packages = DATASET_PACKAGES
 
     def needs(self, options: TransferOptions) -> tuple[str, ...]:
         return tuple(t.command for t in CLIENTS[options.protocol])
@@ -225,22 +255,23 @@ class Transfer(WorkloadKind):
         return download(options, ctx)
 
 
-def _ready(spec: TransferOptions, ctx: WorkloadContext) -> tuple[list[Path], dict]:
-    """The files made and their server listening (made and started now if they are not yet)."""
-    data = data_dir(ctx)
-    paths = [datasets.make(data, spec.data, size, part) for part, size in enumerate(spec.sizes)]
+def _ready(spec: TransferOptions, ctx: WorkloadContext) -> tuple[list[str], dict]:
+    """The files made on the sink and their server listening (made and started now if they are not yet)."""
+    data = data_dir(ctx, ctx.bed.sink)
+    paths = datasets.make_on(ctx.bed.sink, data, spec.data, spec.sizes)
     return paths, ensure_file_server(ctx, spec.protocol, data)
 
 
 def download(spec: TransferOptions, ctx: WorkloadContext) -> Measurement:
     paths, info = _ready(spec, ctx)
+    source = ctx.bed.source
     argv, into = _download_command(spec, ctx, info, paths)
     started = time.monotonic()
     try:
-        proc = ctx.bed.source.run(argv, check=False, timeout=spec.timeout_s)
+        proc = source.run(argv, check=False, timeout=spec.timeout_s)
     finally:
         if into:
-            shutil.rmtree(into, ignore_errors=True)
+            source.run(["rm", "-rf", "--", into])
     elapsed = time.monotonic() - started
     raw = f"$ {' '.join(map(str, argv))}\n{proc.stdout}{proc.stderr}"
     if proc.returncode != 0:
@@ -251,22 +282,33 @@ def download(spec: TransferOptions, ctx: WorkloadContext) -> Measurement:
                        argv[0], carried_bytes=spec.size)
 
 
-def _download_command(spec: TransferOptions, ctx: WorkloadContext, info: dict, paths: list[Path]):
-    """The client's command for all the files, and the folder scp writes them to (None for curl,
-    which discards them)."""
-    host = ctx.bed.sink_ip
+def _download_command(spec: TransferOptions, ctx: WorkloadContext, info: dict, paths: list[str]):
+    """The client's command for all the files, and the folder on the source scp writes them to
+    (None for curl, which discards them)."""
+    host, port, source = ctx.bed.sink_ip, PORTS[spec.protocol], ctx.bed.source
     if spec.protocol == "ssh":
         # scp copies several files only into a folder; one file goes to /dev/null as before
-        into = Path(tempfile.mkdtemp(prefix="scp-", dir=data_dir(ctx))) if len(paths) > 1 else None
-        return (["scp", "-q", "-i", info["key"], "-o", "StrictHostKeyChecking=no", "-o",
+        into = None
+        if len(paths) > 1:
+            into = source.run(["mktemp", "-d", "-p", data_dir(ctx, source), "scp-XXXXXX"]).stdout.strip()
+        return (["scp", "-q", "-P", str(port), "-i", info["key"], "-o", "StrictHostKeyChecking=no", "-o",
                  "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", *(f"root@{host}:{p}" for p in paths),
                  into or "/dev/null"], into)
     argv = ["curl", "-sS", "-w", "%{size_download} %{time_total}\\n"]
     for path in paths:  # one curl: the connection is reused from file to file
-        argv += ["-o", "/dev/null", f"{spec.protocol}://{host}/{path.name}"]
+        argv += ["-o", "/dev/null", f"{spec.protocol}://{host}:{port}/{PurePosixPath(path).name}"]
     if spec.protocol == "https":
-        argv[1:1] = ["--cacert", info["ca"]]
+        argv[1:1] = ["--cacert", _ca_on_source(ctx, info)]
     return argv, None
+
+
+def _ca_on_source(ctx: WorkloadContext, info: dict) -> str:
+    """The server's certificate, copied from the sink to the source once per testbed."""
+    if "ca_on_source" not in info:
+        source = ctx.bed.source
+        path = f"{source.scratch()}/curl-{source.namespace or source.role}/ca.pem"
+        info["ca_on_source"] = source.write_file(path, ctx.bed.sink.read_file(info["ca"]), 0o644)
+    return info["ca_on_source"]
 
 
 def _curl_seconds(spec: TransferOptions, output: str) -> float:
