@@ -1,3 +1,5 @@
+import contextlib
+import fcntl
 import json
 import os
 import runpy
@@ -24,12 +26,57 @@ execlog.install()
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.geteuid() == 0:
-        return
-    skip = pytest.mark.skip(reason="integration tests build namespaces and need root")
     for item in items:
-        if "integration" in item.keywords:
-            item.add_marker(skip)
+        if _shares_a_fixture(item):  # its module's fixture is built once, on the worker that runs them all
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+        if os.geteuid() != 0 and "integration" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="integration tests build namespaces and need root"))
+
+
+# --- Tests run in parallel (bootstrap.sh test: pytest-xdist), most of them waiting on daemons, links
+# and timeouts rather than computing. These need the machine to themselves: their figures or flags
+# would show another test's load or run. Keys: a module, a module::test, or a fixture its tests use.
+ALONE = {
+    "test_cpu.py": "CPU meters: another test's load is in their figures and its programs are flagged as busy",
+    "test_hosts_study.py::test_a_remote_access_study_runs_on_two_hosts_over_ssh":
+        "its samples must carry no busy-machine flag: the hosts are namespaces of this machine",
+    "test_hosts_study.py::test_a_program_outside_the_run_on_a_host_flags_the_repetitions_it_disturbed":
+        "the one busy program must be the test's own",
+    "remote_access": "netem's delay within 1.5 ms and PPTP's share of the link, measured under emulation",
+    "site_to_site": "no sample of this VM study may be flagged as disturbed by another run or load",
+}
+
+
+def _alone(item) -> bool:
+    names = {item.path.name, f"{item.path.name}::{item.originalname}", *item.fixturenames}
+    return bool(names & ALONE.keys())
+
+
+def _shares_a_fixture(item) -> bool:
+    """Does the test use a fixture of module scope or wider defined by the suite (not by pytest)?"""
+    return any(d.scope != "function" and d.baseid
+               for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: waiting for the machine is not the test's time
+def pytest_runtest_protocol(item, nextitem):
+    with _machine(item.config, exclusive=_alone(item)):
+        return (yield)
+
+
+@contextlib.contextmanager
+def _machine(config, exclusive: bool):
+    """A readers-writer lock over the suite's parallel workers (none without them): a test that needs
+    the machine alone waits for those running to finish, and no other starts meanwhile (the gate)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    folder = config._tmp_path_factory.getbasetemp().parent  # the session's, shared by its workers
+    with open(folder / "machine.gate", "a") as gate, open(folder / "machine.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
 
 
 # Importing asyncssh looks for an optional library with ctypes.util.find_library, which runs
