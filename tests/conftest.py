@@ -26,16 +26,18 @@ execlog.install()
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="integration tests build namespaces and need root")
     for item in items:
-        if _shares_a_fixture(item):  # its module's fixture is built once, on the worker that runs them all
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
-        if os.geteuid() != 0 and "integration" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason="integration tests build namespaces and need root"))
+        if "integration" in item.keywords:
+            item.add_marker(skip)
 
 
-# --- Tests run in parallel (bootstrap.sh test: pytest-xdist), most of them waiting on daemons, links
-# and timeouts rather than computing. These need the machine to themselves: their figures or flags
-# would show another test's load or run. Keys: a module, a module::test, or a fixture its tests use.
+# --- Tests run in parallel (bootstrap.sh test: pytest-xdist, a module's tests on one worker, so that
+# its module-scoped fixture is built once), most of them waiting on daemons, links and timeouts rather
+# than computing. These need the machine to themselves: their figures or flags would show another
+# test's load or run. Keys: a module, a module::test, or a fixture its tests use.
 ALONE = {
     "test_cpu.py": "CPU meters: another test's load is in their figures and its programs are flagged as busy",
     "test_hosts_study.py::test_a_remote_access_study_runs_on_two_hosts_over_ssh":
@@ -50,12 +52,6 @@ ALONE = {
 def _alone(item) -> bool:
     names = {item.path.name, f"{item.path.name}::{item.originalname}", *item.fixturenames}
     return bool(names & ALONE.keys())
-
-
-def _shares_a_fixture(item) -> bool:
-    """Does the test use a fixture of module scope or wider defined by the suite (not by pytest)?"""
-    return any(d.scope != "function" and d.baseid
-               for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: waiting for the machine is not the test's time
