@@ -1,3 +1,4 @@
+import compileall
 import contextlib
 import fcntl
 import json
@@ -23,6 +24,17 @@ sys.path.insert(0, str(AUDIT))
 import execlog  # noqa: E402
 
 execlog.install()
+
+
+def pytest_configure(config):
+    """The suite starts hundreds of vpnlab commands: each imports vpnlab and the audit compiled rather
+    than compiling them anew, also where PYTHONDONTWRITEBYTECODE keeps Python from saving what it
+    compiles (once, before any worker starts)."""
+    import vpnlab
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        for folder in (Path(vpnlab.__file__).parent, AUDIT):
+            compileall.compile_dir(folder, quiet=2)
 
 
 def pytest_collection_modifyitems(config, items):
