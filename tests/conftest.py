@@ -30,9 +30,9 @@ def pytest_configure(config):
     """The suite starts hundreds of vpnlab commands: each imports vpnlab and the audit compiled rather
     than compiling them anew, also where PYTHONDONTWRITEBYTECODE keeps Python from saving what it
     compiles (once, before any worker starts)."""
-    import vpnlab
-
     if not os.environ.get("PYTEST_XDIST_WORKER"):
+        import vpnlab
+
         for folder in (Path(vpnlab.__file__).parent, AUDIT):
             compileall.compile_dir(folder, quiet=2)
 
