@@ -15,7 +15,10 @@ import pytest
 from conftest import recorded_algorithms
 from hosts_harness import Lab, leftovers
 from test_hosts_study import LAB_SUBNET, host_is_clean, wait_until
+from test_tunnels import build, iperf_through
+from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
+from vpnlab.proof import prove
 from vpnlab.drivers.ppp import private_etc, write_etc
 from vpnlab.testbed.node import inside, private_run
 
@@ -77,6 +80,29 @@ def test_a_private_run_keeps_its_folder_and_hides_the_rest_of_run(state):
     assert lines[0] == "kept" and {Path(kept).parts[2], "xl2tpd"} <= listed <= {Path(kept).parts[2], "xl2tpd", "mount"}
     assert any(line.startswith("vpnlab-run /run tmpfs") for line in lines)
     assert mounts() == before and "vpnlab-run" not in mounts()
+
+
+@pytest.mark.integration
+def test_ocserv_s_files_are_private_to_its_tunnel_and_go_with_it(state, tmp_path):
+    """Site to site in namespaces: TCP through it, encrypted on the WAN; every file it wrote in its
+    tunnel's folder 0600 (its connect script 0700), the folder and its daemons gone with the tunnel."""
+    bed = build(state, "site-to-site", 1)
+    driver, options = DRIVERS["ocserv"], DRIVERS["ocserv"].Options()
+    left, right = bed.tunnel_sites(0)
+    tunnel = driver.up(left, right, options, "default", TunnelEnv(state, 0, tmp_path, "ocserv"))
+    assert iperf_through(bed) > 1_000_000
+    proof = prove(bed, tunnel.channels, left.underlay_ip, tmp_path / "p.pcap")
+    assert proof.ok and not proof.marker_in_clear, proof.problems
+    folder = Path(tunnel.env.folder(left.node))
+    modes = {p.relative_to(folder).as_posix(): p.stat().st_mode & 0o777 for p in folder.rglob("*") if p.is_file()}
+    assert {"ocserv.conf", "ocpasswd", "password", "connect-script", "client-ready", "users/vpnlab"} <= set(modes)
+    modes.pop("client-ready")  # the script's own: the client's tunnel address and MTU
+    assert modes.pop("connect-script") == 0o700
+    assert set(modes.values()) == {0o600}, modes
+    pids = [proc.pid for _, proc, _ in tunnel.processes]
+    tunnel.down()
+    assert not folder.exists()
+    assert all(subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0 for pid in pids)
 
 
 HOSTS_STUDY = """\
