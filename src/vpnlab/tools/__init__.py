@@ -44,7 +44,7 @@ CORE = (
     Tool("ip", "iproute2", ("ip", "-V")), Tool("tc", "iproute2", ("tc", "-V")), Tool("ss", "iproute2", ("ss", "-V")),
     Tool("tcpdump", "tcpdump", ("tcpdump", "--version")), Tool("sysctl", "procps", ("sysctl", "--version")),
     Tool("ping", "iputils-ping", ("ping", "-V")), Tool("ethtool", "ethtool", ("ethtool", "--version")), Tool("sh", "dash"), Tool("env", "coreutils"),
-    Tool("mount", "mount"), Tool("nsenter", "util-linux"), Tool("unshare", "util-linux"), Tool("taskset", "util-linux", ("taskset", "--version")), Tool("python3", "python3", ("python3", "--version")),
+    Tool("mount", "mount"), Tool("unshare", "util-linux"), Tool("nsenter", "util-linux"), Tool("taskset", "util-linux", ("taskset", "--version")), Tool("python3", "python3", ("python3", "--version")),
     # in the shell wrappers that give a daemon private mounts, and the background's helpers
     Tool("mkdir", "coreutils"), Tool("true", "coreutils"), Tool("cat", "coreutils"), Tool("wc", "coreutils"), Tool("chown", "coreutils"),
 )
