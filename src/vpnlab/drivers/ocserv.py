@@ -11,6 +11,7 @@ import ipaddress
 import re
 import secrets as random_secrets
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal
 
 from pydantic import Field
@@ -69,9 +70,9 @@ class Ocserv(Driver):
         dtls = options.transport == "dtls"
         folder = env.secrets
         pki = make_pki(folder, right.underlay_ip, "")
-        ca, server_cert, server_key = place_pki(env, left.node, right.node, pki)
+        server_pki, client_pki = place_pki(env, left.node, right.node, pki)
         password = random_secrets.token_urlsafe(18)
-        config = self._server_config(left, right, dtls, profile, env, (server_cert, server_key), password)
+        config = self._server_config(left, right, dtls, profile, env, server_pki, password)
         tunnel = Tunnel(env, ("udp" if dtls else "tcp", PORT),
                         control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
         log = env.log("ocserv")
@@ -86,7 +87,7 @@ class Ocserv(Driver):
                            mode=0o700)
         answer = env.write(client, "password", password + "\n")
         log = env.log("openconnect")
-        argv = self._client_argv(right, dtls, ca, script, f"vc{env.unique}")
+        argv = self._client_argv(right, dtls, client_pki, script, f"vc{env.unique}")
         proc = client.spawn(["sh", "-c", 'exec "$@" < "$0"', answer, *argv], log, what="openconnect")
         tunnel.processes.append((client, proc, log))
         wait_for(lambda: client.exists(ready), 30, "openconnect to connect", tunnel, interval=0.2)
@@ -98,8 +99,7 @@ class Ocserv(Driver):
         return tunnel
 
     @staticmethod
-    def _server_config(left, right, dtls: bool, profile: str, env: TunnelEnv, server: tuple[str, str],
-                       password: str) -> str:
+    def _server_config(left, right, dtls: bool, profile: str, env: TunnelEnv, pki, password: str) -> str:
         """ocserv.conf for this tunnel (0600) on the gateway, with the one user's password file beside it."""
         gateway = right.node
         hashed = gateway.run(["openssl", "passwd", "-6", "-stdin"], input=password).stdout.strip()
@@ -119,7 +119,7 @@ class Ocserv(Driver):
             f"listen-host = {right.underlay_ip}",
             "run-as-user = nobody", "run-as-group = nogroup",
             "socket-file = /run/ocserv-socket", "pid-file = /run/ocserv.pid", "use-occtl = false",
-            "isolate-workers = false", f"server-cert = {server[0]}", f"server-key = {server[1]}",
+            "isolate-workers = false", f"server-cert = {pki.cert}", f"server-key = {pki.key}",
             "max-clients = 16", "max-same-clients = 4", "keepalive = 32400", "dpd = 90", "mobile-dpd = 1800",
             "try-mtu-discovery = false", f'tls-priorities = "{FIPS_PRIORITIES if profile == "fips" else DEFAULT_PRIORITIES}"',
             "auth-timeout = 240", "cookie-timeout = 300", "deny-roaming = false", "rekey-time = 172800",
@@ -129,10 +129,10 @@ class Ocserv(Driver):
         ]) + "\n")
 
     @staticmethod
-    def _client_argv(right, dtls: bool, ca: str, script: str, dev: str) -> list[str]:
+    def _client_argv(right, dtls: bool, pki, script: str, dev: str) -> list[str]:
         # The per-run CA authenticates the gateway, whose certificate names its IP.
         client = ["openconnect", "--protocol=anyconnect", "--user=vpnlab", "--passwd-on-stdin", "--non-inter",
-                  f"--cafile={ca}", f"--script={script}", f"--interface={dev}",
+                  f"--cafile={pki.ca}", f"--script={script}", f"--interface={dev}",
                   *([] if dtls else ["--no-dtls"]), f"https://{right.underlay_ip}:{PORT}/"]
         if dtls:
             # openconnect sizes its UDP socket's send buffer as MTU x queue length (default 10:
@@ -160,13 +160,16 @@ class Ocserv(Driver):
         return read_logs(tunnel, "openconnect", parse_log)
 
 
-def place_pki(env: TunnelEnv, client: Node, gateway: Node, pki) -> tuple[str, str, str]:
-    """The CA on the client, the server's certificate and key on the gateway: their paths there.
-    A bridge until pki.py gives the PEMs' contents (helper `ipsec` changes its API): it reads the
-    files make_pki wrote here."""
-    return (env.write(client, "ca.pem", Path(pki.ca).read_bytes()),
-            env.write(gateway, "server.pem", Path(pki.server_cert).read_bytes()),
-            env.write(gateway, "server.key", Path(pki.server_key).read_bytes()))
+def place_pki(env: TunnelEnv, client: Node, gateway: Node, pki) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """The gateway's and the client's files on their nodes (ca, cert, key: paths there; the client
+    needs only the CA). A bridge until pki.py gives the PEMs' contents (helper `ipsec` changes its
+    API, with Pki.install in place of this): it reads the files make_pki wrote here."""
+    def put(node: Node, name: str, local: Path) -> str:
+        return env.write(node, name, Path(local).read_bytes())
+
+    return (SimpleNamespace(ca=put(gateway, "ca.pem", pki.ca), cert=put(gateway, "server.pem", pki.server_cert),
+                            key=put(gateway, "server.key", pki.server_key)),
+            SimpleNamespace(ca=put(client, "ca.pem", pki.ca)))
 
 
 def parse_log(text: str) -> Algorithms | None:
