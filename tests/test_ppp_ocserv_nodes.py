@@ -17,10 +17,11 @@ from hosts_harness import Lab, leftovers
 from test_hosts_study import LAB_SUBNET, host_is_clean, wait_until
 from test_tunnels import build, iperf_through
 from vpnlab.catalog import DRIVERS
-from vpnlab.drivers.base import TunnelEnv
+from vpnlab.drivers.base import Tunnel, TunnelEnv, wait_for
+from vpnlab.errors import TunnelError
 from vpnlab.proof import prove
 from vpnlab.drivers.ppp import private_etc, write_etc
-from vpnlab.testbed.node import inside, private_run
+from vpnlab.testbed.node import Node, inside, private_run
 
 
 class HostOwnNode:
@@ -103,6 +104,25 @@ def test_ocserv_s_files_are_private_to_its_tunnel_and_go_with_it(state, tmp_path
     tunnel.down()
     assert not folder.exists()
     assert all(subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0 for pid in pids)
+
+
+def test_a_log_a_daemon_writes_on_its_node_is_quoted_and_kept_here(state, tmp_path):
+    """pppd writes its `logfile` on its node (a host, over there): a tunnel that never carries quotes
+    it, read through the node, and once the tunnel is down its copy stays beside the other logs."""
+    node = Node("gateway", "not-used-by-files", state)  # a namespace node: its files are this machine's
+    env = TunnelEnv(state, 0, tmp_path, "pptpd")
+    tunnel = Tunnel(env, ("gre", None))
+    env.write(node, "options", "")
+    written = tunnel.own_log(node, "pppd-gateway")
+    assert written.startswith(f"{env.folder(node)}/") and not env.log("pppd-gateway").exists()
+    node.write_file(written, "rcvd [proto=0x8f] e9 0a\nUnsupported protocol 0x8f received\n")
+    with pytest.raises(TunnelError) as error:
+        wait_for(lambda: False, 0.01, "the first packet", tunnel)
+    assert "l0-pppd-gateway.log:" in str(error.value) and "Unsupported protocol 0x8f received" in str(error.value)
+    node.write_file(written, "Unsupported protocol 0x8f received\nConnection terminated.\n")
+    tunnel.down()
+    assert not Path(env.folder(node)).exists()
+    assert env.log("pppd-gateway").read_text().endswith("Connection terminated.\n")
 
 
 HOSTS_STUDY = """\
