@@ -201,9 +201,10 @@ def test_a_stray_later_repetition_widens_steins_interval_and_the_note_says_why(t
     assert any(w.startswith("none | ") and "tcp" in w for w in where)
     assert any(r.startswith("confidence target met in ") for r in built.rules)
     assert not any("adaptive repetitions by Stein" in n for n, _ in built.notes)
+    from vpnlab.analysed import Analysed
     from vpnlab.export import summary_rows
     store = Store.open_dir(tmp_path)
-    met = {(r["vpn_label"], r["workload"]): r["ci_target_met"] for r in summary_rows(store)}
+    met = {(r["vpn_label"], r["workload"]): r["ci_target_met"] for r in summary_rows(Analysed.of(store))}
     store.close()
     assert met[("none", "tcp")] is False and met[("none", "ping-56B")] is True  # the export says the same
 

@@ -22,10 +22,10 @@ def namespace():
 
 
 def test_daemon_cpu_rises_with_load(namespace):
-    idle = CpuMeter([namespace], [])
+    idle = CpuMeter.here([namespace], [])
     subprocess.run(["sleep", "0.5"])
     quiet, _ = idle.finish(None)
-    meter = CpuMeter([namespace], [])
+    meter = CpuMeter.here([namespace], [])
     # a busy "daemon" in the client-side namespace
     daemon = subprocess.Popen(["ip", "netns", "exec", namespace, "yes"], stdout=subprocess.DEVNULL)
     try:
@@ -41,13 +41,13 @@ def test_daemon_cpu_rises_with_load(namespace):
 
 
 def test_baseline_has_no_daemon_figures():
-    values, flags = CpuMeter([], []).finish(None)
+    values, flags = CpuMeter.here([], []).finish(None)
     assert "cpu_vpn_client_pct" not in values and "cpu_kernel_pct" in values
 
 
 def test_one_busy_thread_is_named_as_the_bound(namespace):
     """One daemon thread at 100% of one core bounds throughput while the machine may look half idle."""
-    meter = CpuMeter([namespace], [])
+    meter = CpuMeter.here([namespace], [])
     daemon = subprocess.Popen(["ip", "netns", "exec", namespace, "yes"], stdout=subprocess.DEVNULL)
     try:
         subprocess.run(["sleep", "1"])
@@ -66,7 +66,7 @@ def test_a_workloads_client_beside_a_tunnel_end_is_not_counted_as_the_vpn(namesp
     """In remote-access a transfer's curl runs in the client-side tunnel end's namespace: its CPU is
     the workload's, not the VPN daemons' (counted there before, and could be named as their bound).
     The meter is told the workloads' programs as measure.py tells it: the catalog's."""
-    meter = CpuMeter([namespace], [], traffic=TRAFFIC_TOOLS)
+    meter = CpuMeter.here([namespace], [], traffic=TRAFFIC_TOOLS)
     client = subprocess.Popen(["ip", "netns", "exec", namespace, "curl", "-s", "file:///dev/zero", "-o", "/dev/null"])
     try:
         subprocess.run(["sleep", "1"])
@@ -85,7 +85,7 @@ def test_a_workloads_client_beside_a_tunnel_end_is_not_counted_as_the_vpn(namesp
 def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
     """A busy program beside the run (a build, a browser) is in the machine's figures and the throughput:
     the sample says so and names it; the same load inside the run's namespace is the run's, not flagged."""
-    outside = CpuMeter([namespace], [], everywhere=[namespace])
+    outside = CpuMeter.here([namespace], [], everywhere=[namespace])
     # a program of its own, not a child of this (vpnlab's) process: the shell leaves it to init
     hog = int(subprocess.run(["sh", "-c", "yes > /dev/null 2>&1 & echo $!"], capture_output=True, text=True,
                              check=True).stdout)
@@ -96,7 +96,7 @@ def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
         os.kill(hog, signal.SIGKILL)
     busy = [f for f in flags if f.startswith("disturbed: busy machine: programs outside this run took")]
     assert busy and "yes " in busy[0], flags
-    inside = CpuMeter([namespace], [], everywhere=[namespace])
+    inside = CpuMeter.here([namespace], [], everywhere=[namespace])
     # left to init too: only its namespace makes it the run's
     daemon = int(subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c", "yes > /dev/null 2>&1 & echo $!"],
                                 capture_output=True, text=True, check=True).stdout)

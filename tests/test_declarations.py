@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vpnlab import catalog
+from vpnlab import capabilities, catalog
 from vpnlab.catalog import DRIVERS, KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def test_bootstrap_installs_what_the_declarations_name():
 
 
 def test_recorded_versions_are_versions():
-    versions = {name: text for name, text in __import__("vpnlab.capabilities").capabilities.tool_versions().items()}
+    versions = capabilities.tool_versions()
     for name in ("iperf3", "openvpn", "swanctl", "charon", "pppd", "pptpd", "xl2tpd", "pluto"):
         if name in versions:  # installed by bootstrap; pluto only once unpacked
             assert re.search(r"\d+\.\d+", versions[name]), (name, versions[name])

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from vpnlab import export
+from vpnlab.analysed import Analysed
 from vpnlab.analysis import MIN_BLOCKS
 from vpnlab.plan import make_plan
 from vpnlab.store import Store
@@ -51,7 +52,7 @@ def store_with_rounds(tmp_path, skip=None):
 
 def exported(store, table: str) -> list[dict]:
     out = io.StringIO()
-    export.write(store, "csv", out, table)
+    export.write(Analysed.of(store), "csv", out, table)
     return list(csv.DictReader(io.StringIO(out.getvalue())))
 
 

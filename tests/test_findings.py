@@ -191,8 +191,9 @@ def test_a_failed_scenario_is_not_comparable_and_says_why(tmp_path):
 def test_the_report_section(tmp_path):
     from vpnlab.report import _environment
 
-    generated_store(tmp_path).close()
-    section = findings.against_the_original(tmp_path)
+    store = generated_store(tmp_path)
+    section = findings.against_the_original(store)
+    store.close()
     assert section.counts["reproduced"] >= 1 and section.counts["not comparable here"] == 1
     template = _environment().get_template("findings.html.j2")
     html = template.render(r=type("R", (), {"against": section}))
@@ -548,8 +549,9 @@ def test_choices_are_checked_and_shown(tmp_path):
     from vpnlab.report import _environment
 
     text = STUDY + "choices: [{what: file size, seed: 715 MB, here: 32 MB, why: minutes, findings: [wg-slower]}]\n"
-    generated_store(tmp_path, study=text).close()
-    section = findings.against_the_original(tmp_path)
+    store = generated_store(tmp_path, study=text)
+    section = findings.against_the_original(store)
+    store.close()
     assert [c.what for c in section.choices] == ["file size"]
     html = _environment().get_template("findings.html.j2").render(r=type("R", (), {"against": section}))
     assert "Conditions vpnlab chose" in html and "715 MB" in html and "32 MB" in html

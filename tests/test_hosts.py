@@ -336,20 +336,23 @@ def test_clean_removes_what_a_crashed_controller_left(lab):
 
 def test_other_load_on_a_host_is_every_process_but_the_runs_own():
     """The SSH session that takes the snapshot and whatever is below it is the run's, as is a
-    daemon it started that left its shell; a kernel thread is the kernel's; the rest is other load."""
-    from vpnlab.cpu import PF_KTHREAD, parse_stat
+    daemon it started that left its shell; a kernel thread is the kernel's; the rest is other load.
+    The snapshot is read by the one parser of /proc (cpu.parse_snapshot), as a host's SNAPSHOT prints it."""
+    from vpnlab.cpu import PF_KTHREAD, parse_snapshot
     from vpnlab.hosts.cpu import _others
 
     def stat(pid, comm, parent, ticks, flags=0):
-        return parse_stat(pid, f"{pid} ({comm}) S {parent} 1 1 0 -1 {flags} 0 0 0 0 {ticks} 0 0 0 20 0 1 0")
+        return f"O {pid} ({comm}) S {parent} 1 1 0 -1 {flags} 0 0 0 0 {ticks} 0 0 0 20 0 1 0"
 
-    procs = {1: stat(1, "sshd", 0, 5), 50: stat(50, "sshd", 1, 1), 51: stat(51, "sshd", 50, 9),
-             60: stat(60, "bash", 51, 1), 61: stat(61, "sh", 60, 0), 62: stat(62, "iperf3", 51, 300),
-             70: stat(70, "openvpn", 1, 400), 80: stat(80, "yes (1)", 1, 500),
-             90: stat(90, "kworker", 2, 7, PF_KTHREAD)}
-    assert _others({"procs": procs, "shell": 61}, spawned=[70]) == {
-        1: ("sshd", 5), 50: ("sshd", 1), 80: ("yes (1)", 500)}
-
+    shown = "\n".join(["K 100", "S 61", stat(1, "sshd", 0, 5), stat(50, "sshd", 1, 1), stat(51, "sshd", 50, 9),
+                       stat(60, "bash", 51, 1), stat(61, "sh", 60, 0), stat(62, "iperf3", 51, 300),
+                       stat(70, "openvpn", 1, 400), stat(80, "yes (1)", 1, 500), stat(90, "kworker", 2, 7, PF_KTHREAD),
+                       "T 70 71 (openvpn) S 1 1 1 0 -1 0 0 0 0 0 30 12 0 0 20 0 1 0",
+                       "cpu  10 0 20 300 5 1 2 0 0 0", "cpu0 5 0 10 150 2 1 1 0 0 0", "cpu1 5 0 10 150 3 0 1 0 0 0"])
+    snapshot = parse_snapshot(shown)
+    assert (snapshot.tick, snapshot.shell, snapshot.machine) == (100, 61, (23, 33, 338))
+    assert snapshot.cores == [(17, 1, 169), (16, 1, 169)] and snapshot.threads == {(70, 71): ("openvpn", 42)}
+    assert _others(snapshot, spawned=[70]) == {1: ("sshd", 5), 50: ("sshd", 1), 80: ("yes (1)", 500)}
 
 
 # -- host keys, with the lab's real sshd ---------------------------------------------------------

@@ -15,7 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from hosts_harness import Lab, leftovers, sh
+from vpnlab import overrides
 from vpnlab.cli import app
+from vpnlab.cli.run import load_study_arg
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line
 from vpnlab.plan import make_plan
@@ -82,13 +84,27 @@ def test_shaping_real_hosts_is_opt_in_and_named_by_field():
     parse_study(S2S_STUDY.replace(S2S_HOSTS, "").replace(", shape: true", ""))  # here: as always
 
 
-def test_what_does_not_run_on_hosts_yet_is_refused_by_field():
-    text = problems(RA_STUDY.replace("{driver: openvpn}]", "{driver: openvpn, inner: {driver: strongswan}}]")
-                    .replace("topology: remote-access", "topology: site-to-site")
-                    .replace("{client: gw-a, gateway: gw-b}", "{left: gw-a, right: gw-b}")
-                    .replace("[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: tcp}, {kind: transfer}]"))
-    assert "vpns[2].inner.driver: strongswan does not run on real hosts yet" in text
-    assert "workloads[1].kind: transfer does not run on real hosts yet" in text
+def test_every_vpn_and_workload_is_placed_on_the_hosts_none_refused(tmp_path):
+    """The done condition of issue 33: a seed study (PPTP, OpenVPN, transfers, background traffic) with
+    its two ends mapped to inventory hosts plans every scenario on them; a dry run contacts nobody."""
+    inventory = tmp_path / "lab.yml"
+    inventory.write_text("all:\n  hosts:\n    branch: {ansible_host: 203.0.113.10}\n    hq: {ansible_host: 203.0.113.20}\n")
+    sets = ["hosts={client: branch, gateway: hq}", "links[0].shape=true", "links[1].shape=true"]
+    result = CliRunner().invoke(app, ["run", "small-business-2011", "--inventory", str(inventory), "--dry-run",
+                                      *(arg for s in sets for arg in ("--set", s))])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│")]
+    planned = make_plan(parse_study(overrides.apply(load_study_arg("small-business-2011")[0].source_text, sets)))
+    assert len(rows) == len(planned.scenarios) > 100
+    assert all("branch+hq" in row for row in rows), [row for row in rows if "branch+hq" not in row][:3]
+    assert {s.vpn.layers[0].driver for s in planned.scenarios if s.vpn.layers} == {"pptp", "openvpn"}
+    assert all(s.link.background for s in planned.scenarios)
+    assert "on real hosts: client branch and gateway hq (not contacted)" in result.output
+    nested = (RA_STUDY.replace("{driver: openvpn}]", "{driver: openvpn, inner: {driver: strongswan}}]")
+              .replace("topology: remote-access", "topology: site-to-site")
+              .replace("{client: gw-a, gateway: gw-b}", "{left: gw-a, right: gw-b}")
+              .replace("[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: tcp}, {kind: transfer}]"))
+    assert len(make_plan(parse_study(nested)).scenarios) == 6
 
 
 def test_shape_leaves_the_ids_of_existing_scenarios_alone():
@@ -273,6 +289,36 @@ def test_a_program_outside_the_run_on_a_host_flags_the_repetitions_it_disturbed(
     assert not any("of a core on host gw-a" in f for f in flags), flags  # gw-a has its own processes
 
 
+@pytest.mark.integration
+def test_a_scenario_the_hosts_kernel_cannot_run_fails_before_it_starts(lab, tmp_path):
+    """The lab's hosts have this machine's kernel: no PPP and no netem (FIELD-NOTES). PPTP, and any
+    link with a delay, fail with the host and the piece they lack before anything of theirs starts;
+    no VPN on the unshaped path runs as always."""
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    study, out = tmp_path / "study.yaml", lab.dir / "kernel-lacks"
+    study.write_text(RA_STUDY.replace("[{driver: none}, {driver: wireguard}, {driver: openvpn}]", "[{driver: none}, {driver: pptp}]")
+                     .replace("workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]",
+                              "links: [{name: as-is}, {name: delayed, delay_ms: 5, shape: true}]\n"
+                              "workloads: [{kind: ping, count: 3, interval_s: 0.05}]"))
+    probed = json.loads(lab.vpnlab("hosts", "doctor", "--inventory", lab.inventory, "--limit", "gw-a", "--json").stdout)
+    assert not probed[0]["features"]["ppp"] and not probed[0]["features"]["netem"], probed  # the premise
+    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    runs, scenarios, samples = read_store(out)
+    assert scenarios[("none", "as-is")]["status"] == "done" and samples[("none", "as-is", 1, "rtt_avg_ms")] > 0
+    pptp = next(label for label, _ in scenarios if label.startswith("pptp"))
+    for key in ((pptp, "as-is"), ("none", "delayed"), (pptp, "delayed")):
+        assert scenarios[key]["status"] == "failed", key
+        assert not (out / "logs" / scenarios[key]["id"]).exists()  # nothing of it started
+        assert not any(k[:2] == key for k in samples)
+    assert scenarios[(pptp, "as-is")]["failure"].startswith("the kernel cannot run it: host gw-a: pptp: ")
+    assert "feature 'ppp'" in scenarios[(pptp, "as-is")]["failure"] and "host gw-b:" in scenarios[(pptp, "as-is")]["failure"]
+    assert "netem" in scenarios[("none", "delayed")]["failure"]
+    assert "failed before it started: the kernel cannot run it: host gw-a" in result.stderr
+    for host in (a, b):
+        assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
+
+
 def pair_repetitions(out, host: str) -> list[str]:
     """When each stored repetition of the scenarios on `host` completed."""
     if not (out / "results.sqlite").exists():
@@ -330,3 +376,64 @@ def test_two_pairs_run_in_parallel_and_a_lost_host_fails_only_its_scenarios(lab,
     assert sessions(d) == before + 2
     cleaning = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
     assert all(f"{name}: nothing to clean" in cleaning.stdout for name in lab.hosts), cleaning.stdout
+
+
+def test_prepare_installs_what_every_driver_and_workload_kind_needs():
+    """`hosts prepare --study` installs, for a study of every driver, every workload kind and the
+    office background, every package each of them declares, and the kernel probe's programs."""
+    from vpnlab.catalog import DRIVERS, KINDS, declared
+    from vpnlab.hosts.prepare import study_packages
+    from vpnlab.tools import CORE
+    from vpnlab.workloads import background
+
+    study = parse_study(RA_STUDY.replace("[{driver: none}, {driver: wireguard}, {driver: openvpn}]",
+                                         "[" + ", ".join(f"{{driver: {name}}}" for name in DRIVERS) + "]")
+                        .replace("workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]",
+                                 "links: [{background: office}]\nworkloads: [{kind: tcp}, {kind: udp}, {kind: ping}, "
+                                 "{kind: transfer, protocol: [http, https, ssh, ftp]}]"))
+    wanted = set(study_packages(study))
+    installable = {tool.package for tool in declared().values() if not tool.python}
+    for driver in DRIVERS.values():
+        assert {t.package for t in driver.tools if not t.python} | set(driver.packages) <= wanted, driver.name
+    for kind in KINDS.values():
+        assert {t.package for t in kind.tools} & installable <= wanted, kind.kind
+    assert {t.package for t in background.TOOLS} <= wanted
+    assert {"grep", "sed", "coreutils", "iproute2", "openssl", "libreswan", "pptpd", "xl2tpd"} <= wanted and {t.package for t in CORE} <= wanted
+    # and no more than the study runs
+    assert "nginx-light" not in study_packages(parse_study(RA_STUDY))
+
+
+def test_the_readme_lists_what_each_vpn_and_workload_needs_on_a_host_as_declared():
+    from pathlib import Path
+
+    from vpnlab.catalog import hosts_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert hosts_table() in readme, "README's real-hosts tables differ from the declarations: paste catalog.hosts_table()"
+    assert "`pptp` | pptpd: `ppp` |" in hosts_table() and "`strongswan` | kernel: `esp`; else libipsec: `tun` |" in hosts_table()
+
+
+def test_what_a_hosts_kernel_lacks_names_that_host_or_the_pair_when_only_together(tmp_path):
+    """The preflight's reasons, from what each host's probe answered (set here as it would be): a piece
+    one host lacks names that host; two hosts that each allow one implementation but not the same
+    one are named together."""
+    from vpnlab.cli.run import _kernels_lack
+    from vpnlab.features import FEATURES
+    from vpnlab.hosts.testbed import HostSet
+
+    inventory = tmp_path / "lab.yml"
+    inventory.write_text("all:\n  hosts:\n    gw-a: {ansible_host: 203.0.113.10}\n    gw-b: {ansible_host: 203.0.113.20}\n")
+    study = parse_study(RA_STUDY.replace("[{driver: none}, {driver: wireguard}, {driver: openvpn}]",
+                                         "[{driver: none}, {driver: pptp}, {driver: strongswan}]"))
+    hosts = HostSet(study, inventory)
+    everything = {name: True for name in FEATURES}
+    hosts.facts = {"gw-a": {"kernel": "6.1", "features": everything | {"ppp": False, "esp": False}},
+                   "gw-b": {"kernel": "6.1", "features": everything | {"tun": False}}}
+    none, pptp, strongswan = make_plan(study).scenarios
+    pair = hosts.pair_of(pptp)
+    assert _kernels_lack(none, pair, hosts) is None
+    assert _kernels_lack(pptp, pair, hosts) == ("the kernel cannot run it: host gw-a: pptp: cannot run here: pptpd "
+                                                "needs feature 'ppp' (PPP (/dev/ppp))")
+    why = _kernels_lack(strongswan, pair, hosts)
+    assert why.startswith("the kernel cannot run it: client gw-a and gateway gw-b together: strongswan: cannot run")
+    assert "kernel needs feature 'esp'" in why and "libipsec needs feature 'tun'" in why

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import our_namespaces, run_here
 from vpnlab import export
+from vpnlab.analysed import Analysed
 from vpnlab.catalog import KINDS
 from vpnlab.errors import StudyError
 from vpnlab.mesh_run import combine, pairs_of
@@ -173,7 +174,7 @@ def test_the_export_carries_each_pair_beside_the_sample(tmp_path):
                             {"pairs": json.dumps(pairs)}, [], 1, 0)
     store.record_repetition(run, scenario.id, 2, {}, {"pairs": json.dumps(pairs)}, [], 2, 0, failure="died")
     out = io.StringIO()
-    export.write(store, "csv", out, "samples")
+    export.write(Analysed.of(store), "csv", out, "samples")
     found = sorted((r["repetition"], r["pair"], r["metric"], float(r["value"])) for r in csv.DictReader(io.StringIO(
         out.getvalue())))
     assert found == [("1", "", "throughput_mbps", 70.0), ("1", "", "worst_pair_throughput_mbps", 30.0),

@@ -1,4 +1,4 @@
-"""Nebula and tinc, the overlay VPNs of issue 36: real daemons in namespaces, real TCP through them,
+"""Nebula and tinc, the overlay VPNs of issue 36 (and all four between real hosts): real daemons in namespaces, real TCP through them,
 checked on the WAN (encrypted, the modelled overhead), their secrets private and gone with them;
 their options, models and parsers without traffic."""
 
@@ -20,7 +20,9 @@ from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.drivers.nebula import parse_nebula_log
 from vpnlab.drivers.tinc import compressed_size, parse_node_dump
+from vpnlab.hosts.prepare import study_packages
 from vpnlab.proof import PROBE_INNER_LEN, prove
+from vpnlab.study import parse_study
 
 CONFIGS = [
     ("nebula", {}), ("nebula", {"cipher": "chachapoly"}),
@@ -81,38 +83,55 @@ topology: remote-access
 hosts: {client: gw-a, gateway: gw-b}
 repetitions: 1
 order: listed
-vpns: [{driver: none}, {driver: nebula}, {driver: tinc}]
+vpns: [{driver: none}, {driver: nebula}, {driver: tinc}, {driver: yggdrasil}, {driver: softether}]
 workloads: [{kind: tcp, duration_s: 1, omit_s: 0}]
 """
+# each one's bytes around a 1028-byte probe: the drivers' models, as measured on the hosts' WAN
+HOSTS_OVERHEAD = {"nebula": 60, "tinc": 60, "yggdrasil": 266, "softether": 96}
 
 
 @pytest.mark.integration
-def test_both_run_between_real_hosts_over_ssh(lab, tmp_path):  # noqa: F811
-    """Their keys, certificates and configurations copied to the hosts, their daemons started there,
-    nebula-cert run here; traffic through each, encrypted, with the modelled overhead."""
+def test_all_four_run_between_real_hosts_over_ssh(lab, tmp_path):  # noqa: F811
+    """Their keys, certificates, configurations and batches written on the hosts, nebula-cert and
+    vpncmd run there, their daemons started there; traffic through each, proved encrypted on the
+    WAN (a scenario whose probe crossed in clear fails), with the modelled overhead; afterwards no
+    process, file or device of theirs on a host."""
     study, out = tmp_path / "study.yaml", lab.dir / "overlay"
     study.write_text(HOSTS_STUDY)
     # the controller's private home gets matplotlib's font list (the report's), or it would build one
     shutil.copytree(matplotlib.get_cachedir(), lab.home / ".cache" / "matplotlib", dirs_exist_ok=True)
-    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    links = {name: link_names(host) for name, host in lab.hosts.items()}
+    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=420)
     assert result.returncode == 0, result.stdout + result.stderr
     db = sqlite3.connect(out / "results.sqlite")
     try:
         rows = db.execute("SELECT vpn, status, failure FROM scenarios")
-        status = {vpn: (state, failure) for vpn, state, failure in rows}
-        values = {(vpn, metric): value for vpn, metric, value in db.execute(
+        status = {vpn.split()[0]: (state, failure) for vpn, state, failure in rows}
+        values = {(vpn.split()[0], metric): value for vpn, metric, value in db.execute(
             "SELECT sc.vpn, s.metric, s.value FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id")}
     finally:
         db.close()
-    assert status == {vpn: ("done", None) for vpn in ("none", "nebula", "tinc")}, status
-    for vpn in ("nebula", "tinc"):
-        assert values[(vpn, "overhead_bytes")] == values[(vpn, "overhead_model_bytes")] == 60, vpn
+    assert status == {vpn: ("done", None) for vpn in ("none", *HOSTS_OVERHEAD)}, status
+    for vpn, overhead in HOSTS_OVERHEAD.items():
+        assert values[(vpn, "overhead_bytes")] == values[(vpn, "overhead_model_bytes")] == overhead, vpn
         assert values[(vpn, "throughput_mbps")] > 1, vpn
-    for host in lab.hosts.values():  # no daemon of theirs left on a host, nor a file in its run folder
+    for name, host in lab.hosts.items():  # no daemon of theirs left on a host, nor a file or a device
         deadline = time.monotonic() + 5
         while (host.processes() or host.listdir("/run/vpnlab")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert host.processes() == {} and host.listdir("/run/vpnlab") == [], (host.name, host.processes())
+        assert host.processes() == {} and host.listdir("/run/vpnlab") == [], (name, host.processes())
+        assert link_names(host) == links[name], name
+
+
+def link_names(host) -> set[str]:
+    return {line.split(": ")[1].split("@")[0] for line in host.links().splitlines()}
+
+
+def test_hosts_prepare_installs_all_four():
+    """`vpnlab hosts prepare --study` installs each driver's declared packages, the four's included."""
+    wanted = set(study_packages(parse_study(HOSTS_STUDY)))
+    assert {"nebula", "tinc", "yggdrasil", "softether-vpnserver", "softether-vpnclient", "softether-vpncmd",
+            "iperf3", "tcpdump"} <= wanted, wanted
 
 
 # --- without traffic: options, models, declarations, parsers of real output ---------------------------

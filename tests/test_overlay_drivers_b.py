@@ -109,6 +109,10 @@ def test_softether_without_encryption_is_readable_inside_its_channel(state, tmp_
     proof = prove(bed, tunnel.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / "p.pcap", encrypted=False)
     assert proof.ok and proof.marker_in_clear is False  # seen, but inside the tunnel's TCP: not "in clear"
     assert proof.overhead_bytes == driver.overhead(options, "default", "softether", PROBE_INNER_LEN) == 74
+    # what an error quotes: the logs SoftEther writes itself, found and read through their nodes
+    quoted = tunnel.logs()
+    assert "softether-vpnserver/server_log/" in quoted and "softether-vpnclient/client_log/" in quoted, quoted
+    assert 'Successfully authenticated as user "vpnlab"' in quoted, quoted
     tunnel.down()
 
 
@@ -117,8 +121,9 @@ def test_a_softether_worker_restarted_by_its_watchdog_is_a_broken_tunnel(state, 
     bed = build(state, "remote-access", 1)
     _, _, tunnel = up(state, bed, "softether", tmp_path)
     assert tunnel.health() is None
-    server = next(proc for node, proc, _ in tunnel.processes if node is bed.tunnel_sites(0)[1].node)
-    watchdog, worker = descendants(server.pid)  # unshare's child, and the watchdog's
+    gateway = bed.tunnel_sites(0)[1].node
+    server = next(proc for node, proc, _ in tunnel.processes if node is gateway)
+    watchdog, worker = descendants(gateway, server.pid)  # unshare's child, and the watchdog's
     os.kill(worker, 9)  # our own daemon's worker
     problem = None
     for _ in range(50):
@@ -128,10 +133,10 @@ def test_a_softether_worker_restarted_by_its_watchdog_is_a_broken_tunnel(state, 
         time.sleep(0.1)
     assert problem and "watchdog" in problem
     for _ in range(50):  # the watchdog does restart it, 0.1 s later: the old tunnel is gone all the same
-        if descendants(watchdog):
+        if descendants(gateway, watchdog):
             break
         time.sleep(0.1)
-    assert descendants(watchdog) and descendants(watchdog)[0] != worker
+    assert descendants(gateway, watchdog) and descendants(gateway, watchdog)[0] != worker
     tunnel.down()
 
 

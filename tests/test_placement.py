@@ -192,7 +192,7 @@ class FakePlacement:
 
 
 def test_the_meter_takes_the_cgroups_figures_and_keeps_the_ticks_beside_them():
-    meter = CpuMeter([], [], FakePlacement())
+    meter = CpuMeter.here([], [], FakePlacement())
     values, _ = meter.finish(None)
     wall = meter.record["wall_s"]
     assert values["cpu_vpn_client_pct"] == pytest.approx(100 * 0.25 / wall)
@@ -217,8 +217,8 @@ def test_the_methods_paragraph_says_how_cpu_was_counted_and_where_the_ends_ran(t
     shared = {"method": "ticks", "ends": [{}] * 4, "pinned": False, "placement": "not pinned: 2 cores for 4 tunnel ends"}
     for rep, record in ((1, pinned), (2, shared)):
         store.record_repetition(run, scenario.id, rep, {"cpu_vpn_client_pct": 1.0}, {"cpu": json.dumps(record)}, [])
+    text = methods.cpu_text(store)
     store.close()
-    text = methods.cpu_text(tmp_path)
     assert "cgroup v1 cpuacct.usage" in text and "(nanoseconds), in 1 repetitions" in text
     assert "clock ticks" in text and "not pinned: 2 cores for 4 tunnel ends, in 1 repetitions" in text
     assert "on this host, each end on a core of its own, in 1 repetitions" in text

@@ -56,6 +56,7 @@ def test_notes_are_not_repeated(tmp_path):
 def test_the_link_and_workload_as_run_are_recorded_and_a_change_between_sittings_is_noted(tmp_path):
     """Emulation runs a 100 Mbit/s link at 10 and a UDP load at a tenth: the export says what ran, not only
     what the study asked; a sitting that runs a scenario otherwise than an earlier one says so."""
+    from vpnlab.analysed import Analysed
     from vpnlab.export import rows
 
     text = "name: s\nvpns: [{driver: none}]\nlinks: [{rate_mbit: 100, delay_ms: 1}]\nworkloads: [{kind: udp, rate_mbit: 50}]\n"
@@ -68,7 +69,7 @@ def test_the_link_and_workload_as_run_are_recorded_and_a_change_between_sittings
     scenario.scale_for_emulation()
     store.record_as_run(scenario)
     store.record_repetition(run, scenario.id, 1, {"throughput_mbps": 4.9}, {}, [])
-    [row] = rows(store)
+    [row] = rows(Analysed.of(store))
     assert (row["link_rate_mbit"], row["run_link_rate_mbit"], row["run_link_delay_ms"]) == (100, 10, 10)
     assert '"rate_mbit": 5.0' in row["run_workload_params"] and '"rate_mbit": 50.0' in row["workload_params"]
     assert "run otherwise than by an earlier sitting" in store.scenarios()[0].notes

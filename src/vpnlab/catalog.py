@@ -84,3 +84,22 @@ def markdown_table() -> str:
     ordered = sorted(METRICS.values(), key=lambda m: (levels.index(m.level), m.name))
     lines += [f"| `{m.name}` | {m.unit} | {m.direction} | {m.producers} | {m.meaning} |" for m in ordered]
     return "\n".join(lines)
+
+
+def hosts_table() -> str:
+    """The README's "what runs on real hosts" tables, generated from the drivers' implementations (with
+    their default options) and the workloads' and background's programs (a test keeps the two equal)."""
+    def packages(tools, extra=()) -> str:
+        return ", ".join(sorted({t.package for t in tools if not t.python} | set(extra))) or "-"
+
+    lines = ["| VPN | implementations, the first the hosts' kernels allow, and the kernel pieces each needs on "
+             "both hosts | Debian packages |", "|---|---|---|"]
+    for name, driver in DRIVERS.items():
+        ways = "; else ".join(f"{way.name}: {', '.join(f'`{f}`' for f in way.features)}"
+                              for way in driver.implementations(driver.Options()))
+        lines.append(f"| `{name}` | {ways} | {packages(driver.tools, driver.packages)} |")
+    lines += ["", "| workload | programs (Debian packages) |", "|---|---|"]
+    rows = [(f"`{kind}`", tools.tools) for kind, tools in KINDS.items()] + [("`background` (a link's)", background.TOOLS)]
+    for name, tools in rows:
+        lines.append(f"| {name} | {', '.join(f'{t.command} ({t.package})' for t in tools)} |")
+    return "\n".join(lines)

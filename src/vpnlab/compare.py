@@ -223,11 +223,13 @@ def printed(family: list[Comparison], scenarios: list[ScenarioRow],
     return [c for c in family if _wanted(c, config, pairs)]
 
 
-def study_comparisons(store: Store, pairs: list[tuple[str, str]] | None = None) -> list[Comparison]:
+def study_comparisons(store: Store, pairs: list[tuple[str, str]] | None = None,
+                      family: list[Comparison] | None = None) -> list[Comparison]:
     """The given VPN label pairs, or by default the one-difference pairs, per link and workload, from
-    the study's family: their correction does not depend on what is printed. A requested pair outside
-    the family (one side without a VPN) is tested but not corrected, and gets no verdict."""
-    out = printed(comparison_family(store), store.scenarios(), pairs)
+    the study's family (`family`, when it was made already): their correction does not depend on what
+    is printed. A requested pair outside the family (one side without a VPN) is tested but not
+    corrected, and gets no verdict."""
+    out = printed(comparison_family(store) if family is None else family, store.scenarios(), pairs)
     if pairs:
         settings = stored_settings(store)
         values = values_of(store, settings)[0]

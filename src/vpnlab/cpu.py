@@ -1,4 +1,6 @@
-"""CPU cost of a tunnel during one measurement window.
+"""CPU cost of a tunnel during one measurement window: one meter (CpuMeter) over the machines its
+sources read (Namespaces here, hosts/cpu.py's HostProc on each real host), every /proc read by one
+parser (parse_snapshot), whichever machine it came from.
 
 - The VPN daemons' own CPU time, per side of the tunnel: from each tunnel end's cgroup where the
   kernel offers CPU accounting (placement.py: cgroup v2 in microseconds, else v1 cpuacct in
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backend import EMULATED
@@ -53,91 +55,82 @@ METRICS = (
 )
 
 
-def _process_ticks(pid: int) -> tuple[str, int] | None:
-    """(command name, user + system ticks of the process, its threads and reaped children)."""
+@dataclass
+class Snapshot:
+    """One machine's /proc at one moment, as parse_snapshot reads it from this machine or a host."""
+
+    tick: int                                          # clock ticks per second there
+    machine: tuple[int, int, int]                      # (kernel, busy, total) ticks over all CPUs
+    cores: list[tuple[int, int, int]]                  # per core: (busy, softirq, total) ticks
+    procs: dict[int, tuple[int, str, int, int]]        # every process: parse_stat's
+    threads: dict[tuple[int, int], tuple[str, int]]    # (pid, tid) -> (name, ticks) of the daemons' threads
+    shell: int = 0                                     # the PID of the shell that read it (a host's)
+    at: float = 0.0                                    # time.monotonic() here when it was read
+    daemons: dict[int, tuple[str, str]] = field(default_factory=dict)   # pid -> (side, program): the source's
+    others: dict[int, tuple[str, int]] = field(default_factory=dict)    # outside the run: the source's
+
+
+def parse_snapshot(text: str) -> Snapshot:
+    """The one reader of /proc, whatever machine it came from: "K <ticks per second>", "S <shell's
+    PID>", /proc/stat's cpu lines as they are, "O <a /proc/PID/stat line>" per process and
+    "T <PID> <a /proc/PID/task/TID/stat line>" per thread of a daemon."""
+    tick, shell, machine, cores, procs, threads = TICK, 0, (0, 0, 0), [], {}, {}
+    for line in text.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "K":
+            tick = int(rest)
+        elif tag == "S":
+            shell = int(rest)
+        elif tag == "O" and ")" in rest:
+            pid = int(rest.split(None, 1)[0])
+            procs[pid] = parse_stat(pid, rest)
+        elif tag == "T" and ")" in rest:
+            pid, stat = rest.split(" ", 1)
+            fields = stat.rsplit(")", 1)[1].split()
+            threads[(int(pid), int(stat.split(None, 1)[0]))] = (stat[stat.index("(") + 1:stat.rindex(")")],
+                                                                 int(fields[11]) + int(fields[12]))
+        elif tag.startswith("cpu"):
+            fields = ([int(v) for v in rest.split()] + [0] * 8)[:8]
+            user, nice, system, idle, iowait, irq, softirq, steal = fields
+            if tag == "cpu":
+                machine = (system + irq + softirq, sum(fields) - idle - iowait, sum(fields))
+            else:
+                cores.append((sum(fields) - idle - iowait, softirq, sum(fields)))
+    return Snapshot(tick, machine, cores, procs, threads, shell, time.monotonic())
+
+
+def _read(path: str) -> str | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(path).read_text()
     except OSError:
-        return None
-    name = stat[stat.index("(") + 1:stat.rindex(")")]
-    fields = stat.rsplit(")", 1)[1].split()
-    utime, stime, cutime, cstime = (int(fields[i]) for i in (11, 12, 13, 14))
-    return name, utime + stime + cutime + cstime
+        return None  # a process that ended meanwhile
 
 
-def _daemon_ticks(namespaces: list[str], traffic: frozenset[str]) -> dict[int, int]:
-    ticks = {}
-    for ns in namespaces:
-        for pid in netns.pids(ns):
-            found = _process_ticks(pid)
-            if found and found[0] not in traffic:
-                ticks[pid] = found[1]
-    return ticks
-
-
-def _thread_ticks(pids) -> dict[tuple[int, int], tuple[str, int]]:
-    """(pid, tid) -> ("daemon/thread" names, user + system ticks) for every thread of these processes."""
-    ticks = {}
-    for pid in pids:
-        daemon = _process_ticks(pid)
+def local_snapshot(daemons=()) -> Snapshot:
+    """This machine's /proc, fed to parse_snapshot as a host's is: every process, the threads of
+    `daemons`, /proc/stat last (the window opens as the workload starts)."""
+    lines = [f"K {TICK}"]
+    lines += [f"O {stat.strip()}" for entry in os.scandir("/proc") if entry.name.isdigit()
+              if (stat := _read(f"{entry.path}/stat"))]
+    for pid in daemons:
         try:
-            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+            tids = [t.name for t in os.scandir(f"/proc/{pid}/task")]
         except OSError:
             continue
-        for tid in tids:
-            try:
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            ticks[(pid, tid)] = (f"{daemon[0] if daemon else '?'}/{name}", int(fields[11]) + int(fields[12]))
-    return ticks
-
-
-def _core_ticks() -> list[tuple[int, int, int]]:
-    """Per core: (busy, softirq, total) ticks."""
-    cores = []
-    for line in Path("/proc/stat").read_text().splitlines()[1:]:
-        if not (line.startswith("cpu") and line[3].isdigit()):
-            break
-        fields = [int(v) for v in line.split()[1:]]
-        user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-        total = sum(fields[:8])
-        cores.append((total - idle - iowait, softirq, total))
-    return cores
-
-
-def _machine_ticks() -> tuple[int, int, int]:
-    """(kernel, busy, total) ticks over all CPUs."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    kernel = system + irq + softirq
-    total = sum(fields[:8])
-    return kernel, total - idle - iowait, total
+        lines += [f"T {pid} {stat.strip()}" for tid in tids if (stat := _read(f"/proc/{pid}/task/{tid}/stat"))]
+    lines += [line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("cpu")]
+    return parse_snapshot("\n".join(lines))
 
 
 OTHER_LOAD_PCT = 20.0  # % of one core that programs outside the run may take before a sample says so
 PF_KTHREAD = 0x00200000  # /proc/PID/stat flags: a kernel thread (kernel WireGuard's, ESP's work is the run's)
 
 
-def _other_ticks(ours: set[int]) -> dict[int, tuple[str, int]]:
-    """PID -> (name, ticks) of every user-space process outside the run: not in its namespaces (`ours`),
-    not vpnlab itself or a process it started (at any depth: a VM's qemu), not a kernel thread."""
-    procs = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                procs[int(entry.name)] = parse_stat(int(entry.name), Path(entry.path, "stat").read_text())
-            except OSError:
-                continue
-    return outside(procs, [os.getpid()], ours)
-
-
 def parse_stat(pid: int, stat: str) -> tuple[int, str, int, int]:
     """(parent, name, ticks, kernel thread) of a process from its /proc/PID/stat line. The ticks are
     utime + stime and the children's it reaped: a build's compilers come and go inside a window and
-    are seen only there. Not init's: it reaps orphans of any age, whose whole lives would count."""
+    are seen only there, as are a daemon's (ocserv forks a worker per session). Not init's: it reaps
+    orphans of any age, whose whole lives would count."""
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")],
             sum(int(fields[i]) for i in ((11, 12) if pid == 1 else (11, 12, 13, 14))), int(fields[6]) & PF_KTHREAD)
@@ -187,24 +180,16 @@ def used_since(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, i
     return used
 
 
-class OtherLoad:
-    """CPU that programs outside the run took during a measurement (a build, a browser, another
-    benchmark): their load is in the machine's figures and the throughput, so the sample says so."""
-
-    def __init__(self, namespaces: list[str]):
-        self.namespaces = namespaces
-        self._before = _other_ticks(self._ours())
-
-    def _ours(self) -> set[int]:
-        return {pid for ns in self.namespaces for pid in netns.pids(ns)}
-
-    def flags(self, wall: float) -> list[str]:
-        return busy_machine_flags(used_since(self._before, _other_ticks(self._ours())), wall)
+def _other_ticks(ours: set[int]) -> dict[int, tuple[str, int]]:
+    """Every user-space process here outside the run: not in its namespaces (`ours`), not vpnlab
+    itself or a process it started (at any depth: a VM's qemu), not a kernel thread."""
+    return outside(local_snapshot().procs, [os.getpid()], ours)
 
 
 class OtherLoadSeries:
-    """The same, sampled over time by the host while a VM guest measures: the guest sees only its own
-    processes, so the host judges each of its repetitions by the samples within its span."""
+    """CPU that programs outside the run took here, sampled over time while a VM guest measures: the
+    guest sees only its own processes, so the host judges each of its repetitions by the samples
+    within its span."""
 
     def __init__(self):
         self._last = _other_ticks(set())
@@ -226,77 +211,118 @@ class OtherLoadSeries:
 
 
 @dataclass
-class CpuMeter:
-    """Start before a measurement, `finish` after it."""
+class Namespaces:
+    """The meter's source on this machine: the tunnel ends are namespaces here, their daemons every
+    process in them but the traffic tools; what runs outside `everywhere` (every namespace of the
+    run's testbed) and outside vpnlab's own process tree is other load."""
 
     left: list[str]    # namespaces of the tunnel ends on the client side
     right: list[str]   # ... and on the gateway side
-    placement: object = None  # the ends' cgroups (placement.Placement): their figures when it has any
-    everywhere: list[str] = None  # every namespace of the run's testbed: what runs elsewhere is other load
+    everywhere: list[str] | None = None
     # The programs of the workloads and the WAN capture (catalog.TRAFFIC_TOOLS): not the VPN, though a
     # remote-access transfer's curl or scp (and its ssh) runs in the client-side end's namespace.
     traffic: frozenset[str] = frozenset()
 
-    def __post_init__(self) -> None:
-        # The slow /proc scans first, the machine's counters last: the window starts as the workload does.
-        self._others = OtherLoad(self.everywhere or [*self.left, *self.right])
-        self.record: dict = self.placement.record() if self.placement else {"method": "ticks"}
-        self._left = _daemon_ticks(self.left, self.traffic)
-        self._right = _daemon_ticks(self.right, self.traffic)
-        self._threads = _thread_ticks([*self._left, *self._right])
-        self._threads_at = time.monotonic()  # (reading many threads takes a while under emulation)
-        self._groups = self.placement.usage() if self.placement else None
-        self._cores = _core_ticks()
-        self._machine = _machine_ticks()
+    host = ""  # this machine
+    record = {"method": "ticks"}
+
+    @property
+    def has_ends(self) -> bool:
+        return bool(self.left or self.right)
+
+    def read(self) -> Snapshot:
+        sides = {"client": self.left, "gateway": self.right}
+        found = {pid: side for side, names in sides.items() for ns in names for pid in netns.pids(ns)}
+        snapshot = local_snapshot(found)
+        snapshot.daemons = {pid: (side, snapshot.procs[pid][1]) for pid, side in found.items()
+                            if pid in snapshot.procs and snapshot.procs[pid][1] not in self.traffic}
+        snapshot.threads = {key: t for key, t in snapshot.threads.items() if key[0] in snapshot.daemons}
+        ours = {pid for ns in self.everywhere or [*self.left, *self.right] for pid in netns.pids(ns)}
+        snapshot.others = outside(snapshot.procs, [os.getpid()], ours)
+        return snapshot
+
+
+class CpuMeter:
+    """Start before a measurement, `finish` after it: the one meter, over the machines its sources
+    read (Namespaces here; hosts/cpu.py's HostProc per real host), each parsed by parse_snapshot.
+    `placement`: the tunnel ends' cgroups here (placement.Placement), whose figures win where it has any."""
+
+    def __init__(self, sources: list, placement=None) -> None:
+        self.sources = sources
+        self.placement = placement
+        self.record: dict = placement.record() if placement else dict(sources[0].record)
+        self._groups = placement.usage() if placement else None
+        self._before = [source.read() for source in sources]
         self._start = time.monotonic()
+
+    @classmethod
+    def here(cls, left: list[str], right: list[str], placement=None, everywhere: list[str] | None = None,
+             traffic: frozenset[str] = frozenset()) -> "CpuMeter":
+        """A meter of tunnel ends that are namespaces on this machine."""
+        return cls([Namespaces(left, right, everywhere, traffic)], placement)
 
     def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
         groups = self.placement.usage() if self._groups is not None else None
         wall = time.monotonic() - self._start
-        left, right = _daemon_ticks(self.left, self.traffic), _daemon_ticks(self.right, self.traffic)
-        machine = _machine_ticks()
-
-        def used(before: dict[int, int], after: dict[int, int]) -> float:
-            # A process that appeared during the window started from zero.
-            return sum(t - before.get(pid, 0) for pid, t in after.items()) / TICK
-
-        left_s, right_s = used(self._left, left), used(self._right, right)
-        self.record |= {"wall_s": wall, "ticks_s": {"client": left_s, "gateway": right_s}}
+        window = _Window()
+        for source, before in zip(self.sources, self._before):
+            window.add(source, before, source.read(), wall)
+        used, kernel_s, busiest = window.used, window.kernel_s, window.busiest
+        self.record |= {"wall_s": wall, "ticks_s": dict(used)}
+        if len(self.sources) > 1 or self.sources[0].host:
+            self.record["hosts"] = [source.host for source in self.sources]
         if groups is not None:
-            left_s, right_s = (groups[side] - self._groups[side] for side in ("client", "gateway"))
-            self.record["cgroup_s"] = {"client": left_s, "gateway": right_s}
-        kernel_s = (machine[0] - self._machine[0]) / TICK
-        busy = machine[1] - self._machine[1]
-        total = machine[2] - self._machine[2]
-        values = {
-            "cpu_kernel_pct": 100 * kernel_s / wall,
-            "cpu_busy_pct": 100 * busy / total if total else 0.0,
-        }
-        if self.left or self.right or groups is not None:  # the baseline has no VPN daemons to account for
-            values["cpu_vpn_client_pct"] = 100 * left_s / wall
-            values["cpu_vpn_gateway_pct"] = 100 * right_s / wall
+            used = {side: groups[side] - self._groups[side] for side in ("client", "gateway")}
+            self.record["cgroup_s"] = dict(used)
+        values = {"cpu_kernel_pct": 100 * kernel_s / wall, "cpu_busy_pct": busiest[0]}
+        if any(source.has_ends for source in self.sources) or groups is not None:  # the baseline has no daemons
+            values["cpu_vpn_client_pct"] = 100 * used["client"] / wall
+            values["cpu_vpn_gateway_pct"] = 100 * used["gateway"] / wall
         if bytes_carried:
-            values["cpu_s_per_gb"] = (left_s + right_s + kernel_s) / (bytes_carried / 1e9)
-        flags = self._bottlenecks(values, {*left, *right}) + self._others.flags(wall)
-        if values["cpu_busy_pct"] > SATURATED_PCT:
-            if EMULATED:
-                flags.append(f"cpu saturated in an emulated VM ({values['cpu_busy_pct']:.0f}% of all guest cores): "
-                             "throughput is a lower bound set by emulation, not by the VPN")
-            else:
-                flags.append(f"cpu saturated ({values['cpu_busy_pct']:.0f}% of all cores): throughput is a bound "
-                             "set by this machine, not by the VPN alone")
+            values["cpu_s_per_gb"] = (used["client"] + used["gateway"] + kernel_s) / (bytes_carried / 1e9)
+        flags = window.flags + bottleneck_flags(values, max(window.cores, default=None), max(window.threads, default=None))
+        if busiest[0] > SATURATED_PCT:
+            flags.append(saturated_flag(*busiest))
         return values, flags
 
-    def _bottlenecks(self, values: dict[str, float], daemons: set[int]) -> list[str]:
-        """The busiest core and daemon thread, into `values`; a flag for each that was saturated."""
-        cores = [(b - b0, si - si0, t - t0) for (b, si, t), (b0, si0, t0) in zip(_core_ticks(), self._cores)]
-        shares = [(100 * busy / total, 100 * soft / total, n) for n, (busy, soft, total) in enumerate(cores) if total]
-        after = _thread_ticks(daemons)  # a thread that appeared during the window started from zero
-        span = time.monotonic() - self._threads_at  # its own: over the wall time a thread read up to 7 points
-        # above its whole tunnel end
-        used = [(100 * (t - self._threads.get(key, (name, 0))[1]) / TICK / span, name)
-                for key, (name, t) in after.items()]
-        return bottleneck_flags(values, max(shares, default=None), max(used, default=None))
+
+@dataclass
+class _Window:
+    """What a measurement's window cost, summed over the meter's machines."""
+
+    used: dict[str, float] = field(default_factory=lambda: {"client": 0.0, "gateway": 0.0})  # daemons' s
+    kernel_s: float = 0.0
+    busiest: tuple[float, str] = (0.0, "")      # the busiest machine's busy share and its host
+    flags: list[str] = field(default_factory=list)
+    cores: list[tuple] = field(default_factory=list)    # (busy %, softirq %, which)
+    threads: list[tuple] = field(default_factory=list)  # (% of one core, which)
+
+    def add(self, source, before: Snapshot, after: Snapshot, wall: float) -> None:
+        on, tick = (f" on host {source.host}", f" of host {source.host}") if source.host else ("", ""), after.tick
+        for pid, (side, _) in after.daemons.items():  # a process that appeared started from zero
+            self.used[side] += (after.procs[pid][2] - before.procs.get(pid, (0, "", 0, 0))[2]) / tick
+        self.flags += busy_machine_flags(used_since(before.others, after.others, tick), wall, on[0])
+        self.kernel_s += (after.machine[0] - before.machine[0]) / tick
+        total = after.machine[2] - before.machine[2]
+        self.busiest = max(self.busiest, (100 * (after.machine[1] - before.machine[1]) / total if total else 0.0,
+                                          source.host))
+        self.cores += [(100 * (b - b0) / (t - t0), 100 * (si - si0) / (t - t0), f"{n}{on[1]}")
+                       for n, ((b, si, t), (b0, si0, t0)) in enumerate(zip(after.cores, before.cores)) if t - t0]
+        span = after.at - before.at  # its own: reading many threads takes a while under emulation
+        self.threads += [(100 * (t - before.threads.get(key, (name, 0))[1]) / tick / span,
+                          f"{after.daemons[key[0]][1]}/{name}" + (f" on {source.host}" if source.host else ""))
+                         for key, (name, t) in after.threads.items() if key[0] in after.daemons and span > 0]
+
+
+def saturated_flag(share: float, host: str) -> str:
+    """The flag of a machine whose cores were all busy (a host's by name, else this one or its VM)."""
+    if host:
+        return (f"cpu saturated on host {host} ({share:.0f}% of all cores): throughput is a bound set by that "
+                "host, not by the VPN alone")
+    if EMULATED:
+        return (f"cpu saturated in an emulated VM ({share:.0f}% of all guest cores): throughput is a lower bound "
+                "set by emulation, not by the VPN")
+    return f"cpu saturated ({share:.0f}% of all cores): throughput is a bound set by this machine, not by the VPN alone"
 
 
 def bottleneck_flags(values: dict[str, float], core: tuple | None, thread: tuple | None) -> list[str]:

@@ -10,10 +10,9 @@ from typing import IO
 
 from dataclasses import asdict
 
-from .analysis import summarise
+from .analysed import Analysed
 from .compare import study_comparisons
 from .stopping import stored_rule, target_met
-from .store import Store
 from .catalog import KINDS, metric as get_metric
 
 # Every table names scenarios, VPNs, links and workloads the same way: scenario_id, vpn_label,
@@ -30,8 +29,9 @@ COLUMNS = [
 AS_RUN_UNRECORDED = dict.fromkeys(COLUMNS[-8:-3])  # a store from before vpnlab recorded it: blank
 
 
-def rows(store: Store) -> list[dict]:
+def rows(analysed: Analysed) -> list[dict]:
     """Every sample's values, then each mesh pair's own (from the repetition's raw `pairs`)."""
+    store = analysed.stored
     scenarios = {s.id: s for s in store.scenarios()}
     samples = store.samples()
     out = [_row(scenarios[sample.scenario_id], sample, sample.metric, sample.value, sample.unit, "")
@@ -79,14 +79,13 @@ def as_run_columns(as_run: str) -> dict:
         "run_workload_params": json.dumps(ran["workload"], sort_keys=True)}
 
 
-def summary_rows(store: Store) -> list[dict]:
+def summary_rows(analysed: Analysed) -> list[dict]:
     """One row per scenario and metric: n, mean, sd, 95% CI and its method, the value against no VPN
     with its interval, grade (or why there is none), outliers flagged."""
-    scenarios = {s.id: s for s in store.scenarios()}
-    runs = store.runs()
-    rule = stored_rule(runs[-1]["study_text"]) if runs else None
+    scenarios = {s.id: s for s in analysed.scenarios}
+    rule = stored_rule(analysed.study_text) if analysed.runs else None
     out = []
-    for sid, summaries in summarise(store).items():
+    for sid, summaries in analysed.summaries.items():
         sc = scenarios[sid]
         primary = KINDS[sc.workload].primary if sc.workload in KINDS else None
         met = target_met(next((s for s in summaries if s.metric == primary), None), rule)
@@ -109,10 +108,10 @@ def summary_rows(store: Store) -> list[dict]:
     return out
 
 
-def comparison_rows(store: Store) -> list[dict]:
+def comparison_rows(analysed: Analysed) -> list[dict]:
     """The comparisons; `p` is the primary test's two-sided p (`method` names it), also under its old
     name `welch_p` at the end, for scripts written before (the alias goes in a later release)."""
-    return [_named_p(asdict(c)) for c in study_comparisons(store)]
+    return [_named_p(asdict(c)) for c in study_comparisons(analysed.stored, family=analysed.family)]
 
 
 def _named_p(row: dict) -> dict:
@@ -134,8 +133,9 @@ def strict(data):
     return data
 
 
-def write(store: Store, fmt: str, out: IO[str] = sys.stdout, table: str = "samples") -> int:
-    data = TABLES[table](store)
+def write(analysed: Analysed, fmt: str, out: IO[str] = sys.stdout, table: str = "samples") -> int:
+    """One table of an analysed results directory (analysed.py) as CSV or JSON; the rows written."""
+    data = TABLES[table](analysed)
     if fmt == "json":
         json.dump(strict(data), out, indent=1, allow_nan=False)
         out.write("\n")

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
@@ -40,7 +39,6 @@ from .catalog import KINDS
 from .drivers import pptp
 from .judging import settings_of, values_of
 from .plan import make_plan
-from .results_dir import read_store
 from .seed_findings import Choice, Choices, Finding, Findings, Side, parse, parse_choices, pick, side_rows
 from .stats import (difference_ms, grade_range, holm, outlier_flags, paired_log_ratio, repetitions_needed,
                     tost_log_ratio, verdict, welch_log_ratio)
@@ -590,20 +588,16 @@ class Section:
         return f"{'; '.join(parts)} ({len(self.rows)} finding{'s' if len(self.rows) != 1 else ''})"
 
 
-def against_the_original(directory: Path, study_text: str | None = None, reencoded: bool = False) -> Section | None:
+def against_the_original(store, study_text: str | None = None, reencoded: bool = False) -> Section | None:
     """The report's "Against the original study": None when the study lists no findings. The findings
     are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
-    conditions vpnlab chose are always the run's study file's."""
-    store = read_store(Path(directory))
-    try:
-        runs = store.runs()
-        ran = runs[-1]["study_text"] if runs else ""
-        # the findings as given (the seed's, as encoded now); the choices are the run's own conditions
+    conditions vpnlab chose are always the run's study file's. `store`: a store, or what was read of it."""
+    runs = store.runs()
+    ran = runs[-1]["study_text"] if runs else ""
+    try:  # the findings as given (the seed's, as encoded now); the choices are the run's own conditions
         judged, choices = judge(store, ran if study_text is None else study_text), parse_choices(ran)
     except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
         return None
-    finally:
-        store.close()
     if not judged:
         return None
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}

@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError
 from .schema import Strict
 from .stats import outlier_flags
 from .stats.grades import DEFAULT_FLOOR_MS
+from .store import Stored
 
 Paired = list[tuple[int | None, float]]   # (round, value) per repetition
 # A repetition flag that starts so says the machine was busy with something else than the run.
@@ -77,10 +78,17 @@ def disturbed(flags: str) -> bool:
 def values_of(store, settings: AnalysisSettings) -> tuple[dict[tuple[str, str], Paired], dict[tuple[str, str], int]]:
     """(scenario, metric) -> (round, value) of its valid samples, and how many of them are flagged
     (far from the rest, or taken while the machine was busy with something else); with
-    `flagged_samples: exclude` the flagged ones are left out."""
+    `flagged_samples: exclude` the flagged ones are left out. Of a store read once (store.Stored),
+    made once for each way of counting flagged samples: every statistic reads the same."""
+    if isinstance(store, Stored):
+        return store.derived(("values_of", settings.flagged_samples), lambda: _values(store.samples(), settings))
+    return _values(store.samples(), settings)
+
+
+def _values(samples: list, settings: AnalysisSettings) -> tuple[dict[tuple[str, str], Paired], dict[tuple[str, str], int]]:
     values: dict[tuple[str, str], Paired] = defaultdict(list)
     busy: dict[tuple[str, str], list[bool]] = defaultdict(list)
-    for row in store.samples():
+    for row in samples:
         values[(row.scenario_id, row.metric)].append((row.round, row.value))
         busy[(row.scenario_id, row.metric)].append(disturbed(row.flags))
     flagged: dict[tuple[str, str], int] = {}
@@ -90,4 +98,4 @@ def values_of(store, settings: AnalysisSettings) -> tuple[dict[tuple[str, str], 
         flagged[key] = sum(marks)
         if not settings.counts_flagged and flagged[key]:
             values[key] = [pair for pair, mark in zip(pairs, marks) if not mark]
-    return values, flagged
+    return dict(values), flagged  # (a plain dict: a key looked up and missing is no new entry of what is kept)

@@ -34,8 +34,8 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
         for observer in observers:
             observer.start()
         meter = (ctx.bed.cpu_meter(layers) if ctx.bed.remote  # real hosts: each one's own /proc (hosts/cpu.py)
-                 else CpuMeter(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None),
-                               [node.namespace for node in ctx.bed.nodes], TRAFFIC_TOOLS))
+                 else CpuMeter.here(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None),
+                                    [node.namespace for node in ctx.bed.nodes], TRAFFIC_TOOLS))
         measurement = scenario.kind.run(scenario.workload_as_run, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import yaml
 
 from .compare import ALPHA
 from .judging import settings_of
 from .placement import METHODS
-from .results_dir import read_store
 from .stats.grades import MIN_N
 from .stats.outliers import K as OUTLIER_K
 from .stats.outliers import MIN_N as OUTLIER_MIN_N
@@ -77,16 +75,13 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
     )
 
 
-def cpu_text(directory) -> str:
+def cpu_text(store) -> str:
     """How each tunnel end's CPU was counted and where the ends ran, over the stored repetitions
-    (each stores its method and placement as raw output 'cpu'); '' without tunnel ends."""
-    store = read_store(Path(directory))
-    try:
-        rows = store.db.execute("SELECT r.output, sc.measured_in FROM raw_outputs r JOIN scenarios sc ON"
-                                " sc.id = r.scenario_id WHERE r.tool = 'cpu' AND r.repetition > 0").fetchall()
-        tunnels = store.db.execute("SELECT count(*) FROM samples WHERE metric = 'cpu_vpn_client_pct'").fetchone()[0]
-    finally:
-        store.close()
+    (each stores its method and placement as raw output 'cpu'); '' without tunnel ends. `store`: a
+    store, or what was read of it (store.Stored, with the raw output of 'cpu')."""
+    place = {s.id: s.measured_in for s in store.scenarios()}
+    rows = [(row["output"], place[row["scenario_id"]]) for row in store.raw_outputs("cpu")]
+    tunnels = any(s.metric == "cpu_vpn_client_pct" for s in store.samples(valid_only=False))
     methods, places = Counter(), Counter()
     for output, measured_in in rows:
         record = json.loads(output)

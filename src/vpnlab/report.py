@@ -23,20 +23,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
 from . import catalog, findings, methods, recommend, sensitivity  # noqa: E402
-from .analysis import Summary, baseline_of, fmt, relative_text, summarise  # noqa: E402
-from .compare import STUDY_HEADINGS, comparison_family, printed, study_footnotes, study_rows  # noqa: E402
+from .analysed import Analysed, analyse  # noqa: E402
+from .analysis import Summary, baseline_of, fmt, relative_text  # noqa: E402
+from .compare import STUDY_HEADINGS, printed, study_footnotes, study_rows  # noqa: E402
 from .algorithm_report import table as algorithm_table  # noqa: E402
 from .labels import Labels, for_scenarios as short_labels  # noqa: E402
-from .judging import stored_settings  # noqa: E402
 from .stopping import lasting_notes, stored_rule, target_met  # noqa: E402
 from .stats.grades import MIN_N, band  # noqa: E402
 from .stats.outliers import K as OUTLIER_K  # noqa: E402
 from .machines import current_wording, machine_lines, measured_where, sitting_versions  # noqa: E402
 from .outputs import Output  # noqa: E402
-from .results_dir import read_store  # noqa: E402
-from .store import ScenarioRow, Store  # noqa: E402
+from .store import ScenarioRow, Stored  # noqa: E402
 from .catalog import KINDS  # noqa: E402
-from .study import findings_text  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
 FEW_SAMPLES = 3
@@ -242,53 +240,47 @@ def _grouped_bar_figure(title: str, param: str, metric: str, unit: str,
 
 
 def build(directory: Path) -> Report:
-    store = read_store(directory)
-    try:
-        runs = store.runs()
-        scenarios = store.scenarios()
-        summaries = summarise(store)
-        family = comparison_family(store)
-        flag_groups = (_short_of_their_rule(store, scenarios, directory) + _grouped_flags(store) + _unflagged_fragments(store)
-                       + _unscaled_loads(store.scenarios()) + _windows_as_run(store))
-        series = _interval_series(store, scenarios)
-        algorithms = algorithm_table(store, scenarios, short_labels(scenarios))
-        settings = stored_settings(store)
-        counted, both_ways = sensitivity.both_ways(store, summaries)
-        pairs = store.pair_values()
-    finally:
-        store.close()
+    """The report of a results directory, from its store read once and analysed once (analysed.py)."""
+    return compose(analyse(directory), Path(directory))
+
+
+def compose(analysed: Analysed, directory: Path) -> Report:
+    """The report's parts from one analysed results directory."""
+    stored, runs, scenarios, stat = analysed.stored, analysed.runs, analysed.scenarios, analysed.stat
+    summaries, settings = analysed.summaries, analysed.settings
     last = dict(runs[-1]) | {"first_started_at": runs[0]["started_at"], "vpnlab_version": sitting_versions(runs)}
     report = Report(run=last, runs=len(runs), scenarios=scenarios,
                     failed=[s for s in scenarios if s.status == "failed"],
-                    notes=_grouped_notes(scenarios) + flag_groups + _outlier_groups(scenarios, summaries))
-    report.flagged_counted, report.flagged_both_ways = counted, both_ways
+                    notes=_grouped_notes(scenarios) + _short_of_their_rule(stored, scenarios, directory)
+                    + _grouped_flags(stored) + _unflagged_fragments(stored) + _unscaled_loads(scenarios)
+                    + analysed.kind_notes + _outlier_groups(scenarios, summaries))
+    report.flagged_counted, report.flagged_both_ways = sensitivity.both_ways(stored, summaries)
     report.latency_floor_ms = f"{settings.latency_floor_ms:g}"
     report.machines = machine_lines(runs, scenarios)
     report.measured_where = measured_where(last, scenarios)
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
     report.links = sorted({s.link_label for s in scenarios})
     report.rules = sorted({s.repetition_rule for s in scenarios})
-    stat = {(sid, s.metric): s for sid, ss in summaries.items() for s in ss}
-    met_line, missed = _target_met(scenarios, stat, last.get("study_text") or "")
+    met_line, missed = _target_met(scenarios, stat, analysed.study_text)
     report.rules += met_line
     report.notes += missed
-    report.labels, report.algorithms = short_labels(scenarios), algorithms
+    report.labels = short_labels(scenarios)
+    report.algorithms = algorithm_table(stored, scenarios, report.labels)
 
-    graded = [w for f in findings.parse(last.get("study_text") or "") if f.graded for w in f.b.workloads]
+    graded = [w for f in findings.parse(analysed.study_text) if f.graded for w in f.b.workloads]
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell, graded)
     if settings.seed_grading == "jaha-2014":
         report.seed_table_vi = _table_vi(scenarios, stat, report.links,
                                          _seed_cell(scenarios, stat, settings.latency_floor_ms), graded)
     _short_table_labels(report)
     _figures(report, scenarios, stat)
-    _interval_figures(report, scenarios, series)
+    _interval_figures(report, scenarios, analysed.series)
     _tunnels(report, scenarios, stat)
-    report.mesh_pairs = mesh_pair_rows(scenarios, pairs)
-    used = _recommend(report, scenarios, stat, family)
-    _comparisons(report, scenarios, family, used)
-    report.methods = methods.paragraph(last.get("study_text") or "", report.rules, cpu=methods.cpu_text(directory))
-    report.against = findings.against_the_original(  # "Against the original study": findings.html.j2
-        directory, *findings_text(last.get("study_text") or ""))
+    report.mesh_pairs = mesh_pair_rows(scenarios, stored.pair_values())
+    used = _recommend(report, scenarios, stat, analysed.family)
+    _comparisons(report, scenarios, analysed.family, used)
+    report.methods = methods.paragraph(analysed.study_text, report.rules, cpu=analysed.cpu_text)
+    report.against = analysed.against  # "Against the original study": findings.html.j2
     return report
 
 
@@ -309,7 +301,7 @@ def _target_met(scenarios: list, stat: dict, study_text: str) -> tuple[list[str]
     return [line], [(note, [f"{s.label}: {fmt(f.ci_low)} - {fmt(f.ci_high)} {f.unit}" for s, f in wide])]
 
 
-def _grouped_flags(store: Store) -> list[tuple[str, list[str]]]:
+def _grouped_flags(store: Stored) -> list[tuple[str, list[str]]]:
     """Each kind of flag once (its text up to the first colon, figures and parentheses left out), with
     how many repetitions carry it, an example, and the scenarios: under emulation most repetitions of
     a study carry the same one, and a line per scenario would bury the rare ones."""
@@ -328,7 +320,7 @@ def _grouped_flags(store: Store) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def _short_of_their_rule(store: Store, scenarios: list, directory: Path) -> list[tuple[str, list[str]]]:
+def _short_of_their_rule(store: Stored, scenarios: list, directory: Path) -> list[tuple[str, list[str]]]:
     """Scenarios not yet measured to their repetition rule: their figures rest on fewer samples than
     the study asked for, and so do the comparisons made with them (recommend.py leaves them out)."""
     short = [f"{s.label}: {store.attempts(s.id).count(None)} valid so far"
@@ -352,26 +344,7 @@ def _unscaled_loads(scenarios: list) -> list[tuple[str, list[str]]]:
              "it): a larger share of the link than the study's, so not under its condition", unscaled)]
 
 
-SND_WND = re.compile(r'"snd_wnd":\s*(\d+)')
-
-
-def _windows_as_run(store: Store) -> list[tuple[str, list[str]]]:
-    """TCP workloads whose send window, as iperf3 reported it (snd_wnd, median over every interval),
-    is more than 10% from the window the study asked for: the kernel sizes it from the socket buffer."""
-    asked = {s.id: (s.label, s.params.get("window")) for s in store.scenarios()
-             if s.workload == "tcp" and s.params.get("window")}
-    seen: dict[str, list[int]] = defaultdict(list)
-    for row in store.raw_outputs("iperf3"):
-        if row["scenario_id"] in asked:
-            seen[row["scenario_id"]] += [int(v) for v in SND_WND.findall(row["output"])]
-    off = [f"{asked[sid][0]}: {statistics.median(v):.0f} B for {asked[sid][1]} B asked"
-           for sid, v in sorted(seen.items(), key=lambda kv: asked[kv[0]][0])
-           if v and abs(statistics.median(v) / asked[sid][1] - 1) > 0.1]
-    return [("the TCP send window iperf3 got (snd_wnd, median) was not the one asked for: the kernel sizes it "
-             "from the socket buffer, so read the window sweep by these", off)] if off else []
-
-
-def _unflagged_fragments(store: Store) -> list[tuple[str, list[str]]]:
+def _unflagged_fragments(store: Stored) -> list[tuple[str, list[str]]]:
     """Repetitions fragmented on the WAN that carry no flag saying so (measured before vpnlab flagged
     them): the same note, from their stored wan_fragments."""
     labels = {s.id: s.label for s in store.scenarios()}
@@ -561,25 +534,15 @@ def _sweep(report: Report, stat: dict, link: str, kind: str, members: list, para
     return grouped
 
 
-def _interval_series(store: Store, scenarios: list[ScenarioRow]) -> dict[str, list[list[tuple[float, float]]]]:
-    """Scenario id -> per valid repetition, the kind's interval-by-interval series (from the raw output kept)."""
-    kinds = {s.id: KINDS[s.workload] for s in scenarios if s.workload in KINDS and KINDS[s.workload].series_tool}
-    valid = {(row.scenario_id, row.repetition) for row in store.samples()}  # no failed repetition or scenario
-    out: dict[str, list] = defaultdict(list)
-    for tool in {k.series_tool for k in kinds.values() if k.series_tool}:
-        for row in store.raw_outputs(tool):
-            if row["scenario_id"] in kinds and (row["scenario_id"], row["repetition"]) in valid:
-                out[row["scenario_id"]].append(kinds[row["scenario_id"]].series(row["output"]))
-    return out
-
-
 def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
-    """Throughput interval by interval (the FAVE thesis read trends across twenty 10-s intervals)."""
+    """Each workload's series interval by interval, as its kind draws it (the FAVE thesis read trends
+    in throughput across twenty 10-s intervals)."""
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for s in scenarios:
-        if s.id in series:
+        if s.id in series and KINDS[s.workload].series_figure:
             groups[(s.link_label, s.workload_label)].append(s)
     for (link, workload), members in sorted(groups.items()):
+        shown = KINDS[members[0].workload].series_figure
         fig, ax = plt.subplots(figsize=(7.5, 3.6))
         for s in sorted(members, key=lambda s: s.idx):
             runs = [r for r in series[s.id] if r]
@@ -589,13 +552,13 @@ def _interval_figures(report: Report, scenarios: list, series: dict) -> None:
             xs = [runs[0][i][0] for i in range(length)]
             means = [sum(r[i][1] for r in runs) / len(runs) for i in range(length)]
             ax.plot(xs, means, marker=".", label=report.labels.of(s), linestyle="--" if s.is_baseline else "-")
-        ax.set_xlabel("seconds into the transfer")
-        ax.set_ylabel("Mbit/s")
+        ax.set_xlabel(shown.x)
+        ax.set_ylabel(shown.y)
         ax.grid(alpha=0.3)
         _legend_outside(ax)
-        title = f"throughput by interval - {workload} on {link}"
+        title = f"{shown.title} - {workload} on {link}"
         ax.set_title(title, fontsize=10)
-        report.figures.append(_figure(title, fig, "mean over repetitions of each 1-second iperf3 interval"))
+        report.figures.append(_figure(title, fig, shown.caption))
 
 
 def _tunnels(report: Report, scenarios: list, stat: dict) -> None:
@@ -653,9 +616,11 @@ def _environment() -> Environment:
     return env
 
 
-def render(directory: Path) -> str:
-    return _environment().get_template("report.html.j2").render(r=build(directory), colours=GRADE_COLOURS, dark=DARK_GRADES,
-                                                                       sensitivity_headings=sensitivity.HEADINGS)
+def render(directory: Path, analysed: Analysed | None = None) -> str:
+    """The report's HTML, from `analysed` (the directory's analysis, when made already)."""
+    built = compose(analysed or analyse(directory), Path(directory))
+    return _environment().get_template("report.html.j2").render(r=built, colours=GRADE_COLOURS, dark=DARK_GRADES,
+                                                                sensitivity_headings=sensitivity.HEADINGS)
 
 
 def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:
@@ -663,9 +628,9 @@ def render_table(title: str, headings: list[str], rows: list[list[str]]) -> str:
     return _environment().get_template("table.html.j2").render(title=title, headings=headings, rows=rows)
 
 
-def write(directory: Path, out: Output | None = None) -> Output:
+def write(directory: Path, out: Output | None = None, analysed: Analysed | None = None) -> Output:
     """The report, into `out` (checked by the caller before anything is computed), or replacing
     the directory's own report.html: whole or not at all, a reader never sees half a report."""
     out = out or Output(Path(directory) / "report.html", "report", force=True)
-    out.write_text(render(Path(directory)))
+    out.write_text(render(Path(directory), analysed))
     return out

@@ -7,7 +7,7 @@ after checking, read-only, that it is an undamaged vpnlab store.
   `--resume`; then it holds an flock on `.vpnlab-lock` inside the directory until the process
   ends, so a second run on the same directory is refused while the first lives (the kernel
   drops the lock of a dead process, so a crash never blocks a later `--resume`).
-- `check_store` (store.py) opens a store read-only and says what is wrong with it, if anything;
+- `check_store` (store/database.py) opens a store read-only and says what is wrong with it, if anything;
   `read_store` opens it for a command that only reads (never creating nor migrating it), and
   `upgrade` migrates an older store in place after keeping a copy.
 - `explain` turns a full disk or an unreadable store met anywhere into one clear message and
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from .errors import VpnlabError
 from .files import PSEUDO_FILESYSTEMS, filesystem_type
-from .store import (DB_NAME, LOW_SPACE_BYTES, READABLE_SINCE, RESERVE_NAME, SCHEMA_VERSION, DiskFull, Store, StoreError,
-                    check_store, free_bytes, inspect_store, read_only_uri)
+from .store import (DB_NAME, LOW_SPACE_BYTES, READABLE_SINCE, RESERVE_NAME, SCHEMA_VERSION, DiskFull, ReadOnlyStore,
+                    Store, StoreError, check_store, free_bytes, inspect_store, read_only_uri)
 
 LOCK_NAME = ".vpnlab-lock"
 OURS = {LOCK_NAME, RESERVE_NAME}   # what an otherwise empty directory may hold: a claim that wrote nothing
@@ -50,7 +50,7 @@ class Claim:
             self.fd = -1
 
 
-def read_store(directory: Path) -> Store:
+def read_store(directory: Path) -> ReadOnlyStore:
     """The store of a results directory, for a command that only reads it (show, export, stats,
     report, compare, `run --resume --dry-run`): checked first, then opened read-only; never
     created, never migrated. An older store is refused with the command that upgrades it."""
@@ -63,7 +63,7 @@ def read_store(directory: Path) -> Store:
     if version < READABLE_SINCE:  # (one since then is read as it is: what was added since is derived)
         raise StoreError(f"{path}: an older store (results schema {version}; this vpnlab reads {SCHEMA_VERSION}); "
                          f"left untouched: run `vpnlab upgrade {directory}` to upgrade it (it keeps a copy first)")
-    return Store.reading(path, read_only_uri(path))
+    return ReadOnlyStore(path, read_only_uri(path))
 
 
 def upgrade(directory: Path) -> tuple[int, Path | None]:

@@ -131,9 +131,10 @@ class HostWatch:
 
 class Runner:
     def __init__(self, plan: Plan, out_dir: Path, caps: Capabilities, console: Console | None = None,
-                 progress: bool = True, in_vm: set[str] = frozenset(), hosts=None):
+                 progress: bool = True, in_vm: set[str] = frozenset(), hosts=None, refused: dict[str, str] | None = None):
         self.plan = plan
         self.hosts = hosts  # hosts.testbed.HostSet: the study runs on real hosts (probed, connected)
+        self.refused = refused or {}  # id -> why the place it runs cannot run it: failed before it starts
         self._stopping = threading.Event()  # pairs of hosts in threads of their own: stop after this repetition
         self._failing = threading.Lock()    # ... which may find a lost host at the same time
         self.out_dir = Path(out_dir).resolve()
@@ -173,6 +174,7 @@ class Runner:
                     store.add_scenario(scenario, "vm" if scenario.id in self.in_vm or IN_GUEST else "host")
                     if note := scenario.scale_for_emulation() if EMULATED else None:
                         store.add_note(scenario.id, note)
+            self._refuse(store)
             todo, total = self._todo(store)
             for scenario in todo:  # only what this sitting measures (the guest records how it runs its own)
                 if scenario.id not in self.in_vm:
@@ -201,6 +203,17 @@ class Runner:
             store.finish_run(run_id, status)
             store.close()
         return status
+
+    def _refuse(self, store: Store) -> None:
+        """The scenarios the place they run cannot run (a host's kernel lacks a piece) fail with the
+        reason before anything starts; one measured to its rule already is left done."""
+        for scenario in self.plan.scenarios:
+            reason = self.refused.get(scenario.id)
+            if reason and store.status(scenario.id) != "done":
+                store.set_status(scenario.id, "failed", reason)
+                self.failures.append((scenario, reason))
+                self.console.print(f"[red]scenario {scenario.index} ({scenario.label}) failed before it started:[/] "
+                                   f"{reason}", highlight=False)
 
     def _tool_versions(self) -> dict[str, str]:
         """Recorded with the run. On real hosts, theirs (in their facts). A VM guest runs this

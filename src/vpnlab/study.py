@@ -437,7 +437,7 @@ def _parse(text: str, source: str, here: bool) -> Study:
     _check_unique("links", [l.label for l in links], problems)
     _check_mesh(top, placed_vpns, placed, problems)
     if top.hosts is not None and top.topology != "mesh":
-        _check_hosts(top, placed_vpns, placed_links, placed, problems)
+        _check_hosts(top, placed_links, problems)
     else:
         problems += dict.fromkeys(f"{where}.shape: only for a study on real hosts (with `hosts:`); the testbed "
                                   "here always shapes its WAN as the link says" for where, link in placed_links
@@ -568,9 +568,9 @@ def _expand(section: str, entries: list[dict], validate, problems: list[str]) ->
 SHAPED_FIELDS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct")
 
 
-def _check_hosts(top: "_StudyFile", vpns: list, links: list, workloads: list, problems: list[str]) -> None:
+def _check_hosts(top: "_StudyFile", links: list, problems: list[str]) -> None:
     """A study on real hosts: its `hosts:` names the two ends of the WAN, its links shape them only
-    when asked to (`shape: true`), and it uses only what runs on real hosts."""
+    when asked to (`shape: true`)."""
     roles = HOST_ROLES[top.topology]
     pairs = [("hosts", top.hosts)] if isinstance(top.hosts, dict) else [(f"hosts[{i}]", p) for i, p in enumerate(top.hosts)]
     if not pairs:
@@ -597,15 +597,6 @@ def _check_hosts(top: "_StudyFile", vpns: list, links: list, workloads: list, pr
             problems.append(f"{where}.{shaped[0]}: on real hosts shaping is opt-in: add `shape: true` to this link "
                             f"(it shapes the hosts' WAN interfaces, and is removed afterwards), or leave "
                             f"{' and '.join(shaped)} out to measure the real path as it is")
-        if link.background:
-            problems.append(f"{where}.background: background traffic does not run on real hosts yet")
-    kinds = ", ".join(k for k, kind in KINDS.items() if kind.runs_on_hosts)
-    drivers = ", ".join(sorted(n for n, d in DRIVERS.items() if d.runs_on_hosts))
-    found = [f"{where}.kind: {w.kind} does not run on real hosts yet ({kinds} do)"
-             for where, w in workloads if not KINDS[w.kind].runs_on_hosts]
-    found += [f"{where}{'.inner' * depth}.driver: {layer.driver} does not run on real hosts yet ({drivers} do)"
-              for where, vpn in vpns for depth, layer in enumerate(vpn.layers) if not DRIVERS[layer.driver].runs_on_hosts]
-    problems.extend(dict.fromkeys(found))
 
 
 def _check_mesh(top: "_StudyFile", vpns: list, workloads: list, problems: list[str]) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from .analysed import analyse
 from .findings import VERDICTS, Judgement, judge
-from .results_dir import read_store
 from .schema import CONTROL
-from .store import Store
+from .store import Stored
 from .study import findings_text
 
 HEADER = "| seed study | what ran | verdicts |\n|---|---|---|"
@@ -18,20 +18,17 @@ HEADER = "| seed study | what ran | verdicts |\n|---|---|---|"
 
 def row(directory: Path) -> str:
     """The Markdown row of one results directory (read only), its control characters as visible escapes."""
-    store = read_store(Path(directory))
-    try:
-        runs = store.runs()  # (read_store refuses a store with none)
-        text, reencoded = findings_text(runs[-1]["study_text"])
-        judged = judge(store, text)
-        ran = what_ran(store, runs)
-    finally:
-        store.close()
+    analysed = analyse(directory)
+    runs = analysed.runs  # (read_store refuses a store with none)
+    text, reencoded = findings_text(runs[-1]["study_text"])
+    judged = judge(analysed.stored, text)
+    ran = what_ran(analysed.stored, runs)
     encoding = " (findings as this vpnlab encodes them, judged on the stored samples)" if reencoded else ""
     text = f"| `{runs[-1]['study_name']}` | {ran} | {verdicts_text(judged)}{encoding} |"
     return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
-def what_ran(store: Store, runs) -> str:
+def what_ran(store: Stored, runs) -> str:
     scenarios = store.scenarios()
     places = Counter("in the VM under software emulation" if s.emulated else f"in the {s.measured_in}"
                      .replace("in the host", "on the host") for s in scenarios)

@@ -85,7 +85,7 @@ def _placement(study: str, backend: str, caps) -> list[dict]:
 
 
 def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
-    from ..capabilities import FEATURES
+    from ..features import FEATURES
 
     print_table(f"kernel {caps.kernel} and libraries", ("feature", "present"),
            [(text, "[green]yes[/]" if caps.has(f) else "[red]no[/]") for f, text in FEATURES.items()])

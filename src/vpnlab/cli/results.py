@@ -20,17 +20,12 @@ from .common import app
 
 
 def _show(directory: Path) -> None:
-    from ..analysis import summarise
+    from ..analysed import analyse
     from ..labels import for_scenarios
     from ..machines import machine_lines, measured_where, sitting_versions
 
-    store = read_store(directory)
-    try:
-        summaries = summarise(store)
-        scenarios = store.scenarios()
-        runs = store.runs()
-    finally:
-        store.close()
+    analysed = analyse(directory)
+    summaries, scenarios, runs = analysed.summaries, analysed.scenarios, analysed.runs
     last = runs[-1]
     out.print(f"[bold]{safe(last['study_name'])}[/] - measured {safe(measured_where(last, scenarios))}, vpnlab "
               f"{safe(sitting_versions(runs))}, status {safe(last['status'])}", highlight=False)
@@ -51,7 +46,7 @@ def _show(directory: Path) -> None:
             out.print(f"\n{title}: [red]failed[/] - {safe(sc.failure)}", highlight=False)
         else:
             _print_scenario(title, sc, {s.metric: s for s in summaries.get(sc.id, [])})
-    _print_methods(last["study_text"], scenarios, directory)
+    _print_methods(last["study_text"], scenarios, analysed.cpu_text)
 
 
 def _print_scenario(title: str, sc, by_metric: dict) -> None:
@@ -95,12 +90,12 @@ def _tunnel_facts(sc, by_metric: dict) -> list[str]:
     return facts
 
 
-def _print_methods(study_text: str, scenarios, directory: Path) -> None:
+def _print_methods(study_text: str, scenarios, cpu: str) -> None:
     """How the numbers were obtained, as the report's methods paragraph says it."""
     from .. import methods
 
     rules = sorted({sc.repetition_rule for sc in scenarios})
-    paragraph = methods.paragraph(study_text or "", rules, cpu=methods.cpu_text(directory))
+    paragraph = methods.paragraph(study_text or "", rules, cpu=cpu)
     out.print("\n[bold]Methods.[/] " + safe(paragraph), highlight=False)
 
 
@@ -125,18 +120,16 @@ def export(
     """Every sample (long format), the per-scenario summary, or the comparisons. Reads the store
     only; writes only --output."""
     from .. import export as exporter
+    from ..analysed import analyse
 
     if fmt not in ("csv", "json"):
         raise VpnlabError(f"--format: expected csv or json, got {fmt!r}")
     if table not in exporter.TABLES:
         raise VpnlabError(f"--table: expected one of {', '.join(exporter.TABLES)}, got {table!r}")
     target = Output(output, "--output", force, protect=(directory / DB_NAME,))
-    store = read_store(directory)
-    try:
-        with target.open() as fh:
-            count = exporter.write(store, fmt, fh, table)
-    finally:
-        store.close()
+    analysed = analyse(directory)
+    with target.open() as fh:
+        count = exporter.write(analysed, fmt, fh, table)
     if target.path is not None:
         err.print(f"{count} rows written to {safe(target)}", highlight=False)
 
@@ -223,6 +216,7 @@ def stats(
     """Compare configurations: the paired t test on log(B/A) per round (Welch on logs when unpaired),
     Holm-corrected over every comparison the study defines whatever is printed, with a verdict
     (ahead / equivalent / undecided); one-sided t and rank tests as secondary, uncorrected."""
+    from ..analysed import analyse
     from ..compare import SECONDARY_HEADINGS, STUDY_HEADINGS, study_comparisons, study_footnotes, study_rows
 
     pairs = None
@@ -233,12 +227,9 @@ def stats(
                 raise VpnlabError(f"--pair: expected 'LABEL A|LABEL B', got {text!r}")
             a, b = (part.strip() for part in text.split("|", 1))
             pairs.append((a, b))
-    store = read_store(directory)
-    try:
-        _known_labels(pairs or [], {sc.vpn_label for sc in store.scenarios()})
-        comparisons = study_comparisons(store, pairs)
-    finally:
-        store.close()
+    analysed = analyse(directory)
+    _known_labels(pairs or [], {sc.vpn_label for sc in analysed.scenarios})
+    comparisons = study_comparisons(analysed.stored, pairs, analysed.family)
     if not comparisons:
         out.print("no comparisons: they need two configurations of one driver that differ in one thing "
                   "(or --pair), each with at least two repetitions")

@@ -86,7 +86,7 @@ def run(
             out.print(f"on real hosts: {safe(hosts.text)} (not contacted)", highlight=False)
         return
     need_root("vpnlab run")
-    caps, in_vm = _placed(plan, backend, hosts, is_default)
+    caps, in_vm, refused = _placed(plan, backend, hosts, is_default)
     if dry_run:  # exactly what the run would do: the same placement, twins and estimate
         _print_plan(plan, in_vm)
         if resume is not None:
@@ -104,7 +104,7 @@ def run(
     if hosts:
         err.print(f"on real hosts: {safe(hosts.text)}", highlight=False)
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm,
-                    hosts=hosts)
+                    hosts=hosts, refused=refused)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -154,13 +154,15 @@ def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
 
 def _placed(plan, backend: str, hosts, is_default: bool):
     """Where each scenario runs (here, the VM, real hosts) and what it finds there; what cannot run
-    is an error, except in the default study ("every VPN this machine can run"), which drops it."""
+    is an error, except in the default study ("every VPN this machine can run"), which drops it, and
+    on real hosts, where a scenario a host's kernel cannot run fails before it starts. Returns the
+    capabilities, the ids of the scenarios for the VM and those failed before they start (id -> why)."""
     from ..plan import place
 
     if hosts:
-        caps, problems, in_vm = _place_on_hosts(plan, hosts), {}, set()
-    else:
-        caps, problems, in_vm = place(plan, backend)
+        caps, refused = _place_on_hosts(plan, hosts)
+        return caps, set(), refused
+    caps, problems, in_vm = place(plan, backend)
     if problems and is_default:
         for p in problems.values():
             err.print(f"[yellow]skipped:[/] {p}", highlight=False)
@@ -168,29 +170,36 @@ def _placed(plan, backend: str, hosts, is_default: bool):
     elif problems:
         raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems.values())
                           + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
-    return caps, in_vm
+    return caps, in_vm, {}
 
 
 def _place_on_hosts(plan, hosts):
-    """Connect to the study's hosts and check each pair can run its scenarios (what both of its
-    hosts offer); the capabilities of the first pair, or a clear error naming what they lack."""
+    """Connect to the study's hosts and check each scenario against its pair: a scenario their
+    kernels cannot run (no ESP, PPP, L2TP, netem ...) fails before it starts, with the host that
+    lacks it; a program they lack is an error naming it (`hosts prepare` installs it), as is a study
+    none of whose scenarios can run. The capabilities of the first pair, and the failed ones (id -> why)."""
     from ..catalog import DRIVERS
     from ..hosts.prepare import TESTBED_TOOLS
     from ..plan import check_scenario
+    from ..workloads import background
 
     commands = set(TESTBED_TOOLS)
     for scenario in plan.scenarios:
         commands |= set(scenario.kind.needs(scenario.workload))
         commands |= {tool.command for layer in scenario.vpn.layers for tool in DRIVERS[layer.driver].tools}
+        commands |= background.needs(scenario.link.background) if scenario.link.background else set()
     try:
         caps = hosts.probe(commands)
-        problems = []
+        problems, refused = [], {}
         for scenario in plan.scenarios:
             pair = hosts.pair_of(scenario)
-            missing = check_scenario(scenario, caps[hosts.pairs.index(pair)])
-            if missing:
+            if why := _kernels_lack(scenario, pair, hosts):
+                refused[scenario.id] = why
+            elif missing := check_scenario(scenario, caps[hosts.pairs.index(pair)]):
                 problems.append(f"scenario {scenario.index} ({scenario.label}) on {pair.text} needs: "
                                 + "; ".join(missing))
+        if not problems and len(refused) == len(plan.scenarios):
+            problems = [f"scenario {s.index} ({s.label}): {refused[s.id]}" for s in plan.scenarios]
     except BaseException:
         hosts.close()
         raise
@@ -199,18 +208,34 @@ def _place_on_hosts(plan, hosts):
         raise VpnlabError("the hosts cannot run the study as written:\n  " + "\n  ".join(problems)
                           + "\n(`vpnlab hosts prepare --inventory FILE --study STUDY` installs the packages; "
                           "`vpnlab hosts doctor` lists what each host has)")
-    return caps[0]
+    return caps[0], refused
+
+
+def _kernels_lack(scenario, pair, hosts) -> str | None:
+    """Why the kernels of a pair of hosts cannot run a scenario, naming the host that lacks a piece
+    (or the two, when only their combination does); None: they can."""
+    from ..plan import check_scenario
+
+    names = [site.name for site in pair.sites]
+    both = check_scenario(scenario, hosts.kernels(names))
+    if not both:
+        return None
+    alone = [f"host {name}: " + "; ".join(lacks) for name in names
+             if (lacks := check_scenario(scenario, hosts.kernels([name])))]
+    return "the kernel cannot run it: " + ("; ".join(alone) or f"{pair.text} together: " + "; ".join(both))
 
 
 def _finish(out_dir: Path) -> None:
     """Summary and report; a signal meanwhile leaves the run marked interrupted, with the way to
     write the report later, never a 'completed' run without its report."""
+    from ..analysed import analyse
     from ..report import write as write_report
     from ..store import Store
 
     try:
-        _compact(out_dir)
-        report = write_report(out_dir)
+        analysed = analyse(out_dir)  # read and analysed once, for the summary and the report
+        _compact(analysed)
+        report = write_report(out_dir, analysed=analysed)
         out.print(safe(f"details: vpnlab show {out_dir}\nresults: {out_dir}\nreport:  {report}", lines=True))
     except Interrupted as exc:
         store = Store.open_dir(out_dir)
@@ -223,18 +248,14 @@ def _finish(out_dir: Path) -> None:
         raise typer.Exit(exc.exit_code)
 
 
-def _compact(directory: Path) -> None:
+def _compact(analysed) -> None:
     """The end of a run at a glance: a row per VPN, a column per link and workload with the
     workload's primary metric against no VPN (interval, grade where the data give one), failures."""
-    from ..analysis import fmt, relative_text, summarise
+    from ..analysis import fmt, relative_text
     from ..catalog import KINDS
     from ..labels import for_scenarios
 
-    store = results_dir.read_store(directory)
-    try:
-        summaries, scenarios = summarise(store), store.scenarios()
-    finally:
-        store.close()
+    summaries, scenarios = analysed.summaries, analysed.scenarios
     columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))
     rows: dict[str, dict] = {}
     labels = for_scenarios(scenarios)  # as the report and `vpnlab show` name them
@@ -260,7 +281,8 @@ def _reps(rule) -> str:
 
 
 def _print_plan(plan, in_vm: set[str] | None) -> None:
-    """The plan as the run will carry it out; `in_vm` None: placement unknown (not root)."""
+    """The plan as the run will carry it out, each scenario where it runs (here, the VM, its pair of
+    real hosts); `in_vm` None: placement unknown (not root)."""
     from ..plan import duration
 
     table = Table(title=f"plan of study '{safe(plan.study.name)}' ({plan.study.topology})")
@@ -268,7 +290,7 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
         table.add_column(col)
     placed = in_vm or set()
     for s in plan.scenarios:
-        where = "?" if in_vm is None else ("VM" if s.id in placed else "here")
+        where = ("?" if in_vm is None else "VM" if s.id in placed else "here") if not s.hosts else "+".join(s.hosts.values())
         table.add_row(str(s.index), s.id, safe(s.vpn_label), safe(s.link.label), safe(s.workload.full_label),
                       _reps(s.repetitions), where, duration(s.estimate_s(s.id in placed)))
     out.print(table)

@@ -191,13 +191,12 @@ class Tunnel:
         return self.own_logs[-1][1]
 
     def fetch_logs(self) -> None:
-        """Copy the logs its daemons write on their nodes into the local log folder (what a node
-        could not give stays as it was)."""
+        """Copy the logs its daemons write on their nodes into the local log folder (read_log: what a
+        node cannot give yet leaves the copy as it was)."""
         for node, path, local in self.own_logs:
-            try:
-                local.write_bytes(node.read_file(path))
-            except (VpnlabError, OSError):
-                continue
+            text = self.read_log(path, node)
+            if text:
+                local.write_text(text)
 
     def logs(self) -> str:
         """The end of each of its daemons' logs, for an error message: their output and the logs
@@ -206,6 +205,16 @@ class Tunnel:
         written = sorted(self.env.log_dir.glob(f"l{self.env.layer}-*.log"))
         logs = dict.fromkeys([*(log for _, _, log in self.processes), *written])
         return "\n".join(f"  {log.name}:\n{tail(log)}" for log in logs)
+
+    def read_log(self, log: Path | str, node: Node | None = None) -> str:
+        """A daemon's log as text, whatever the node: the local file `node.spawn` streams its output
+        into (both kinds of node), or, given its `node`, a log the daemon writes itself there (read
+        through that node); "" while it does not exist."""
+        try:
+            data = Path(log).read_bytes() if node is None else node.read_file(log)
+        except (OSError, VpnlabError):
+            return ""
+        return data.decode(errors="replace")
 
     def leave(self, node: Node, path: Path) -> None:
         """A file a daemon of this tunnel may leave on `node` if it is killed: recorded before the
@@ -249,7 +258,6 @@ class Driver:
     tools: ClassVar[tuple[Tool, ...]] = ()       # every program it runs, with its Debian package
     packages: ClassVar[tuple[str, ...]] = ()     # Debian packages it needs that carry no program (plugins)
     guest_modules: ClassVar[tuple[str, ...]] = ()  # kernel modules a VM guest (no udev) must load for it
-    runs_on_hosts: ClassVar[bool] = False        # its files and daemons go through the node (real hosts too)
     tunables: ClassVar[tuple[Tunable, ...]] = ()  # what `vpnlab tune` may vary; none: its default options only
     proposed: ClassVar[bool] = True              # in `vpnlab tune`'s space unless a spec names its drivers
     # How it joins the peers of a mesh (topology `mesh`): "full", every peer to every other (its own

@@ -2,7 +2,9 @@
 the lighthouse, the client finding it through `static_host_map`.
 
 Each end runs `nebula` over TUN with a certificate `nebula-cert` signed for its overlay address and
-the networks behind it (`subnets`); the networks behind the other end are `unsafe_routes` through
+the networks behind it (`subnets`), by a certificate authority on the lighthouse's node, from a key
+pair made on the end's own node (nebula-cert runs on the nodes; only public keys and certificates
+cross between them); the networks behind the other end are `unsafe_routes` through
 it. Nebula installs those routes itself with the metric we give it, below the chain's own; the
 driver then points the chain's route into the tunnel, as every driver does.
 """
@@ -11,13 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from typing import Literal
 
 from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms, read_logs
 from ..errors import TunnelError
+from ..testbed.contract import Node
 from ..tools import Tool
 from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, route_into, wait_for
 
@@ -46,7 +48,6 @@ class Nebula(Driver):
     summary = "Nebula 1.6 (Noise IX, certificates, a lighthouse) over UDP: cipher aes or chachapoly"
     tools = (NEBULA, NEBULA_CERT)
     Options = NebulaOptions
-    runs_on_hosts = True
     mesh = "full"
 
     def check(self, options, profile):
@@ -70,22 +71,29 @@ class Nebula(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, DEFAULT_MTU)
         tunnel = Tunnel(env, ("udp", options.port), mtu)
-        _certificate_authority(env)
-        for site, peer, end in ((right, left, "b"), (left, right, "a")):  # the lighthouse first: the client needs it
+        ends = ((right, left, "b"), (left, right, "a"))  # the lighthouse first: the client needs it
+        configs = [_configure(env, site, end, f"vn{env.unique}{end}", None if end == "b" else right, peer, mtu,
+                              options) for site, peer, end in ends]
+        _certificate_authority(env, right.node, [(site, end) for site, _, end in ends])
+        for (site, peer, end), config in zip(ends, configs):
             dev = f"vn{env.unique}{end}"
-            _start(env, tunnel, site, end, dev, None if end == "b" else right, peer, mtu, options)
+            _start(tunnel, site, dev, config)
             route_into(site.node, peer.subnets, dev)
         return tunnel
 
     def up_mesh(self, sites, options, profile, env: TunnelEnv) -> Mesh:
         """Peer 0 the lighthouse, which every other peer finds through `static_host_map`; the peers
-        learn each other's addresses from it and handshake directly (no NAT here: no punching)."""
+        learn each other's addresses from it and handshake directly (no NAT here: no punching). Every
+        peer's certificate is signed before the first starts."""
         mtu = env.mtu(options, DEFAULT_MTU)
         tunnel = Tunnel(env, ("udp", options.port), mtu)
-        _certificate_authority(env)
+        devices = [f"vn{env.unique}m{k}" for k in range(len(sites))]
+        configs = [_configure(env, site, f"p{k}", devices[k], sites[0] if k else None, None, mtu, options)
+                   for k, site in enumerate(sites)]
+        _certificate_authority(env, sites[0].node, [(site, f"p{k}") for k, site in enumerate(sites)])
 
         def start(k: int) -> None:
-            _start(env, tunnel, sites[k], f"p{k}", f"vn{env.unique}m{k}", sites[0] if k else None, None, mtu, options)
+            _start(tunnel, sites[k], devices[k], configs[k])
 
         for k in range(len(sites) - 1):
             start(k)
@@ -118,34 +126,42 @@ def parse_nebula_log(text: str) -> Algorithms | None:
                                               "the cipher: every node runs the configured one)")
 
 
-def _nebula_cert(*argv) -> None:
-    """nebula-cert here, where the run keeps its secrets (it writes keys 0600 itself)."""
-    proc = subprocess.run(["nebula-cert", *map(str, argv)], capture_output=True, text=True, timeout=30)
+def _nebula_cert(node: Node, *argv) -> None:
+    """nebula-cert on `node`, in this tunnel's folder there (it writes its files 0600 itself)."""
+    proc = node.run(["nebula-cert", *map(str, argv)], check=False, timeout=30)
     if proc.returncode != 0:
-        raise TunnelError(f"nebula-cert {argv[0]} failed: {(proc.stderr or proc.stdout).strip()}")
+        raise TunnelError(f"nebula-cert {argv[0]} failed in {node.role}: {(proc.stderr or proc.stdout).strip()}")
 
 
-def _certificate_authority(env: TunnelEnv) -> None:
-    folder = env.secrets
-    _nebula_cert("ca", "-name", f"vpnlab-{env.unique}", "-duration", CA_VALIDITY,
-                 "-out-crt", folder / "ca.crt", "-out-key", folder / "ca.key")
+def _certificate_authority(env: TunnelEnv, ca: Node, ends: list) -> None:
+    """A certificate authority for this tunnel on node `ca` (the lighthouse's), which signs each
+    end's certificate for its overlay address and the networks behind it. Each end's key pair is made
+    on its own node: only its public key and its certificate cross (read back through the nodes)."""
+    folder = env.folder(ca)
+    _nebula_cert(ca, "ca", "-name", f"vpnlab-{env.unique}", "-duration", CA_VALIDITY,
+                 "-out-crt", f"{folder}/ca.crt", "-out-key", f"{folder}/ca.key")
+    authority = ca.read_file(f"{folder}/ca.crt")
+    for site, end in ends:
+        own = env.folder(site.node)
+        _nebula_cert(site.node, "keygen", "-out-key", f"{own}/{end}.key", "-out-pub", f"{own}/{end}.pub")
+        public = env.write(ca, f"{end}.pub", site.node.read_file(f"{own}/{end}.pub"))
+        _nebula_cert(ca, "sign", "-ca-crt", f"{folder}/ca.crt", "-ca-key", f"{folder}/ca.key", "-name", end,
+                     "-ip", f"{site.tunnel_ip}/24", *(["-subnets", ",".join(site.subnets)] if site.subnets else []),
+                     "-in-pub", public, "-out-crt", f"{folder}/{end}.crt")
+        env.write(site.node, f"{end}.crt", ca.read_file(f"{folder}/{end}.crt"))
+        env.write(site.node, "ca.crt", authority)
 
 
-def _sign(env: TunnelEnv, end: str, site) -> None:
-    """A certificate for this end's overlay address and the networks behind it."""
-    folder = env.secrets
-    _nebula_cert("sign", "-ca-crt", folder / "ca.crt", "-ca-key", folder / "ca.key", "-name", end,
-                 "-ip", f"{site.tunnel_ip}/24", *(["-subnets", ",".join(site.subnets)] if site.subnets else []),
-                 "-out-crt", folder / f"{end}.crt", "-out-key", folder / f"{end}.key")
+def _configure(env: TunnelEnv, site, end: str, dev: str, lighthouse, peer, mtu: int, options: NebulaOptions) -> str:
+    """This end's configuration on its node, its path there: written first, it makes the tunnel's folder
+    there, which nebula-cert writes into."""
+    return env.write(site.node, f"{end}.yml", json.dumps(_config(site, lighthouse, peer, end, dev, mtu, options, env)))
 
 
-def _start(env: TunnelEnv, tunnel: Tunnel, site, end: str, dev: str, lighthouse, peer, mtu: int,
-           options: NebulaOptions) -> None:
-    """Sign this end's certificate, start its nebula and wait for its interface."""
-    _sign(env, end, site)
-    config = env.secret_file(f"{end}.yml", json.dumps(_config(site, lighthouse, peer, end, dev, mtu, options, env)))
-    log = env.log(f"nebula-{site.node.role}")
-    proc = site.node.spawn(["nebula", "-config", env.on(site.node, config)], log, what="nebula")
+def _start(tunnel: Tunnel, site, dev: str, config: str) -> None:
+    """Start this end's nebula and wait for its interface."""
+    log = tunnel.env.log(f"nebula-{site.node.role}")
+    proc = site.node.spawn(["nebula", "-config", config], log, what="nebula")
     tunnel.processes.append((site.node, proc, log))
     wait_for(lambda: site.node.ipv4_address_once_up(dev) is not None, 15, f"nebula's {dev}", tunnel)
 
@@ -153,7 +169,7 @@ def _start(env: TunnelEnv, tunnel: Tunnel, site, end: str, dev: str, lighthouse,
 def _config(site, lighthouse, peer, end: str, dev: str, mtu: int, options: NebulaOptions, env: TunnelEnv) -> dict:
     """This end's config (JSON, which is YAML): the lighthouse to find (None: it is the lighthouse),
     the networks behind `peer` (if any) as unsafe routes, a firewall that lets the measurement through."""
-    files = {name: str(env.on(site.node, env.secrets / name)) for name in ("ca.crt", f"{end}.crt", f"{end}.key")}
+    files = {name: f"{env.folder(site.node)}/{name}" for name in ("ca.crt", f"{end}.crt", f"{end}.key")}
     anything = [{"port": "any", "proto": "any", "host": "any"}]
     return {
         "pki": {"ca": files["ca.crt"], "cert": files[f"{end}.crt"], "key": files[f"{end}.key"]},

@@ -13,7 +13,6 @@ class NoVpn(Driver):
     name = "none"
     summary = "no VPN: the baseline every VPN is graded against"
     baseline = True
-    runs_on_hosts = True
     Options = NoneOptions
 
     def check(self, options, profile):

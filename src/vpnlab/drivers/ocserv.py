@@ -50,7 +50,6 @@ class Ocserv(Driver):
     tools = (Tool("ocserv", "ocserv", ("ocserv", "--version")), Tool("openconnect", "openconnect",
              ("openconnect", "--version")), OPENSSL)
     Options = OcservOptions
-    runs_on_hosts = True
     tunables = (Tunable("transport", ("dtls", "tls")),)
 
     def describe(self, options, profile):
@@ -94,8 +93,7 @@ class Ocserv(Driver):
         mtu = client.read_file(ready).decode().split()
         tunnel.mtu = int(mtu[1]) if len(mtu) > 1 and mtu[1].isdigit() else None
         if dtls:  # the data only moves to UDP once DTLS is up; measure nothing before
-            wait_for(lambda: re.search(r"Established DTLS connection", log.read_text(errors="replace")) is not None,
-                     15, "the DTLS channel", tunnel)
+            wait_for(lambda: "Established DTLS connection" in tunnel.read_log(log), 15, "the DTLS channel", tunnel)
         return tunnel
 
     @staticmethod

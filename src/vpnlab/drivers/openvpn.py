@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import PurePosixPath
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -107,7 +108,6 @@ class OpenVpn(Driver):
     summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
     tools = (Tool("openvpn", "openvpn", ("openvpn", "--version")), OPENSSL)
     Options = OpenVpnOptions
-    runs_on_hosts = True
     mesh = "hub"  # a server that its clients reach each other through (the default up_mesh)
     # Compression before encryption lets packet sizes betray the contents (VORACLE): OpenVPN 2.6
     # refuses it unless allowed, so it is weak. MD5 and SHA1 HMACs are left out: SHA256 is as fast.
@@ -203,8 +203,7 @@ class OpenVpn(Driver):
         # a whole-second timer instead (and a TCP server looks for a new connection once a second):
         # 1.1-2.2 s of every set-up. Ciphers, key exchange and data-channel packets (P_DATA_V2 with
         # a peer-id) are the same in both modes.
-        (env.secrets / "ccd").mkdir(mode=0o700)
-        env.secret_file("ccd/vpnlab-client",  # named after the client certificate's CN (pki.py)
+        ccd = env.write(right.node, "ccd/vpnlab-client",  # named after the client certificate's CN (pki.py)
                         f"ifconfig-push {left.tunnel_ip} 255.255.255.0\n"  # the layer's /24 (topology.py)
                         + "".join(f"iroute {net.network_address} {net.netmask}\n"  # its LANs, site-to-site
                                   for net in map(ipaddress.ip_network, left.subnets)))
@@ -213,7 +212,7 @@ class OpenVpn(Driver):
                            "--cert", on_server(pki.server_cert), "--key", on_server(pki.server_key),
                            "--proto", "udp" if udp else "tcp-server", "--lport", options.port,
                            "--topology", "subnet", "--ifconfig", right.tunnel_ip, "255.255.255.0",
-                           "--push", "topology subnet", "--client-config-dir", on_server(env.secrets / "ccd")]
+                           "--push", "topology subnet", "--client-config-dir", PurePosixPath(ccd).parent]
         client = common + ["--client", "--remote-cert-tls", "server", "--ca", on_client(pki.ca),
                            "--cert", on_client(pki.client_cert), "--key", on_client(pki.client_key),
                            "--proto", "udp" if udp else "tcp-client",
@@ -230,7 +229,7 @@ class OpenVpn(Driver):
                 wait_for(lambda: right.node.listening(options.port, udp), 15,
                          "the OpenVPN server's socket", tunnel, interval=0.01)
         ready = "Initialization Sequence Completed"
-        wait_for(lambda: all(ready in log.read_text(errors="replace") for log in logs.values()), 30,
+        wait_for(lambda: all(ready in tunnel.read_log(log) for log in logs.values()), 30,
                  "OpenVPN to complete its initialisation", tunnel, interval=0.01)
         route_into(left.node, right.subnets, dev)
         route_into(right.node, left.subnets, dev)

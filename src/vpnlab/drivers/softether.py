@@ -7,31 +7,28 @@ with `transport: udp`, over SoftEther's UDP acceleration beside them; `encryptio
 in clear after the TLS login, `compression` deflates it. There is no cipher to choose (NO_CIPHER_CHOICE).
 
 Both daemons keep their state in fixed places (/var/lib/softether, /var/log/softether,
-/run/softether, /tmp): each runs with empty private ones (a tmpfs in its own mount namespace, gone
-with it), and so does every vpncmd. Both run as a watchdog that restarts its worker when the
-worker dies abnormally: each pair runs in its own PID namespace, so that ending it ends both,
-and a restarted worker (a broken tunnel) is reported by `health`.
+/run/softether, /tmp): each runs with empty private ones (a tmpfs in a mount namespace of its own,
+gone with it, also in a real host's own network namespace), and so does every vpncmd; the logs
+SoftEther writes itself go to the tunnel's folder on the node. Both run as a watchdog that restarts
+its worker when the worker dies abnormally: each pair runs in its own PID namespace, so that ending
+it ends both, and a restarted worker (a broken tunnel) is reported by `health`. Everything goes
+through the node: its commands, its files, the /proc of its processes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import secrets as random_secrets
-import signal
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from ..algorithms import AEAD, Algorithms
-from ..errors import TunnelError
-from ..files import tail
+from ..errors import TunnelError, VpnlabError
 from ..testbed.contract import Node
 from ..testbed.node import private_run
-from ..testbed.state import process_start_time
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
 
@@ -40,8 +37,8 @@ CLIENT = "/usr/libexec/softether/vpnclient/vpnclient"
 CLIENT_ADMIN_PORT = 9931  # the client daemon listens here once it takes commands (vpncmd finds it as "localhost")
 DEFAULT_LISTENERS = (443, 992, 1194, 5555)  # the server's TCP listeners out of the box
 # The fixed places SoftEther writes: private, empty ones for each daemon and vpncmd (/run too, by private_run)
-# Its logs ($1, a folder of the run's logs, opened before anything hides it) stay with the run's.
-PRIVATE_DIRS = ('exec 4<"$1"; shift; mount -t tmpfs vpnlab-softether /var/lib && '
+# Its logs go to $1, a folder of the tunnel's on the node (made 0700 and opened before anything hides it).
+PRIVATE_DIRS = ('mkdir -p -m 700 "${1%/*}" "$1" && exec 4<"$1" && shift && mount -t tmpfs vpnlab-softether /var/lib && '
                 'mount -t tmpfs vpnlab-softether /var/log && mount -t tmpfs vpnlab-softether /tmp && '
                 'mkdir /var/lib/softether /var/log/softether && mount --bind /proc/self/fd/4 /var/log/softether && '
                 'exec 4<&- && exec "$@"')
@@ -87,7 +84,8 @@ class SoftEtherTunnel(Tunnel):
     """A tunnel whose daemons each run as watchdog and worker in their own PID namespace."""
 
     client: Node | None = None  # where vpncmd reads the live session
-    workers: list[tuple[int, int | None, str]] = field(default_factory=list)  # (pid, start time, what)
+    workers: list[tuple[Node, int, int | None, str]] = field(default_factory=list)  # (node, pid, start time, what)
+    own_logs: list[tuple[Node, str]] = field(default_factory=list)  # the folders of the logs SoftEther writes
 
     def status(self) -> dict[str, str]:
         """The client's AccountStatusGet, item -> value: the live session's protocol and cipher."""
@@ -96,59 +94,64 @@ class SoftEtherTunnel(Tunnel):
 
     def watch_workers(self) -> None:
         """Remember each daemon's processes now that the tunnel is up."""
-        for _, proc, log in self.processes:
-            self.workers += [(pid, process_start_time(pid), log.stem) for pid in descendants(proc.pid)]
+        for node, proc, log in self.processes:
+            self.workers += [(node, pid, start_time(node, pid), log.stem) for pid in descendants(node, proc.pid)]
 
     def health(self) -> str | None:
-        for pid, start, what in self.workers:
-            if process_start_time(pid) != start:
+        for node, pid, start, what in self.workers:
+            if start_time(node, pid) != start:
                 return f"{what}: a process of the daemon exited (its watchdog restarts it: the tunnel broke)"
         return super().health()
 
     def logs(self) -> str:
-        """Ours, then the end of each log SoftEther wrote itself (where a refused login shows)."""
-        own = sorted(self.env.log_dir.glob(f"l{self.env.layer}-softether-*/*/*.log"))
-        return "\n".join([super().logs(), *(f"  {log.parent.parent.name}/{log.parent.name}/{log.name}:\n{tail(log)}"
-                                            for log in own)])
+        """Ours, then the end of each log SoftEther wrote itself on its node (where a refused login shows)."""
+        own = [(node, path) for node, folder in self.own_logs
+               for path in node.run(["find", folder, "-name", "*.log", "-type", "f"], check=False).stdout.split()]
+        return "\n".join([super().logs(), *(f"  {PurePosixPath(path).relative_to(self.env.folder(node))}:\n"
+                                            f"{last_lines(self.read_log(path, node))}" for node, path in own)])
 
     def down(self) -> None:
         for node, proc, _ in reversed(self.processes):
             # unshare ignores SIGTERM. SIGKILL to its child, the first process of the PID namespace,
             # ends every process in it before it is reaped (devices closed, nothing left to adopt);
             # unshare then exits by itself, and stop() reaps it.
-            for first in descendants(proc.pid)[:1]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(first, signal.SIGKILL)
+            for first in descendants(node, proc.pid)[:1]:
+                node.run(["kill", "-KILL", str(first)], check=False)
             node.stop(proc)
         self.processes.clear()
         super().down()
 
 
-def private(*argv, env: TunnelEnv, name: str) -> list:
-    """A SoftEther program with empty private copies of the places it writes (ip netns exec's mount
-    namespace keeps them from everything else), its own logs in the folder `logs_of(env, name)`."""
-    logs = logs_of(env, name)
-    logs.mkdir(exist_ok=True)
-    return private_run(["sh", "-c", PRIVATE_DIRS, "sh", logs, *argv], keep=env.state.directory,
+def private(node: Node, env: TunnelEnv, name: str, *argv) -> list:
+    """A SoftEther program with empty private copies of the places it writes, its own logs in the folder
+    `logs_of(node, env, name)`. Run it under `unshare --mount`: a mount namespace of its own keeps them
+    from everything else (`ip netns exec` makes one, but a real host's own namespace has none)."""
+    return private_run(["sh", "-c", PRIVATE_DIRS, "sh", logs_of(node, env, name), *argv], keep=node.scratch(),
                        make=("/run/softether",))
 
 
-def logs_of(env: TunnelEnv, name: str) -> Path:
-    """The folder of the logs SoftEther writes itself (server_log/, client_log/ ...), beside ours."""
-    return env.log_dir / f"l{env.layer}-softether-{name}"
+def logs_of(node: Node, env: TunnelEnv, name: str) -> str:
+    """The folder of the logs SoftEther writes itself (server_log/, client_log/ ...) on the node: the tunnel's."""
+    return f"{env.folder(node)}/softether-{name}"
+
+
+def last_lines(text: str, lines: int = 15, indent: str = "    ") -> str:
+    return "\n".join(indent + line for line in text.strip().splitlines()[-lines:]) or indent + "(no log)"
 
 
 def vpncmd(node: Node, env: TunnelEnv, name: str, target: list[str], commands: list[str], check: bool = True) -> str:
-    """Run vpncmd's commands (a batch file: they name passwords) against a daemon; its output, also
-    in the log `vpncmd-<name>` with the passwords blanked."""
-    batch = env.secret_file(f"vpncmd-{name}", "\n".join(commands) + "\n")
-    proc = node.run(private("vpncmd", *target, f"/IN:{batch}", "/CSV", env=env, name="vpncmd"), check=False,
-                    timeout=60)
-    batch.unlink()
+    """Run vpncmd's commands against a daemon, from a batch file on the node (they name passwords),
+    removed once read; its output, quoted with the passwords blanked when it fails."""
+    batch = env.write(node, f"vpncmd-{name}", "\n".join(commands) + "\n")
+    try:
+        argv = private(node, env, "vpncmd", "vpncmd", *target, f"/IN:{batch}", "/CSV")
+        proc = node.run(["unshare", "--mount", *argv], check=False, timeout=60)
+    finally:
+        node.remove_file(batch)
     output = proc.stdout + proc.stderr
-    env.log(f"vpncmd-{name}").write_text(SECRETS.sub(r"\1***", output))
     if check and (proc.returncode != 0 or "Error occurred" in output):
-        raise TunnelError(f"vpncmd ({name}) failed:\n{tail(env.log(f'vpncmd-{name}'))}")
+        blanked = SECRETS.sub(r"\1***", output)
+        raise TunnelError(f"vpncmd ({name}) in {node.role} failed:\n{last_lines(blanked)}")
     return output
 
 
@@ -189,13 +192,26 @@ def parse_status(text: str) -> dict[str, str]:
     return out
 
 
-def descendants(pid: int) -> list[int]:
-    """The process's children, theirs, and so on."""
+def descendants(node: Node, pid: int) -> list[int]:
+    """The process's children on its node, theirs, and so on."""
+    children = [int(c) for c in read_proc(node, f"{pid}/task/{pid}/children").split()]
+    return [grand for child in children for grand in (child, *descendants(node, child))]
+
+
+def start_time(node: Node, pid: int) -> int | None:
+    """A process's start time on its node, in clock ticks since boot (None: gone): with its PID, it
+    tells a worker from the one its watchdog restarted."""
+    stat = read_proc(node, f"{pid}/stat")
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    return int(stat.rsplit(")", 1)[1].split()[19]) if stat else None
+
+
+def read_proc(node: Node, path: str) -> str:
+    """/proc/<path> on the node ("" when the process is gone)."""
     try:
-        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-    return [grand for child in children for grand in (child, *descendants(child))]
+        return node.read_file(f"/proc/{path}").decode()
+    except (OSError, VpnlabError):
+        return ""
 
 
 class SoftEther(Driver):
@@ -203,7 +219,8 @@ class SoftEther(Driver):
     summary = "SoftEther VPN, native SSL-VPN protocol (TLS over TCP, or UDP acceleration), Ethernet over it"
     tools = (Tool("vpnserver", "softether-vpnserver", path=SERVER),
              Tool("vpnclient", "softether-vpnclient", path=CLIENT),
-             Tool("vpncmd", "softether-vpncmd"), Tool("unshare", "util-linux"))
+             Tool("vpncmd", "softether-vpncmd"), Tool("unshare", "util-linux"),
+             Tool("kill", "procps"), Tool("find", "findutils"))  # its PID namespace ended, its own logs found
     Options = SoftEtherOptions
     mesh = "hub"  # a server its clients reach each other through (the default up_mesh)
 
@@ -253,10 +270,11 @@ class SoftEther(Driver):
         return tunnel
 
     @staticmethod
-    def _start(tunnel: Tunnel, node, program: str, what: str, admin_port: int) -> None:
+    def _start(tunnel: SoftEtherTunnel, node, program: str, what: str, admin_port: int) -> None:
         log = tunnel.env.log(what)
-        proc = node.spawn(["unshare", "--pid", "--fork", "--kill-child",
-                           *private(program, "execsvc", env=tunnel.env, name=what)], log, what=what)
+        tunnel.own_logs.append((node, logs_of(node, tunnel.env, what)))
+        proc = node.spawn(["unshare", "--pid", "--fork", "--kill-child", "--mount",
+                           *private(node, tunnel.env, what, program, "execsvc")], log, what=what)
         tunnel.processes.append((node, proc, log))
         wait_for(lambda: node.listening(admin_port), 15, f"{what} to listen", tunnel)
 

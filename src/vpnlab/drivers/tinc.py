@@ -10,7 +10,7 @@ has settled on both ends (their node dumps say so), so that a measurement sees t
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from cryptography.hazmat.primitives import serialization
@@ -78,7 +78,6 @@ class Tinc(Driver):
     summary = "tinc 1.0 (RSA meta connection, CBC + truncated HMAC over UDP): cipher, digest, compression"
     tools = (TINCD,)
     Options = TincOptions
-    runs_on_hosts = True
     mesh = "full"
 
     def check(self, options, profile):
@@ -122,7 +121,7 @@ class Tinc(Driver):
         for end, (site, _, _) in started.items():
             route_into(site.node, ends[PEER[end]].subnets, f"vt{env.unique}{end}")
         for end, (site, there, log) in started.items():
-            wait_for(lambda: _path_mtu_settled(site, there, log, PEER[end]), PMTU_TIMEOUT_S,
+            wait_for(lambda: _path_mtu_settled(tunnel, site, there, log, PEER[end]), PMTU_TIMEOUT_S,
                      f"tinc's path-MTU discovery in {site.node.role}", tunnel, interval=0.25)
         return tunnel
 
@@ -142,7 +141,7 @@ class Tinc(Driver):
         def settle() -> None:
             for end, (site, there, log) in started.items():
                 for other in ends.keys() - {end}:
-                    wait_for(lambda: _path_mtu_settled(site, there, log, other), PMTU_TIMEOUT_S,
+                    wait_for(lambda: _path_mtu_settled(tunnel, site, there, log, other), PMTU_TIMEOUT_S,
                              f"tinc's path-MTU discovery from {end} to {other}", tunnel, interval=0.25)
 
         for end in list(ends)[:-1]:
@@ -213,11 +212,11 @@ def parse_node_dump(text: str) -> Algorithms | None:
                       source="tincd node dump (the meta connection's algorithms are not logged)")
 
 
-def _path_mtu_settled(site, there, log: Path, peer: str) -> bool:
+def _path_mtu_settled(tunnel: Tunnel, site, there: str, log: Path, peer: str) -> bool:
     """Has this end's path-MTU discovery towards the peer settled (min = max)? Asks for a new node
     dump for the next look."""
     settled = any(name == peer and int(low) == int(high) > 0
-                  for name, *_, low, high in _NODE.findall(last_dump(log.read_text(errors="replace"))))
+                  for name, *_, low, high in _NODE.findall(last_dump(tunnel.read_log(log))))
     if not settled:
         site.node.run(["tincd", "-c", there, f"--pidfile={there}/tinc.pid", "-k", "USR2"], check=False, timeout=10)
     return settled
@@ -232,34 +231,32 @@ def _start(env: TunnelEnv, tunnel: Tunnel, end: str, ends: dict, keys: dict, opt
            mtu: int | None, connect_to: str | None) -> tuple:
     """Write this end's configuration, start its tincd, address its interface once tincd is ready."""
     site = ends[end]
-    folder = _config(env, end, ends, keys, options, connect_to)
+    there = _config(env, end, ends, keys, options, connect_to)
     dev = f"vt{env.unique}{end}"
     log = env.log(f"tincd-{site.node.role}")
-    there = env.on(site.node, folder)
     proc = site.node.spawn(["tincd", "-c", there, "-D", "-d1", f"--pidfile={there}/tinc.pid"], log, what="tincd")
     tunnel.processes.append((site.node, proc, log))
-    wait_for(lambda: "\nReady\n" in log.read_text(errors="replace"), 15, f"tincd in {site.node.role}", tunnel)
+    wait_for(lambda: "\nReady\n" in tunnel.read_log(log), 15, f"tincd in {site.node.role}", tunnel)
     site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} {f'mtu {mtu} ' if mtu else ''}up")
     return site, there, log
 
 
-def _config(env: TunnelEnv, end: str, ends: dict, keys: dict, options: TincOptions, connect_to: str | None) -> Path:
-    """This end's configuration folder (0700): tinc.conf, its private key, both ends' host files."""
-    folder = env.secrets / f"tinc-{end}"
-    (folder / "hosts").mkdir(mode=0o700, parents=True)
+def _config(env: TunnelEnv, end: str, ends: dict, keys: dict, options: TincOptions, connect_to: str | None) -> str:
+    """This end's configuration folder (0700) on its node: tinc.conf, its private key, every end's
+    host file; its path there."""
+    node = ends[end].node
     private = keys[end].private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                                       serialization.NoEncryption()).decode()
-    env.secret_file(f"tinc-{end}/rsa_key.priv", private)
+    env.write(node, f"tinc-{end}/rsa_key.priv", private)
     for name, site in ends.items():
         public = keys[name].public_key().public_bytes(serialization.Encoding.PEM,
                                                       serialization.PublicFormat.PKCS1).decode()
         subnets = "".join(f"Subnet = {net}\n" for net in [f"{site.tunnel_ip}/32", *site.subnets])
-        env.secret_file(f"tinc-{end}/hosts/{name}",
-                        f"Address = {site.underlay_ip}\nPort = {options.port}\n{subnets}\n{public}")
+        env.write(node, f"tinc-{end}/hosts/{name}",
+                  f"Address = {site.underlay_ip}\nPort = {options.port}\n{subnets}\n{public}")
     settings = [f"Name = {end}", f"Interface = vt{env.unique}{end}", "DeviceType = tun", "Mode = router",
                 "AddressFamily = ipv4", f"Cipher = {options.cipher}", f"Digest = {options.digest}",
                 f"MACLength = {options.mac_bytes}", f"Compression = {options.compression}"]
     if connect_to:
         settings.append(f"ConnectTo = {connect_to}")
-    env.secret_file(f"tinc-{end}/tinc.conf", "\n".join(settings) + "\n")
-    return folder
+    return str(PurePosixPath(env.write(node, f"tinc-{end}/tinc.conf", "\n".join(settings) + "\n")).parent)

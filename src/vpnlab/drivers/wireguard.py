@@ -34,7 +34,6 @@ class WireGuard(Driver):
              Tool("wireguard-go", "wireguard-go", ("wireguard-go", "--version")))
     guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
-    runs_on_hosts = True
     mesh = "full"
     tunables = (Tunable("mtu", (None, 1380, 1280)), Tunable("implementation", ("kernel", "wireguard-go")))
 
@@ -91,7 +90,7 @@ class WireGuard(Driver):
         for site, dev in ((left, names[0]), (right, names[1])):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
             public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
-            keys[dev] = (env.on(site.node, env.secret_file(f"{dev}.key", private + "\n")), public)
+            keys[dev] = (env.write(site.node, f"{dev}.key", private + "\n"), public)
             if env.implementation == "kernel":
                 site.node.ip(f"link add {dev} type wireguard")
             else:
@@ -124,7 +123,7 @@ class WireGuard(Driver):
         for site, dev in zip(sites, names):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
             public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
-            keys.append((env.on(site.node, env.secret_file(f"{dev}.key", private + "\n")), public))
+            keys.append((env.write(site.node, f"{dev}.key", private + "\n"), public))
 
         def start(k: int) -> None:
             site, dev = sites[k], names[k]

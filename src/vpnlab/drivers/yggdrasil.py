@@ -100,8 +100,7 @@ class Yggdrasil(Driver):
         configs = self._configs(left, right, options, env, mtu)
         addresses = {}
         for site in (right, left):  # the listener first: the other end then connects at once
-            config = env.on(site.node, env.secret_file(f"yggdrasil-{site.node.role}.conf",
-                                                       json.dumps(configs[site.node.role])))
+            config = env.write(site.node, f"yggdrasil-{site.node.role}.conf", json.dumps(configs[site.node.role]))
             addresses[site.node.role] = site.node.run(["yggdrasil", "-useconffile", config, "-address"]).stdout.strip()
             log = env.log(f"yggdrasil-{site.node.role}")
             proc = site.node.spawn(["yggdrasil", "-useconffile", config, "-logto", "stdout"], log, what="yggdrasil")
@@ -146,7 +145,7 @@ class Yggdrasil(Driver):
         paths, addresses = [], []
         for k, (site, config) in enumerate(zip(sites, configs)):
             _peering(config, uris[:k], [uris[k]], keys[:k] + keys[k + 1:], f"vy{env.unique}m{k}", mtu)
-            paths.append(env.on(site.node, env.secret_file(f"yggdrasil-p{k}.conf", json.dumps(config))))
+            paths.append(env.write(site.node, f"yggdrasil-p{k}.conf", json.dumps(config)))
             addresses.append(site.node.run(["yggdrasil", "-useconffile", paths[k], "-address"]).stdout.strip())
 
         def start(k: int) -> None:
@@ -190,7 +189,7 @@ class Yggdrasil(Driver):
         """Yggdrasil logs the peering's protocol ('Connected outbound TLS: ...') and nothing of its
         ciphers: the session's are fixed by the software (as WireGuard's), the TLS suite Go chose is
         not read (left empty)."""
-        found = next(filter(None, (parse_yggdrasil_log(log.read_text(errors="replace"))
+        found = next(filter(None, (parse_yggdrasil_log(tunnel.read_log(log))
                                    for _, _, log in tunnel.processes)), None)
         if found is None:
             return None

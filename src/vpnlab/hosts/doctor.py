@@ -1,6 +1,6 @@
 """`vpnlab hosts doctor`: what each real host offers, asked over SSH.
 
-Per host: kernel, CPU model, the kernel pieces (the same probe `prepare` runs),
+Per host: kernel, CPU model, the kernel pieces (features.KERNEL_PROBE, every machine's),
 the versions of the programs vpnlab declares (vpnlab.tools), and for each other host of the selection the interface that
 leads to it, with its driver and speed: the NIC a measurement will cross.
 """
@@ -8,14 +8,13 @@ leads to it, with its driver and speed: the NIC a measurement will cross.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import shlex
 from dataclasses import asdict, dataclass, field
 
 from ..errors import VpnlabError
 from ..catalog import declared
+from ..features import parse_probe, probe_argv
 from .inventory import Host
-from .prepare import KERNEL_PROBE
 from .ssh import SshHost
 
 # For an address: the interface the host routes it through, its driver (the device's, else
@@ -58,7 +57,7 @@ def _examine(host: Host, others: list[Host]) -> HostReport:
     except VpnlabError as exc:
         return HostReport(host.name, False, str(exc))
     try:
-        probe = json.loads(ssh.script(KERNEL_PROBE).stdout)
+        probe = parse_probe(ssh.run(probe_argv()).stdout)
         report = HostReport(host.name, True, kernel=probe["kernel"], cpu_model=probe["cpu_model"],
                             cpus=probe["cpus"], features=probe["features"], tools=_versions(ssh))
         for other in others:
@@ -84,8 +83,8 @@ def version_script(commands=None) -> str:
     q = shlex.quote
     lines = []
     for tool in declared().values():
-        if tool.private or (commands is not None and tool.command not in commands):
-            continue  # unpacked privately by bootstrap.sh on a controller, not installed on hosts
+        if commands is not None and tool.command not in commands:
+            continue
         find = f"p=$(command -v {q(tool.command)})"
         if tool.path:
             find = f"p=$(command -v {q(tool.command)} || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }})"

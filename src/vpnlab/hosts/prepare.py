@@ -1,8 +1,8 @@
 """`vpnlab hosts prepare`: install what a study needs on real hosts, through Ansible.
 
 The shipped playbook (prepare.yml) is run by ansible-playbook as a program. It
-installs the packages it is given and runs KERNEL_PROBE, the same check that
-`hosts doctor` runs over SSH, and leaves one JSON report per host for us here.
+installs the packages it is given and runs features.KERNEL_PROBE, the probe every machine gets
+(this one, a VM guest, a host over SSH), and leaves one JSON report per host for us here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from pathlib import Path
 
 from ..catalog import DRIVERS, KINDS, declared
 from ..errors import VpnlabError
+from ..features import KERNEL_PROBE, parse_probe
+from ..tools import CORE
+from ..workloads import background
 from .inventory import ansible_program, limit, load_inventory
 
 PLAYBOOK = Path(__file__).with_name("prepare.yml")
@@ -29,46 +32,26 @@ DEFAULT_PACKAGES = ("iperf3", "iproute2", "tcpdump")
 # there, joined by veth pairs, and the userspace VPNs need TUN.
 REQUIRED_FEATURES = ("netns", "veth", "tun")
 
-# The kernel pieces, tried inside a namespace of its own (removed on any exit), so the
-# host's own network is never touched. Prints one JSON object. POSIX sh + iproute2.
-KERNEL_PROBE = r"""#!/bin/sh
-ns="vlprobe$$"; out=""
-add() { out="$out${out:+, }\"$1\": $2"; }
-try() { name=$1; shift; if "$@" >/dev/null 2>&1; then add "$name" true; else add "$name" false; fi; }
-trap 'ip netns del "$ns" 2>/dev/null' EXIT
-if ip netns add "$ns" 2>/dev/null; then
-  add netns true
-  try veth ip -n "$ns" link add vlpa type veth peer name vlpb
-  try tun sh -c "[ -c /dev/net/tun ] && ip -n $ns tuntap add mode tun name vlpt"
-  try wireguard ip -n "$ns" link add vlpw type wireguard
-  try esp ip -n "$ns" xfrm state add src 198.18.0.1 dst 198.18.0.2 proto esp spi 0x100 mode tunnel \
-    aead 'rfc4106(gcm(aes))' 0x1111111111111111111111111111111111111111 128
-  try tbf tc -n "$ns" qdisc add dev lo root tbf rate 1mbit burst 4000 limit 10000
-  try netem tc -n "$ns" qdisc add dev vlpa root netem delay 1ms
-else
-  add netns false
-fi
-esc() { sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\n'; }
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1 | esc)
-printf '{"kernel": "%s", "cpu_model": "%s", "cpus": %s, "features": {%s}}\n' \
-  "$(uname -r | esc)" "$cpu" "$(nproc 2>/dev/null || echo 0)" "$out"
-"""
-
 # Always there for a testbed on a host: its namespaces, links, probes, captures and the proof's sender.
 TESTBED_TOOLS = ("ip", "tc", "ss", "sysctl", "ping", "tcpdump", "python3")
 
 
 def study_packages(study) -> list[str]:
-    """The Debian packages a study's scenarios run on real hosts: the testbed's programs, its VPNs'
-    (and the packages they need without a program) and its workloads'."""
+    """The Debian packages a study's scenarios run on real hosts: the testbed's programs and the kernel
+    probe's, its VPNs' (and the packages they need without a program), its workloads' and its links'
+    background traffic's."""
     tools = declared()
-    wanted = {tools[name].package for name in TESTBED_TOOLS}
+    commands = {tool.command for tool in CORE}  # the testbed's (TESTBED_TOOLS among them) and the kernel probe's
+    for workload in study.workloads:
+        commands |= set(KINDS[workload.kind].needs(workload))
+    for link in study.links:
+        commands |= background.needs(link.background) if link.background else set()
+    wanted = {tools[name].package for name in commands if name in tools and not tools[name].python}
     for vpn in study.vpns:
         for layer in vpn.layers:
             driver = DRIVERS[layer.driver]
-            wanted |= {t.package for t in driver.tools if not (t.private or t.python)} | set(driver.packages)
-    for workload in study.workloads:
-        wanted |= {tools[name].package for name in KINDS[workload.kind].needs(workload) if name in tools}
+            # a package bootstrap.sh unpacks privately here (libreswan) is installed on a host as Debian's
+            wanted |= {t.package for t in driver.tools if not t.python} | set(driver.packages)
     return sorted(wanted)
 
 
@@ -123,7 +106,7 @@ def _report(name: str, raw: dict | None, output: str, packages) -> PrepareReport
     if raw["status"] != "ok":
         return PrepareReport(name, "failed", f"{raw.get('task')}: {raw.get('message')}".strip(),
                              {p: "missing" for p in missing})
-    probe = raw["probe"]
+    probe = parse_probe(raw["probe"])
     report = PrepareReport(name, "ok", packages={p: "installed" if p in missing else "present" for p in packages},
                            kernel=probe["kernel"], cpu_model=probe["cpu_model"], features=probe["features"])
     lacking = [f for f in REQUIRED_FEATURES if not report.features.get(f)]

@@ -22,20 +22,19 @@ parallel where they share no host (runner.py).
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import shlex
 from dataclasses import dataclass, field
 
 from ..catalog import declared
-from ..features import FEATURES, Capabilities
+from ..features import FEATURES, Capabilities, parse_probe, probe_argv
 from ..errors import StudyError, VpnlabError
 from ..testbed.shaping import shape_commands
 from ..testbed.topology import HOST_ROLES, Layout, Testbed, chain_routes
-from .cpu import RemoteCpuMeter
+from ..cpu import CpuMeter
+from .cpu import HostProc
 from .doctor import version_script
 from .inventory import Host, load_inventory, select
 from .node import RemoteNode
-from .prepare import KERNEL_PROBE
 from .ssh import HostUnreachable, SshHost
 
 # The address a host reaches the other at (the inventory may give it as `vpnlab_address`, else
@@ -64,7 +63,7 @@ def tools_script() -> str:
     q = shlex.quote
     lines = []
     for tool in declared().values():
-        if tool.private or tool.python:
+        if tool.python:
             continue
         fallback = f" || {{ [ -x {q(tool.path)} ] && echo {q(tool.path)}; }}" if tool.path else ""
         lines.append(f'p=$(command -v {q(tool.command)}{fallback}) && printf "%s\\t%s\\n" {q(tool.command)} "$p"')
@@ -160,17 +159,23 @@ class HostSet:
         caps = {}
         for index, pair in enumerate(self.pairs):
             a, b = (self.facts[site.name] for site in pair.sites)
-            kernel = a["kernel"] if a["kernel"] == b["kernel"] else f"{a['kernel']} / {b['kernel']}"
-            features = {f: a["features"].get(f, False) and b["features"].get(f, False) for f in FEATURES}
+            kernels = self.kernels([site.name for site in pair.sites])
             tools = {name: a["paths"].get(name) if b["paths"].get(name) else None for name in declared()}
-            hints = {name: tool.hint for name, tool in declared().items()}
-            caps[index] = Capabilities(kernel, features, tools, hints)
+            caps[index] = Capabilities(kernels.kernel, kernels.features, tools, kernels.hints)
         return caps
+
+    def kernels(self, names: list[str]) -> Capabilities:
+        """What the kernels of these probed hosts offer together, with every program taken as present:
+        what a scenario lacks there is what those kernels lack."""
+        facts = [self.facts[name] for name in names]
+        features = {f: all(fact["features"].get(f, False) for fact in facts) for f in FEATURES}
+        return Capabilities(" / ".join(dict.fromkeys(fact["kernel"] for fact in facts)), features,
+                            {name: name for name in declared()}, {name: tool.hint for name, tool in declared().items()})
 
     def _probe_host(self, ssh: SshHost, commands: set[str]) -> None:
         ssh.attach()
         try:
-            kernel = json.loads(ssh.script(KERNEL_PROBE).stdout)
+            kernel = parse_probe(ssh.run(probe_argv()).stdout)
             paths = dict(line.split("\t", 1) for line in ssh.script(tools_script()).stdout.splitlines() if "\t" in line)
             versions = dict(line.split("\t", 1) for line in ssh.script(version_script(commands), timeout=300)
                             .stdout.splitlines() if "\t" in line)
@@ -321,8 +326,8 @@ class RemoteTestbed(Testbed):
 
     def cpu_meter(self, layers: int):
         ends = [self.layout.tunnels[layer] for layer in range(layers)]
-        return RemoteCpuMeter([self.nodes[a] for a, _ in ends], [self.nodes[b] for _, b in ends], self.pair,
-                              self.nodes)
+        sides = {"client": [self.nodes[a] for a, _ in ends], "gateway": [self.nodes[b] for _, b in ends]}
+        return CpuMeter([HostProc(site, sides, self.nodes) for site in self.pair.sites])
 
     def destroy(self) -> None:
         """Remove what the hosts' records gained since the testbed began; on a lost host it stays

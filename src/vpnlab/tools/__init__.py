@@ -47,6 +47,9 @@ CORE = (
     Tool("mount", "mount"), Tool("unshare", "util-linux"), Tool("nsenter", "util-linux"), Tool("taskset", "util-linux", ("taskset", "--version")), Tool("python3", "python3", ("python3", "--version")),
     # in the shell wrappers that give a daemon private mounts, and the background's helpers
     Tool("mkdir", "coreutils"), Tool("true", "coreutils"), Tool("cat", "coreutils"), Tool("wc", "coreutils"), Tool("chown", "coreutils"),
+    # the kernel probe (features.KERNEL_PROBE), here, in a VM guest and on every host
+    Tool("grep", "grep"), Tool("sed", "sed"), Tool("head", "coreutils"), Tool("tr", "coreutils"),
+    Tool("nproc", "coreutils"), Tool("uname", "coreutils"),
 )
 # The VM backend: the emulator, the guest's initramfs and modules, and the kernel download.
 VM = (

@@ -78,6 +78,17 @@ class WorkloadContext:
         self.services.clear()
 
 
+@dataclass(frozen=True)
+class SeriesFigure:
+    """How the report draws a kind's interval series: its title (before the workload and link), the
+    axes and the caption."""
+
+    title: str
+    x: str
+    y: str
+    caption: str
+
+
 class WorkloadKind:
     kind: ClassVar[str]
     summary: ClassVar[str]
@@ -87,9 +98,9 @@ class WorkloadKind:
     primary: ClassVar[str]                       # the metric that answers the kind's question
     graded: ClassVar[tuple[tuple[str, str], ...]] = ()   # Jaha's Table VI columns: (metric, heading)
     plotted: ClassVar[tuple[str, ...]] = ()      # metrics drawn along a swept option
-    series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series
+    series_tool: ClassVar[str] = ""              # raw output with an interval-by-interval series (and notes)
+    series_figure: ClassVar[SeriesFigure | None] = None  # how the report draws that series
     loads_path: ClassVar[bool] = False           # it fills the path: its round trip meanwhile is latency under load
-    runs_on_hosts: ClassVar[bool] = False        # all it runs goes through the testbed's nodes (real hosts too)
     in_mesh: ClassVar[bool] = False              # runs between a mesh's pairs, several at once (its own ports)
 
     def needs(self, options: WorkloadOptions) -> tuple[str, ...]:
@@ -115,4 +126,9 @@ class WorkloadKind:
 
     def series(self, raw: str) -> list[tuple[float, float]]:
         """(seconds, value) interval by interval from the stored raw output, if the tool gives one."""
+        return []
+
+    def notes(self, options: WorkloadOptions, raw: list[str]) -> list[tuple[str, str]]:
+        """What a reader must know of a scenario from its repetitions' raw output (of `series_tool`):
+        (the note, what it found in this scenario), for the report to group by note."""
         return []

@@ -59,7 +59,6 @@ class Ping(WorkloadKind):
     metrics = METRICS
     primary = "rtt_avg_ms"
     in_mesh = True
-    runs_on_hosts = True
     graded = (("rtt_avg_ms", "RTT"),)
     plotted = ("rtt_avg_ms",)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import statistics
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -9,11 +11,16 @@ from pydantic import Field, ValidationInfo, field_validator
 from ..metrics import declare
 from ..schema import SOCKET_BUFFER_MAX, Size, human_size, parse_size, whole_seconds
 from . import iperf
-from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
+from .base import Measurement, SeriesFigure, WorkloadContext, WorkloadKind, WorkloadOptions
 
 RETRANSMIT_FLAG_PCT = 1.0  # above this share of segments, say so: the path is lossy or a queue overflows
 SHORT_WINDOW_SHARE = 0.9   # a measured period below this share of -t: the warm-up overran the test's time
 MSS = 1448                 # payload of a full segment with timestamps, to turn bytes into segments
+WINDOW_OFF = 0.1           # a send window further than this share from the one asked is noted
+
+SND_WND = re.compile(r'"snd_wnd":\s*(\d+)')  # the send window in each interval of iperf3's JSON
+WINDOW_NOTE = ("the TCP send window iperf3 got (snd_wnd, median) was not the one asked for: the kernel sizes it "
+               "from the socket buffer, so read the window sweep by these")
 
 THROUGHPUT = declare("throughput_mbps", "Mbit/s", "goodput at the receiver (iperf3 sum_received; file bytes over "
                      "transfer time)", True, judged="share", graded=True, positive=True, producers="tcp")
@@ -138,11 +145,12 @@ class Tcp(WorkloadKind):
     primary = "throughput_mbps"
     in_mesh = True
     loads_path = True
-    runs_on_hosts = True
     graded = (("throughput_mbps", "TCP throughput"),)
     # (not cpu_vpn_gateway_pct: a daemon's own CPU, 0% where the kernel carries the data, as ESP does)
     plotted = ("throughput_mbps", "cpu_s_per_gb")
     series_tool = "iperf3"                 # the FAVE thesis read twenty 10-s intervals
+    series_figure = SeriesFigure("throughput by interval", "seconds into the transfer", "Mbit/s",
+                                 "mean over repetitions of each 1-second iperf3 interval")
 
     def estimate_s(self, options: TcpOptions, rate_mbit):
         return options.duration_s + options.omit_s + 0.5
@@ -162,3 +170,11 @@ class Tcp(WorkloadKind):
 
     def series(self, raw: str):
         return iperf.raw_series(raw)
+
+    def notes(self, options: TcpOptions, raw: list[str]) -> list[tuple[str, str]]:
+        """The send window iperf3 reported (snd_wnd, median over every interval of every repetition),
+        when more than WINDOW_OFF from the window asked: the kernel sizes it from the socket buffer."""
+        got = [int(v) for text in raw for v in SND_WND.findall(text)]
+        if not options.window or not got or abs(statistics.median(got) / options.window - 1) <= WINDOW_OFF:
+            return []
+        return [(WINDOW_NOTE, f"{statistics.median(got):.0f} B for {options.window} B asked")]

@@ -93,7 +93,6 @@ class Udp(WorkloadKind):
     primary = "throughput_mbps"
     in_mesh = True
     loads_path = True
-    runs_on_hosts = True
     graded = (("throughput_mbps", "UDP throughput"), ("udp_jitter_ms", "jitter"), ("udp_loss_pct", "loss"))
     plotted = ("throughput_mbps", "udp_jitter_ms", "udp_loss_pct")
 
