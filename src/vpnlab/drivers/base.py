@@ -170,6 +170,7 @@ class Tunnel:
     control: list[tuple[str, int | None]] = field(default_factory=list)  # other channels of its own on the WAN
     encrypted: bool = True  # plain L2TP is not: its contents are readable on the WAN
     left_behind: list[tuple[Node, Path]] = field(default_factory=list)  # files its daemons may leave (leave())
+    own_logs: list[tuple[Node, str, Path]] = field(default_factory=list)  # logs its daemons write on their nodes
 
     @property
     def channels(self) -> list[tuple[str, int | None]]:
@@ -183,9 +184,24 @@ class Tunnel:
                 return f"{log.stem} exited with {proc.returncode}\n{tail(log)}"
         return None
 
+    def own_log(self, node: Node, name: str) -> str:
+        """Where a daemon of this tunnel writes a log itself on `node` (pppd's `logfile`): in the
+        tunnel's folder there, copied into the local `env.log(name)` by `fetch_logs`."""
+        self.own_logs.append((node, f"{self.env.folder(node)}/{name}.log", self.env.log(name)))
+        return self.own_logs[-1][1]
+
+    def fetch_logs(self) -> None:
+        """Copy the logs its daemons write on their nodes into the local log folder (read_log: what a
+        node cannot give yet leaves the copy as it was)."""
+        for node, path, local in self.own_logs:
+            text = self.read_log(path, node)
+            if text:
+                local.write_text(text)
+
     def logs(self) -> str:
         """The end of each of its daemons' logs, for an error message: their output and the logs
         they write themselves (pppd's `logfile`, where a PPP link's failure shows)."""
+        self.fetch_logs()
         written = sorted(self.env.log_dir.glob(f"l{self.env.layer}-*.log"))
         logs = dict.fromkeys([*(log for _, _, log in self.processes), *written])
         return "\n".join(f"  {log.name}:\n{tail(log)}" for log in logs)
@@ -210,6 +226,7 @@ class Tunnel:
         for node, proc, _ in reversed(self.processes):
             node.stop(proc)
         self.processes.clear()
+        self.fetch_logs()  # kept beside the other logs once the tunnel's folders are gone
         for path in self.cleanup_files:
             path.unlink(missing_ok=True)
         for node, path in self.left_behind:
