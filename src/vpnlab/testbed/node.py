@@ -146,12 +146,8 @@ class Node:
         except subprocess.TimeoutExpired:
             pass
 
-    # -- files: a namespace shares this machine's; a real host's node (hosts/node.py) copies them there
+    # -- files: a namespace shares this machine's (a real host's node, hosts/node.py, writes them there)
     python = sys.executable
-
-    def place(self, path: Path, root: Path) -> Path:
-        """Where this node finds a file or folder the run made under `root`: right here."""
-        return path
 
     def exists(self, path) -> bool:
         return Path(path).exists()
