@@ -78,8 +78,11 @@ case "$command" in
   setup) echo "vpnlab is installed: $(pwd)/.venv/bin/vpnlab" ;;
   run)   exec .venv/bin/vpnlab run "$@" ;;
   test)
+    # Most integration tests wait on daemons and links rather than compute: TEST_WORKERS run at once,
+    # a file's tests on one worker (its module-scoped fixtures are built once); tests/conftest.py gives
+    # those that need the machine to themselves the machine alone.
     set +e
-    .venv/bin/python -m pytest -ra "$@"
+    .venv/bin/python -m pytest -ra -n "${TEST_WORKERS:-4}" --dist loadfile "$@"
     rc=$?
     if [ $rc -eq 5 ]; then echo "bootstrap.sh: pytest collected no tests: that is a failure" >&2; exit 1; fi
     exit $rc ;;

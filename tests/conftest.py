@@ -1,3 +1,6 @@
+import compileall
+import contextlib
+import fcntl
 import json
 import os
 import runpy
@@ -23,6 +26,17 @@ import execlog  # noqa: E402
 execlog.install()
 
 
+def pytest_configure(config):
+    """The suite starts hundreds of vpnlab commands: each imports vpnlab and the audit compiled rather
+    than compiling them anew, also where PYTHONDONTWRITEBYTECODE keeps Python from saving what it
+    compiles (once, before any worker starts)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        import vpnlab
+
+        for folder in (Path(vpnlab.__file__).parent, AUDIT):
+            compileall.compile_dir(folder, quiet=2)
+
+
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() == 0:
         return
@@ -30,6 +44,54 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "integration" in item.keywords:
             item.add_marker(skip)
+
+
+# --- Tests run in parallel (bootstrap.sh test: pytest-xdist, a module's tests on one worker, so that
+# its module-scoped fixture is built once), most of them waiting on daemons, links and timeouts rather
+# than computing. These need the machine to themselves: their figures or flags would show another
+# test's load or run. Keys: a module, a module::test, or a fixture its tests use.
+ALONE = {
+    "test_cpu.py": "CPU meters: another test's load is in their figures and its programs are flagged as busy",
+    "test_hosts_study.py::test_a_remote_access_study_runs_on_two_hosts_over_ssh":
+        "its samples must carry no busy-machine flag: the hosts are namespaces of this machine",
+    "test_hosts_study.py::test_a_program_outside_the_run_on_a_host_flags_the_repetitions_it_disturbed":
+        "the one busy program must be the test's own",
+    # thresholds on throughput, its spread and latency under load, set on a machine doing nothing else
+    "test_transfer.py::test_every_protocol_through_a_tunnel_and_compression_helps_only_text":
+        "more than 21 Mbit/s of text through compression on a 20 Mbit/s link",
+    "test_background.py::test_every_protocol_crosses_the_tunnel_and_takes_its_share_of_the_link":
+        "the link over 80% full with the background's traffic",
+    "test_observers.py::test_latency_under_load_and_bytes_on_the_wire": "a round trip under load over 3 x the idle one",
+    "test_cli.py::test_adaptive_repetitions_stop_when_the_interval_is_tight": "goodput within 3% after 3 repetitions",
+    "remote_access": "netem's delay within 1.5 ms and PPTP's share of the link, measured under emulation",
+    "site_to_site": "no sample of this VM study may be flagged as disturbed by another run or load",
+}
+
+
+def _alone(item) -> bool:
+    names = {item.path.name, f"{item.path.name}::{item.originalname}", *item.fixturenames}
+    return bool(names & ALONE.keys())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: waiting for the machine is not the test's time
+def pytest_runtest_protocol(item, nextitem):
+    with _machine(item.config, exclusive=_alone(item)):
+        return (yield)
+
+
+@contextlib.contextmanager
+def _machine(config, exclusive: bool):
+    """A readers-writer lock over the suite's parallel workers (none without them): a test that needs
+    the machine alone waits for those running to finish, and no other starts meanwhile (the gate)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    folder = config._tmp_path_factory.getbasetemp().parent  # the session's, shared by its workers
+    with open(folder / "machine.gate", "a") as gate, open(folder / "machine.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
 
 
 # Importing asyncssh looks for an optional library with ctypes.util.find_library, which runs

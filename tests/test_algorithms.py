@@ -233,7 +233,7 @@ def live(tmp_path, implementation, xfrm, **logs):
         (tmp_path / f"l0-{name}.log").write_text(log(captured))
     processes = [(FakeNode(log(xfrm) if xfrm else ""), None, tmp_path / f"l0-{name}.log") for name in logs]
     env = SimpleNamespace(implementation=implementation, log=lambda name: tmp_path / f"l0-{name}.log")
-    return SimpleNamespace(processes=processes, env=env)
+    return SimpleNamespace(processes=processes, env=env, fetch_logs=lambda: None)  # every log already here
 
 
 def test_l2tp_and_libreswan_read_the_kernel_and_their_logs(tmp_path):

@@ -208,7 +208,7 @@ def _contract_problems(implementation) -> list[str]:
 
 @pytest.mark.parametrize("implementation", [Node, RemoteNode], ids=["namespace", "remote"])
 def test_both_nodes_keep_the_node_contract(implementation):
-    assert {"run", "ip", "tc", "spawn", "stop", "listening", "read_net", "sysctl", "exists", "place",
+    assert {"run", "ip", "tc", "spawn", "stop", "listening", "read_net", "sysctl", "exists", "write_file", "read_file",
             "record_file", "remove_file"} <= set(vars(contract.Node))
     assert _contract_problems(implementation) == []
 

@@ -53,11 +53,11 @@ def test_tcp_crosses_the_wan_encrypted_with_the_modelled_overhead(state, tmp_pat
     assert proof.overhead_bytes == driver.overhead(opts, "default", tunnel.env.implementation, PROBE_INNER_LEN) == 60
     negotiated = driver.negotiated(tunnel, opts, "default")
     assert negotiated and not mismatches(driver.algorithms(opts, "default"), negotiated), negotiated
-    secrets = [p for p in tunnel.env.secrets.rglob("*") if p.is_file() and p.suffix != ".pid"]  # tincd's own pid file
+    secrets = [p for p in (state.secrets_dir / tunnel.env.name).rglob("*") if p.is_file() and p.suffix != ".pid"]  # tincd's own pid file
     assert secrets and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in secrets), secrets
     pids = [proc.pid for _, proc, _ in tunnel.processes]
     tunnel.down()
-    assert not tunnel.env.secrets.exists()
+    assert not (state.secrets_dir / tunnel.env.name).exists()
     assert all(subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0 for pid in pids)
 
 

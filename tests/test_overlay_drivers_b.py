@@ -54,7 +54,7 @@ def leaves_nothing(bed, tunnel, before: set[str]):
     tunnel.down()
     assert [pid for node in bed.nodes for pid in netns.pids(node.namespace)] == []
     assert devices(bed) == before
-    assert not tunnel.env.secrets.exists()
+    assert not (bed.state.secrets_dir / tunnel.env.name).exists()
 
 
 @pytest.mark.integration

@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -96,12 +97,13 @@ def test_nested_wireguard_in_wireguard(state, tmp_path):
 def test_keys_are_private_and_removed(state, tmp_path):
     bed = build(state, "remote-access", 1)
     tunnel = wireguard_up(state, bed, 0, tmp_path)
-    keys = list(tunnel.env.secrets.iterdir())
+    folder = state.secrets_dir / tunnel.env.name  # its folder on the namespace nodes: this machine's
+    keys = list(folder.iterdir())
     assert len(keys) == 2 and all(k.stat().st_mode & 0o777 == 0o600 for k in keys)
-    assert tunnel.env.secrets.stat().st_mode & 0o777 == 0o700
+    assert folder.stat().st_mode & 0o777 == 0o700
     assert state.secrets_dir.stat().st_mode & 0o777 == 0o700
     tunnel.down()
-    assert not tunnel.env.secrets.exists()
+    assert not folder.exists()
     directory = state.directory
     state.teardown()
     assert not directory.exists()
@@ -111,7 +113,8 @@ def test_teardown_kills_daemons_and_removes_sockets(state, tmp_path):
     bed = build(state, "remote-access", 1)
     tunnel = wireguard_up(state, bed, 0, tmp_path)
     pids = [proc.pid for _, proc, _ in tunnel.processes]
-    sockets = list(tunnel.cleanup_files)
+    sockets = [Path(path) for _, path in tunnel.left_behind]
+    assert sockets
     state.teardown()  # as after an exception: no tunnel.down()
     for pid in pids:
         assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0

@@ -1,4 +1,4 @@
-"""What many parts do with files: quote the end of a log, write a secret, tell a kernel filesystem."""
+"""What many parts do with files: quote the end of a log, tell a kernel filesystem."""
 
 from __future__ import annotations
 
@@ -15,14 +15,6 @@ def tail(path: Path, lines: int = 15, indent: str = "    ") -> str:
     except OSError:
         return indent + "(no log)"
     return "\n".join(indent + line for line in text[-lines:])
-
-
-def write_secret(path: Path, content: str) -> Path:
-    """A file only root can read, mode 0600 from its creation (never readable for a moment)."""
-    path.touch(mode=0o600)
-    path.chmod(0o600)  # touch keeps the mode of a file that existed
-    path.write_text(content)
-    return path
 
 
 # Kernel filesystems: files there are the kernel's interfaces, never a place for results or reports.

@@ -11,6 +11,7 @@ flagged by the guest's own CPU meter.
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import platform
@@ -246,6 +247,10 @@ class Guest:
         """Boot, run `command` with `env` (plus VPNLAB_BACKEND=vm-kvm or vm-tcg), power off.
         Returns the accelerator used; raises VmError."""
         kernel = find_kernel()
+        # vpnlab's bytecode, written here where compiling takes a fraction of a second, not by the guest's
+        # Python into its throwaway overlay under emulation, each boot (with PYTHONDONTWRITEBYTECODE
+        # the host's imports write none)
+        compileall.compile_dir(PACKAGE, quiet=2)
         self.work.mkdir(parents=True, exist_ok=True)
         boot = self.work / "boot"
         boot.mkdir(exist_ok=True)

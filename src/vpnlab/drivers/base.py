@@ -10,8 +10,7 @@ its health and take itself down.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from pydantic import ConfigDict, ValidationError, model_serializer
 from ..backend import SLOWDOWN
 from ..errors import CapabilityError, TunnelError, VpnlabError
 from ..features import FEATURES, Capabilities
-from ..files import tail, write_secret
+from ..files import tail
 from ..metrics import declare
 from ..schema import NumbersAreNumbers
 from ..testbed.contract import Node, Process
@@ -95,15 +94,12 @@ class TunnelEnv:
     # outer packet the layer around it carries unfragmented (tunnels.py); None: the driver's own.
     # An `mtu` the study sets by hand wins (see `mtu`).
     auto_mtu: int | None = None
-    secrets: Path = field(init=False)  # this tunnel's keys and passwords: 0700, removed by Tunnel.down
     nodes: list[Node] = field(default_factory=list)  # where `write` put files: their folders go with Tunnel.down
+    # its folder's name on every node (a layer's number can repeat: a mesh's spokes, a second testbed)
+    name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.secrets = Path(tempfile.mkdtemp(prefix=f"l{self.layer}-", dir=self.state.secrets_dir))
-
-    def secret_file(self, name: str, content: str) -> Path:
-        """A secret, mode 0600 from its creation."""
-        return write_secret(self.secrets / name, content)
+        self.name = f"l{self.layer}-{secrets.token_hex(4)}"
 
     def log(self, name: str) -> Path:
         return self.log_dir / f"l{self.layer}-{name}.log"
@@ -111,17 +107,12 @@ class TunnelEnv:
     def folder(self, node: Node) -> str:
         """This tunnel's own folder on `node` (its keys, configurations, its daemons' pid files and
         sockets): under the node's scratch, removed when the tunnel goes down."""
-        return f"{node.scratch()}/{self.secrets.name}"
+        return f"{node.scratch()}/{self.name}"
 
     def write(self, node: Node, name: str, content: str | bytes, mode: int = 0o600) -> str:
         """A file of this tunnel's on `node` (`name` may hold folders), mode 0600 unless told; its path there."""
         self.nodes.append(node)
         return node.write_file(f"{self.folder(node)}/{name}", content, mode)
-
-    def on(self, node: Node, path: Path) -> Path | str:
-        """The path by which `node` finds a file or folder of this tunnel's (under `secrets`): the
-        same on a namespace here; on a real host, a copy there, removed with its testbed."""
-        return node.place(path, self.state.secrets_dir)
 
     def mtu(self, options: Options, default: int | None) -> int | None:
         """The tunnel MTU to configure: the study's `mtu` option, else the automatic one, else
@@ -166,10 +157,10 @@ class Tunnel:
     outer: tuple[str, int | None]           # its packets on the WAN: ("udp"|"tcp"|"esp"|"gre", port)
     mtu: int | None = None
     processes: list[tuple[Node, Process, Path]] = field(default_factory=list)
-    cleanup_files: list[Path] = field(default_factory=list)
     control: list[tuple[str, int | None]] = field(default_factory=list)  # other channels of its own on the WAN
     encrypted: bool = True  # plain L2TP is not: its contents are readable on the WAN
     left_behind: list[tuple[Node, Path]] = field(default_factory=list)  # files its daemons may leave (leave())
+    own_logs: list[tuple[Node, str, Path]] = field(default_factory=list)  # logs its daemons write on their nodes
 
     @property
     def channels(self) -> list[tuple[str, int | None]]:
@@ -183,9 +174,24 @@ class Tunnel:
                 return f"{log.stem} exited with {proc.returncode}\n{tail(log)}"
         return None
 
+    def own_log(self, node: Node, name: str) -> str:
+        """Where a daemon of this tunnel writes a log itself on `node` (pppd's `logfile`): in the
+        tunnel's folder there, copied into the local `env.log(name)` by `fetch_logs`."""
+        self.own_logs.append((node, f"{self.env.folder(node)}/{name}.log", self.env.log(name)))
+        return self.own_logs[-1][1]
+
+    def fetch_logs(self) -> None:
+        """Copy the logs its daemons write on their nodes into the local log folder (read_log: what a
+        node cannot give yet leaves the copy as it was)."""
+        for node, path, local in self.own_logs:
+            text = self.read_log(path, node)
+            if text:
+                local.write_text(text)
+
     def logs(self) -> str:
         """The end of each of its daemons' logs, for an error message: their output and the logs
         they write themselves (pppd's `logfile`, where a PPP link's failure shows)."""
+        self.fetch_logs()
         written = sorted(self.env.log_dir.glob(f"l{self.env.layer}-*.log"))
         logs = dict.fromkeys([*(log for _, _, log in self.processes), *written])
         return "\n".join(f"  {log.name}:\n{tail(log)}" for log in logs)
@@ -210,12 +216,10 @@ class Tunnel:
         for node, proc, _ in reversed(self.processes):
             node.stop(proc)
         self.processes.clear()
-        for path in self.cleanup_files:
-            path.unlink(missing_ok=True)
+        self.fetch_logs()  # kept beside the other logs once the tunnel's folders are gone
         for node, path in self.left_behind:
             node.remove_file(path)
         self.left_behind.clear()
-        shutil.rmtree(self.env.secrets, ignore_errors=True)
         for node in {id(node): node for node in self.env.nodes}.values():
             node.remove_tree(self.env.folder(node))
 

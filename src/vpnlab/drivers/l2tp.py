@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import secrets as random_secrets
 from dataclasses import replace
+from pathlib import Path
 from typing import Literal
 
-from ..algorithms import Algorithms, merged, read_logs, read_path, read_xfrm
+from ..algorithms import Algorithms, merged, read_logs, read_xfrm
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
 from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS, esp_algorithms
-from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, parse_pppd_log, private_etc,
-                  wait_for_link)
+from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, negotiated_ppp, private_etc,
+                  wait_for_link, write_etc)
 from .strongswan import FIPS_IKE, parse_charon_log, start_charons
-from ..files import write_secret
 from ..tools import Tool
 
 L2TP_PORT = 1701
@@ -74,11 +74,12 @@ class L2tp(Driver):
         if options.ipsec:
             self._ipsec(left, right, options, profile, env, tunnel)
 
-        server_log = env.log("pppd-gateway")
-        server_ppp = env.secret_file("options.lns", "\n".join(
+        gateway, client = right.node, left.node
+        write_etc(env, [gateway, client])
+        server_ppp = env.write(gateway, "options.lns", "\n".join(
             [f"name {SERVER_NAME}", *auth_options(True, None), *COMMON, f"ifname {names[1]}",
-             f"logfile {server_log}"]) + "\n")
-        lns = env.secret_file("xl2tpd-lns.conf", f"""[global]
+             f"logfile {tunnel.own_log(gateway, 'pppd-gateway')}"]) + "\n")
+        lns = env.write(gateway, "xl2tpd-lns.conf", f"""[global]
 listen-addr = {right.underlay_ip}
 port = {L2TP_PORT}
 access control = no
@@ -90,11 +91,10 @@ require authentication = yes
 name = {SERVER_NAME}
 pppoptfile = {server_ppp}
 """)
-        client_log = env.log("pppd-client")
-        client_ppp = env.secret_file("options.lac", "\n".join(
+        client_ppp = env.write(client, "options.lac", "\n".join(
             [f"user {CLIENT_NAME}", f"remotename {SERVER_NAME}", *auth_options(False, None), *COMMON,
-             f"ifname {names[0]}", f"logfile {client_log}"]) + "\n")
-        lac = env.secret_file("xl2tpd-lac.conf", f"""[global]
+             f"ifname {names[0]}", f"logfile {tunnel.own_log(client, 'pppd-client')}"]) + "\n")
+        lac = env.write(client, "xl2tpd-lac.conf", f"""[global]
 listen-addr = {left.underlay_ip}
 port = {L2TP_PORT}
 access control = no
@@ -107,19 +107,27 @@ require authentication = no
 name = {CLIENT_NAME}
 pppoptfile = {client_ppp}
 """)
-        env.secret_file("l2tp-secrets", "")  # no L2TP tunnel secret: PPP authenticates, IPsec encrypts
-        for site, conf, role in ((right, lns, "lns"), (left, lac, "lac")):
-            argv = ["xl2tpd", "-D", "-c", conf, "-p", env.secrets / f"xl2tpd-{role}.pid",
-                    "-C", env.secrets / f"xl2tpd-{role}.control", "-s", env.secrets / "l2tp-secrets"]
-            log = env.log(f"xl2tpd-{role}")
-            proc = site.node.spawn(private_etc(env, private_run(argv, keep=env.state.directory, make=("/run/xl2tpd",))),
-                                   log, what="xl2tpd")
-            tunnel.processes.append((site.node, proc, log))
-        wait_for_link(left.node, names[0], tunnel)
-        wait_for_link(right.node, names[1], tunnel)
-        route_into(left.node, right.subnets, names[0])
-        route_into(right.node, left.subnets, names[1])
+        for node, conf, role in ((gateway, lns, "lns"), (client, lac, "lac")):
+            self._start_xl2tpd(node, conf, role, env, tunnel)
+        wait_for_link(client, names[0], tunnel)
+        wait_for_link(gateway, names[1], tunnel)
+        route_into(client, right.subnets, names[0])
+        route_into(gateway, left.subnets, names[1])
         return tunnel
+
+    @staticmethod
+    def _start_xl2tpd(node, conf: str, role: str, env: TunnelEnv, tunnel: Tunnel) -> None:
+        """One xl2tpd (lns: the gateway, lac: the client) with its own files in the tunnel's folder on
+        its node, a private /run and /etc/ppp."""
+        folder = env.folder(node)
+        # no L2TP tunnel secret: PPP authenticates, IPsec encrypts
+        no_secrets = env.write(node, "l2tp-secrets", "")
+        argv = ["xl2tpd", "-D", "-c", conf, "-p", f"{folder}/xl2tpd-{role}.pid",
+                "-C", f"{folder}/xl2tpd-{role}.control", "-s", no_secrets]
+        log = env.log(f"xl2tpd-{role}")
+        proc = node.spawn(private_etc(env, node, private_run(argv, keep=folder, make=("/run/xl2tpd",))),
+                          log, what="xl2tpd")
+        tunnel.processes.append((node, proc, log))
 
     @staticmethod
     def _ipsec(left, right, options, profile: str, env: TunnelEnv, tunnel: Tunnel) -> None:
@@ -127,11 +135,10 @@ pppoptfile = {client_ppp}
         psk = "0x" + random_secrets.token_hex(32)
         homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
-            home = env.secrets / f"ipsec-{site.node.role}"
-            home.mkdir(mode=0o700)
-            write_secret(home / "swanctl.conf", swanctl_conf(site.underlay_ip, peer.underlay_ip, is_client,
-                                                             options.esp, profile, psk))
-            homes.append((site, home))
+            home = f"ipsec-{site.node.role}"
+            env.write(site.node, f"{home}/swanctl.conf", swanctl_conf(site.underlay_ip, peer.underlay_ip, is_client,
+                                                                      options.esp, profile, psk))
+            homes.append((site, Path(env.folder(site.node), home)))  # each charon's folder on its node
         start_charons(homes, env, tunnel, libipsec=False, child="l2tp")
 
     # -- algorithms (algorithms.py) --------------------------------------------
@@ -153,7 +160,7 @@ pppoptfile = {client_ppp}
 
     def negotiated(self, tunnel, options, profile):
         """charon's log and the kernel's ESP state (with ipsec), pppd's log (MS-CHAPv2)."""
-        ppp = read_path(tunnel.env.log("pppd-client"), parse_pppd_log)
+        ppp = negotiated_ppp(tunnel)
         if not options.ipsec:
             return ppp  # PPP negotiated no MPPE: the data crosses in clear
         found = merged(read_xfrm(tunnel), read_logs(tunnel, "charon", parse_charon_log))

@@ -10,8 +10,6 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets as random_secrets
-import subprocess
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -19,6 +17,7 @@ from pydantic import Field
 from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, read_logs
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, wait_for
+from ..testbed.contract import Node
 from ..testbed.node import private_run
 from .pki import OPENSSL, make_pki
 
@@ -66,54 +65,50 @@ class Ocserv(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         dtls = options.transport == "dtls"
-        folder = env.secrets
         pki = make_pki(right.underlay_ip)
         server_pki = pki.install("server", lambda name, data: env.write(right.node, name, data))
         client_pki = pki.install("client", lambda name, data: env.write(left.node, name, data))
         password = random_secrets.token_urlsafe(18)
-        answer = env.secret_file("password", password + "\n")
         config = self._server_config(left, right, dtls, profile, env, server_pki, password)
         tunnel = Tunnel(env, ("udp" if dtls else "tcp", PORT),
                         control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
         log = env.log("ocserv")
-        proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.state.directory), log,
+        proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.folder(right.node)), log,
                                 what="ocserv")
         tunnel.processes.append((right.node, proc, log))
         wait_for(lambda: right.node.listening(PORT), 15, "ocserv to listen", tunnel)
 
-        ready = folder / "client-ready"
-        script = folder / "connect-script"
-        script.write_text(CONNECT_SCRIPT.format(routes=" ".join(right.subnets), ready=ready))
-        script.chmod(0o700)
+        client = left.node
+        ready = f"{env.folder(client)}/client-ready"
+        script = env.write(client, "connect-script", CONNECT_SCRIPT.format(routes=" ".join(right.subnets), ready=ready),
+                           mode=0o700)
+        answer = env.write(client, "password", password + "\n")
         log = env.log("openconnect")
-        proc = left.node.spawn(self._client_argv(right, dtls, client_pki, script, f"vc{env.unique}"), log, stdin=answer,
-                               what="openconnect")
-        tunnel.processes.append((left.node, proc, log))
-        wait_for(ready.exists, 30, "openconnect to connect", tunnel)
-        mtu = ready.read_text().split()
+        argv = self._client_argv(right, dtls, client_pki, script, f"vc{env.unique}")
+        proc = client.spawn(["sh", "-c", 'exec "$@" < "$0"', answer, *argv], log, what="openconnect")
+        tunnel.processes.append((client, proc, log))
+        wait_for(lambda: client.exists(ready), 30, "openconnect to connect", tunnel, interval=0.2)
+        mtu = client.read_file(ready).decode().split()
         tunnel.mtu = int(mtu[1]) if len(mtu) > 1 and mtu[1].isdigit() else None
         if dtls:  # the data only moves to UDP once DTLS is up; measure nothing before
-            wait_for(lambda: re.search(r"Established DTLS connection", log.read_text(errors="replace")) is not None,
-                     15, "the DTLS channel", tunnel)
+            wait_for(lambda: "Established DTLS connection" in tunnel.read_log(log), 15, "the DTLS channel", tunnel)
         return tunnel
 
     @staticmethod
-    def _server_config(left, right, dtls: bool, profile: str, env: TunnelEnv, pki, password: str) -> Path:
-        """ocserv.conf for this tunnel (0600), with the one user's password file beside it."""
-        hashed = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        passwd = env.secret_file("ocpasswd", f"vpnlab:*:{hashed}\n")
+    def _server_config(left, right, dtls: bool, profile: str, env: TunnelEnv, pki, password: str) -> str:
+        """ocserv.conf for this tunnel (0600) on the gateway, with the one user's password file beside it."""
+        gateway = right.node
+        hashed = gateway.run(["openssl", "passwd", "-6", "-stdin"], input=password).stdout.strip()
+        passwd = env.write(gateway, "ocpasswd", f"vpnlab:*:{hashed}\n")
         net = ipaddress.ip_network(f"{left.tunnel_ip}/24", strict=False)
         routes = [f"route = {right.prefix}"] if right.prefix else []
         if left.subnets:  # site-to-site: the client's LANs, reached through its session
-            users = env.secrets / "users"
-            users.mkdir(mode=0o700)
-            (users / "vpnlab").write_text("".join(f"iroute = {net}\n" for net in left.subnets))
-            routes += [f"config-per-user = {users}/",
+            env.write(gateway, "users/vpnlab", "".join(f"iroute = {net}\n" for net in left.subnets))
+            routes += [f"config-per-user = {env.folder(gateway)}/users/",
                        # replace: the chain's own route to those LANs must give way to the tunnel
                        'route-add-cmd = "ip route replace %{R} dev %{D}"',
                        'route-del-cmd = "ip route delete %{R} dev %{D}"']
-        return env.secret_file("ocserv.conf", "\n".join([
+        return env.write(gateway, "ocserv.conf", "\n".join([
             f'auth = "plain[passwd={passwd}]"',
             f"tcp-port = {PORT}",
             *([f"udp-port = {PORT}"] if dtls else []),
@@ -130,7 +125,7 @@ class Ocserv(Driver):
         ]) + "\n")
 
     @staticmethod
-    def _client_argv(right, dtls: bool, pki, script: Path, dev: str) -> list[str]:
+    def _client_argv(right, dtls: bool, pki, script: str, dev: str) -> list[str]:
         # The per-run CA authenticates the gateway, whose certificate names its IP.
         client = ["openconnect", "--protocol=anyconnect", "--user=vpnlab", "--passwd-on-stdin", "--non-inter",
                   f"--cafile={pki.ca}", f"--script={script}", f"--interface={dev}",

@@ -2,8 +2,9 @@
 
 pppd reads fixed paths (/etc/ppp/options, /etc/ppp/chap-secrets) and runs /etc/ppp/ip-up,
 whose Debian hooks may rewrite system files. Every pppd-launching daemon is started with
-those paths bind-mounted, in its own mount namespace (`ip netns exec` gives one), onto this
-tunnel's files: an empty options file, the per-run secrets, and `true` for the hooks.
+those paths bind-mounted, in a mount namespace of its own (on a host's own network namespace
+too, where `ip netns exec` gives none), onto this tunnel's files on its node: an empty options
+file, the per-tunnel secrets, and `true` for the hooks.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import re
 import secrets
 
-from ..algorithms import Algorithms
+from ..algorithms import Algorithms, read_path
 from ..testbed.contract import Node
+from ..testbed.node import PRIVATE_MOUNTS
 from ..tools import Tool
 from .base import Tunnel, TunnelEnv, wait_for
 
@@ -47,18 +49,23 @@ COMMON = ["nodefaultroute", "noipdefault", "noipv6", "novj", "novjccomp", "nobsd
           "noaccomp", "noproxyarp", f"mtu {MTU}", f"mru {MTU}", "lcp-echo-interval 0", "debug"]
 
 
-def private_etc(env: TunnelEnv, argv: list) -> list:
-    """Wrap a pppd-launching daemon so it sees this tunnel's /etc/ppp files only."""
-    secrets_file = env.secrets / "chap-secrets"
-    if not secrets_file.exists():
-        password = secrets.token_urlsafe(18)
-        env.secret_file("chap-secrets", f'"{CLIENT_NAME}" "{SERVER_NAME}" "{password}" *\n')
-        env.secret_file("options", "")
-    binds = [f"mount --bind {env.secrets}/options /etc/ppp/options",
-             f"mount --bind {env.secrets}/chap-secrets /etc/ppp/chap-secrets",
+def write_etc(env: TunnelEnv, nodes: list[Node]) -> None:
+    """This tunnel's /etc/ppp files on each node of its pppds: an empty options file and the one
+    MS-CHAPv2 secret both ends share."""
+    password = secrets.token_urlsafe(18)
+    for node in nodes:
+        env.write(node, "chap-secrets", f'"{CLIENT_NAME}" "{SERVER_NAME}" "{password}" *\n')
+        env.write(node, "options", "")
+
+
+def private_etc(env: TunnelEnv, node: Node, argv: list) -> list:
+    """Wrap a pppd-launching daemon so it sees this tunnel's /etc/ppp files on `node` (write_etc) only."""
+    folder = env.folder(node)
+    binds = [f"mount --bind {folder}/options /etc/ppp/options",
+             f"mount --bind {folder}/chap-secrets /etc/ppp/chap-secrets",
              *(f"{{ [ ! -e {hook} ] || mount --bind /bin/true {hook}; }}" for hook in HOOKS),
              "mount -t tmpfs vpnlab-lock /run/lock"]
-    return ["sh", "-c", " && ".join(binds) + ' && exec "$@"', "sh", *map(str, argv)]
+    return [*PRIVATE_MOUNTS, "sh", "-c", " && ".join(binds) + ' && exec "$@"', "sh", *map(str, argv)]
 
 
 def wait_for_link(node: Node, dev: str, tunnel: Tunnel, timeout: float = 30) -> None:
@@ -66,6 +73,12 @@ def wait_for_link(node: Node, dev: str, tunnel: Tunnel, timeout: float = 30) -> 
     address, runs ip-pre-up, then brings the link up, and a route into it fails before that)."""
     wait_for(lambda: node.ipv4_address_once_up(dev) is not None, timeout, f"PPP interface {dev} in {node.role}", tunnel,
              interval=0.2)
+
+
+def negotiated_ppp(tunnel: Tunnel) -> Algorithms | None:
+    """What the client's pppd logged (its `logfile` on its node, fetched beside the other logs)."""
+    tunnel.fetch_logs()
+    return read_path(tunnel.env.log("pppd-client"), parse_pppd_log)
 
 
 def parse_pppd_log(text: str) -> Algorithms | None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..algorithms import Algorithms, read_path
+from ..algorithms import Algorithms
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
-from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, parse_pppd_log, private_etc,
-                  wait_for_link)
+from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, negotiated_ppp, private_etc,
+                  wait_for_link, write_etc)
 
 # A sample's own evidence that the link dropped packets (each > 0: something was lost on the way).
 LOSS_EVIDENCE = ("retransmits", "udp_loss_pct", "ping_loss_pct")
@@ -71,21 +71,23 @@ class Pptp(Driver):
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         names = (f"pp{env.unique}a", f"pp{env.unique}b")
         tunnel = Tunnel(env, ("gre", None), control=[("tcp", CONTROL_PORT)])
-        server_log = env.log("pppd-gateway")
-        server_options = env.secret_file("options.pptpd", "\n".join(
-            [f"name {SERVER_NAME}", *auth_options(True, options.mppe, options.stateful), *COMMON, f"ifname {names[1]}", f"logfile {server_log}"]) + "\n")
-        config = env.secret_file("pptpd.conf", f"option {server_options}\nlocalip {right.tunnel_ip}\n"
-                                               f"remoteip {left.tunnel_ip}\nlisten {right.underlay_ip}\n")
+        gateway = right.node
+        write_etc(env, [gateway, left.node])
+        server_options = env.write(gateway, "options.pptpd", "\n".join(
+            [f"name {SERVER_NAME}", *auth_options(True, options.mppe, options.stateful), *COMMON,
+             f"ifname {names[1]}", f"logfile {tunnel.own_log(gateway, 'pppd-gateway')}"]) + "\n")
+        config = env.write(gateway, "pptpd.conf", f"option {server_options}\nlocalip {right.tunnel_ip}\n"
+                                                  f"remoteip {left.tunnel_ip}\nlisten {right.underlay_ip}\n")
         log = env.log("pptpd")
-        proc = right.node.spawn(private_etc(env, ["pptpd", "--fg", "-c", config, "-p", env.secrets / "pptpd.pid"]),
-                                log, what="pptpd")
-        tunnel.processes.append((right.node, proc, log))
-        right.node.wait_listening(CONTROL_PORT, proc, log)
+        pid_file = f"{env.folder(gateway)}/pptpd.pid"
+        proc = gateway.spawn(private_etc(env, gateway, ["pptpd", "--fg", "-c", config, "-p", pid_file]),
+                             log, what="pptpd")
+        tunnel.processes.append((gateway, proc, log))
+        gateway.wait_listening(CONTROL_PORT, proc, log)
 
-        client_log = env.log("pppd-client")
         lines = ["nodetach", f"user {CLIENT_NAME}", f"remotename {SERVER_NAME}",
                  *auth_options(False, options.mppe, options.stateful), *COMMON,
-                 f"ifname {names[0]}", f"logfile {client_log}"]
+                 f"ifname {names[0]}", f"logfile {tunnel.own_log(left.node, 'pppd-client')}"]
         # --nobuffer: a GRE packet that follows a lost one goes straight to pppd, as RFC 2637 4.4
         # allows and as the kernel's own PPTP driver does. By default pptp-linux holds it for 0.3 s
         # in case the missing one turns up late; behind a shaper that drops, every drop then stalls
@@ -95,12 +97,12 @@ class Pptp(Driver):
         argv = ["pppd", "pty", f"pptp {right.underlay_ip} --nolaunchpppd --nobuffer",
                 *(w for line in lines for w in line.split())]
         log = env.log("pptp-client")
-        proc = left.node.spawn(private_etc(env, argv), log, what="pppd")
+        proc = left.node.spawn(private_etc(env, left.node, argv), log, what="pppd")
         tunnel.processes.append((left.node, proc, log))
         wait_for_link(left.node, names[0], tunnel)
-        wait_for_link(right.node, names[1], tunnel)
+        wait_for_link(gateway, names[1], tunnel)
         route_into(left.node, right.subnets, names[0])
-        route_into(right.node, left.subnets, names[1])
+        route_into(gateway, left.subnets, names[1])
         tunnel.mtu = MTU
         return tunnel
 
@@ -116,4 +118,4 @@ class Pptp(Driver):
 
     def negotiated(self, tunnel, options, profile):
         """pppd's log (debug): 'MPPE 128-bit stateless compression enabled', the MS-CHAPv2 exchange."""
-        return read_path(tunnel.env.log("pppd-client"), parse_pppd_log)
+        return negotiated_ppp(tunnel)

@@ -85,7 +85,7 @@ class SoftEtherTunnel(Tunnel):
 
     client: Node | None = None  # where vpncmd reads the live session
     workers: list[tuple[Node, int, int | None, str]] = field(default_factory=list)  # (node, pid, start time, what)
-    own_logs: list[tuple[Node, str]] = field(default_factory=list)  # the folders of the logs SoftEther writes
+    log_folders: list[tuple[Node, str]] = field(default_factory=list)  # the folders of the logs SoftEther writes
 
     def status(self) -> dict[str, str]:
         """The client's AccountStatusGet, item -> value: the live session's protocol and cipher."""
@@ -105,7 +105,7 @@ class SoftEtherTunnel(Tunnel):
 
     def logs(self) -> str:
         """Ours, then the end of each log SoftEther wrote itself on its node (where a refused login shows)."""
-        own = [(node, path) for node, folder in self.own_logs
+        own = [(node, path) for node, folder in self.log_folders
                for path in node.run(["find", folder, "-name", "*.log", "-type", "f"], check=False).stdout.split()]
         return "\n".join([super().logs(), *(f"  {PurePosixPath(path).relative_to(self.env.folder(node))}:\n"
                                             f"{last_lines(self.read_log(path, node))}" for node, path in own)])
@@ -272,7 +272,7 @@ class SoftEther(Driver):
     @staticmethod
     def _start(tunnel: SoftEtherTunnel, node, program: str, what: str, admin_port: int) -> None:
         log = tunnel.env.log(what)
-        tunnel.own_logs.append((node, logs_of(node, tunnel.env, what)))
+        tunnel.log_folders.append((node, logs_of(node, tunnel.env, what)))
         proc = node.spawn(["unshare", "--pid", "--fork", "--kill-child", "--mount",
                            *private(node, tunnel.env, what, program, "execsvc")], log, what=what)
         tunnel.processes.append((node, proc, log))

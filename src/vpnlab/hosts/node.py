@@ -150,21 +150,6 @@ class RemoteNode:
         except HostUnreachable:
             pass  # the run's folder goes with `close`
 
-    # -- beyond the namespace Node: files live on the host, not on the controller -------------
-    def place(self, path: Path, root: Path) -> str:
-        """A file or folder the controller made under `root` (the run's secrets), copied to the host
-        under the run's secrets folder there, each file 0600 and recorded first; its path there."""
-        path, top = Path(path), Path(path).relative_to(root).parts[0]
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-
-        def there(local: Path) -> str:
-            return str(PurePosixPath(self.host.secrets_dir, *local.relative_to(root).parts))
-
-        self.host.record("dirs", there(root / top))
-        folders = {str(PurePosixPath(there(f)).parent) for f in files} | ({there(path)} if path.is_dir() else set())
-        self.host.put_files({there(local): local.read_bytes() for local in files}, 0o600, sorted(folders))
-        return there(path)
-
     def exists(self, path) -> bool:
         return self.host.run(["test", "-e", str(path)], check=False).returncode == 0
 

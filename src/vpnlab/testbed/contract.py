@@ -70,9 +70,6 @@ class Node(Protocol):
         """Does a daemon accept connections on this Unix socket there?"""
 
     # -- files -----------------------------------------------------------------
-    def place(self, path: Path, root: Path) -> Path | str:
-        """Where it finds a file or folder the run made under `root` (copied there if need be)."""
-
     def exists(self, path) -> bool:
         """Does this path exist there?"""
 

@@ -95,8 +95,7 @@ class MeshTestbed:
         return bed
 
     def destroy(self) -> None:
-        for node in self.nodes:
-            self.state.remove_namespace(node.namespace)
+        self.state.remove_namespaces([node.namespace for node in self.nodes])
         self.peers.clear()
         self.core = None
 

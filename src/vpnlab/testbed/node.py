@@ -146,12 +146,8 @@ class Node:
         except subprocess.TimeoutExpired:
             pass
 
-    # -- files: a namespace shares this machine's; a real host's node (hosts/node.py) copies them there
+    # -- files: a namespace shares this machine's (a real host's node, hosts/node.py, writes them there)
     python = sys.executable
-
-    def place(self, path: Path, root: Path) -> Path:
-        """Where this node finds a file or folder the run made under `root`: right here."""
-        return path
 
     def exists(self, path) -> bool:
         return Path(path).exists()
@@ -196,12 +192,16 @@ def inside(path, folder: PurePosixPath) -> str:
     return str(path)
 
 
-def private_run(argv: list, keep: Path, make: tuple[str, ...] = ()) -> list:
+# Runs a program in a mount namespace of its own, whose mounts nobody else sees (propagation
+# private): `ip netns exec` gives one too, but a node in a host's own network namespace has none.
+PRIVATE_MOUNTS = ["unshare", "--mount", "--propagation=private"]
+
+
+def private_run(argv: list, keep, make: tuple[str, ...] = ()) -> list:
     """Wrap a daemon so it gets an empty private /run (where it writes a fixed pid file), with
-    `keep` (under /run) still visible and the directories `make` created in it. The mount namespace
-    is its own (`unshare`): on a real host a node may be the host's own namespace, which `ip netns
-    exec` does not wrap, and the host's /run must stay as everyone else sees it."""
+    `keep` (under /run: a folder on the daemon's node) still visible and the directories `make`
+    created in it, all in a mount namespace of its own (PRIVATE_MOUNTS): none of it is seen outside."""
     script = ('exec 3<"$1"; shift; mount -t tmpfs vpnlab-run /run && mkdir -p "$KEEP" $MAKE '
               '&& mount --no-canonicalize --bind /proc/self/fd/3 "$KEEP" && exec 3<&- && exec "$@"')
-    return ["unshare", "--mount", "--propagation=private", "env", f"KEEP={keep}", f"MAKE={' '.join(make)}",
-            "sh", "-c", script, "sh", str(keep), *map(str, argv)]
+    return [*PRIVATE_MOUNTS, "env", f"KEEP={keep}", f"MAKE={' '.join(make)}", "sh", "-c", script, "sh", str(keep),
+            *map(str, argv)]

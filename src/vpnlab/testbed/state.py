@@ -167,17 +167,22 @@ class RunState:
             self.processes.remove(entry)
             self.save()
 
-    def remove_namespace(self, name: str) -> None:
-        """Kill what still runs inside the namespace, then delete it."""
-        if name not in self.namespaces:
+    def remove_namespaces(self, names: list[str]) -> None:
+        """Kill what still runs inside these namespaces of ours, then delete them, with one `ip` (each
+        process costs a third of a second under emulation, in a VM guest)."""
+        names = [name for name in names if name in self.namespaces]
+        if not names:
             return
-        for pid in netns.pids(name):
-            _signal(pid, signal.SIGKILL)
-            _reap(pid)
-        # Whatever the namespace's state (an `ip netns add` cut short by a signal may have left
-        # only its mount point), delete it: a failure here means there was nothing to delete.
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
-        self.namespaces.remove(name)
+        for name in names:
+            for pid in netns.pids(name):
+                _signal(pid, signal.SIGKILL)
+                _reap(pid)
+        # Whatever a namespace's state (an `ip netns add` cut short by a signal may have left only its
+        # mount point), delete it: a failure means there was nothing to delete, and -force goes on.
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {name}\n" for name in names),
+                       capture_output=True, text=True)
+        for name in names:
+            self.namespaces.remove(name)
         self.save()
 
     def remove_cgroup(self, path: str | Path) -> None:
@@ -191,8 +196,7 @@ class RunState:
         """Remove everything recorded, in the safe order, then the record itself."""
         for entry in list(self.processes):
             self.stop_process(entry["pid"])
-        for name in list(self.namespaces):
-            self.remove_namespace(name)
+        self.remove_namespaces(list(self.namespaces))
         for path in list(self.cgroups):
             self.remove_cgroup(path)
         for path in self.files:
