@@ -51,8 +51,9 @@ Subsystem sftp internal-sftp
 """
 
 # Started with `unshare --pid --fork --mount-proc`: sshd is PID 1 of the host, so ending the
-# `unshare` we started (--kill-child) ends every process of the host with it.
-HOST_INIT = ("mount -t tmpfs -o mode=755 lab-run /run && mkdir -m 755 /run/sshd "
+# `unshare` we started (--kill-child) ends every process of the host with it. Its /run holds what a
+# booted Debian host's does before anyone logs in: sshd's folder and /run/lock (pppd's lock files).
+HOST_INIT = ("mount -t tmpfs -o mode=755 lab-run /run && mkdir -m 755 /run/sshd && mkdir -m 1777 /run/lock "
              "&& mount -t tmpfs -o mode=1777 lab-tmp /tmp && mount -t tmpfs -o mode=700 lab-root /root "
              '&& exec /usr/sbin/sshd -D -f "$0" -E "$1"')
 
