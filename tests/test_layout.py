@@ -227,4 +227,4 @@ def test_the_contract_check_catches_a_node_that_drifted():
     class Bare:
         role = "client"
 
-    assert {"no run", "no place", "no attribute namespace", "no attribute python"} <= set(_contract_problems(Bare))
+    assert {"no run", "no write_file", "no attribute namespace", "no attribute python"} <= set(_contract_problems(Bare))
