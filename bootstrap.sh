@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # What Python itself needs to read the rest: every other package comes from the programs that
-# vpnlab's drivers, workloads, testbed and VM backend declare (src/vpnlab/tools.py collects
+# vpnlab's drivers, workloads, testbed and VM backend declare (src/vpnlab/tools/ collects
 # them), plus, for the tests, tests/needs.py.
 BASE_PACKAGES=(python3 python3-venv ca-certificates)
 

@@ -20,7 +20,7 @@
              in the VM against the same scenario here, and TCP through each driver in the guest
              (kernel and userspace data planes, both IPsec stacks, PPTP, L2TP) as a ratio to no VPN
              in the same guest
-  emulation  what the VM under software emulation can still decide (vpnlab.comparability.RULE): no VPN,
+  emulation  what the VM under software emulation can still decide (vpnlab.analyse.comparability.RULE): no VPN,
              WireGuard, OpenVPN and strongSwan on 8 and 1000 Mbit/s tbf links, TCP and ping, run on this
              host and in the VM; each VM figure's bound by the rule against the host's figure (--quick,
              2 repetitions of 3 s: 17 min at load average 8-10 on 2 shared cores; the full run doubles it)
@@ -41,15 +41,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from vpnlab.analysis import summarise
-from vpnlab.capabilities import detect
+from vpnlab.analyse.analysis import summarise
+from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS, KINDS
 from vpnlab.drivers.base import TunnelEnv
-from vpnlab.plan import check_plan, make_plan, place
-from vpnlab import signals
-from vpnlab.runner import Runner
+from vpnlab.plan.scenarios import check_plan, make_plan, place
+from vpnlab.run import signals
+from vpnlab.run.runner import Runner
 from vpnlab.store import Store
-from vpnlab.study import Link, parse_study
+from vpnlab.plan.study import Link, parse_study
 from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout, Testbed
 from vpnlab.workloads import iperf
@@ -289,7 +289,7 @@ def _timed_run(study_text: str, backend: str) -> tuple[float, list[dict]]:
 
 
 def bench_vm(quick: bool) -> dict:
-    from vpnlab import vm
+    from vpnlab.machines import vm
 
     boots = []
     for _ in range(1 if quick else 3):
@@ -337,7 +337,7 @@ def bench_cpu(quick: bool) -> dict:
     (placement.assign refusing every core) alternate, one repetition of each scenario per sitting."""
     import json
 
-    from vpnlab import placement
+    from vpnlab.run import placement
 
     caps, sittings = detect(), 2 if quick else 5
     records, values = [], []

@@ -1,4 +1,4 @@
-"""bench emulation: does the comparability rule (vpnlab.comparability) say truly which figures a VM
+"""bench emulation: does the comparability rule (vpnlab.analyse.comparability) say truly which figures a VM
 under software emulation can decide?
 
 The same scenarios run on this host (netns) and in the VM (QEMU TCG): no VPN, WireGuard (wireguard-go on
@@ -24,13 +24,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from vpnlab import comparability
-from vpnlab.judging import settings_of, values_of
-from vpnlab.plan import make_plan, place
-from vpnlab.runner import Runner
-from vpnlab.stats import difference_ms, welch_log_ratio
+from vpnlab.analyse import comparability
+from vpnlab.plan.judging import settings_of, values_of
+from vpnlab.plan.scenarios import make_plan, place
+from vpnlab.run.runner import Runner
+from vpnlab.analyse.stats import difference_ms, welch_log_ratio
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 STUDY = """
 name: bench-emulation

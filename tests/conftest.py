@@ -223,9 +223,9 @@ def default_dispositions():
 
 def run_here(study, out: Path):
     """Run a parsed study in this process, on this machine (none of it may need the VM); its plan."""
-    from vpnlab.capabilities import detect
-    from vpnlab.plan import check_plan, make_plan
-    from vpnlab.runner import Runner
+    from vpnlab.machines.capabilities import detect
+    from vpnlab.plan.scenarios import check_plan, make_plan
+    from vpnlab.run.runner import Runner
 
     plan = make_plan(study)
     caps = detect()

@@ -7,15 +7,20 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from vpnlab import algorithm_report as report
+from vpnlab.report import algorithms as report
 from vpnlab import algorithms as alg
 from vpnlab.algorithms import AEAD
-from vpnlab.drivers import ipsec, libreswan, ocserv, openvpn, ppp, strongswan
+from vpnlab.drivers import ipsec
+from vpnlab.drivers import libreswan
+from vpnlab.drivers import ocserv
+from vpnlab.drivers import openvpn
+from vpnlab.drivers import ppp
+from vpnlab.drivers import strongswan
 from vpnlab.catalog import DRIVERS
-from vpnlab.labels import for_scenarios
-from vpnlab.plan import make_plan
+from vpnlab.report.labels import for_scenarios
+from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 DATA = Path(__file__).parent / "data" / "algorithms"
 
@@ -381,7 +386,7 @@ def test_a_fips_profile_that_ran_a_non_fips_algorithm_is_marked(tmp_path):
 
 
 def test_the_verdict_says_which_channel_the_profiles_differ_in(tmp_path):
-    from vpnlab import findings
+    from vpnlab.analyse import findings
 
     store = Store.open_dir(profile_store(tmp_path))
     try:

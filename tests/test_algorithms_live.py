@@ -6,8 +6,8 @@ report says what the fips profile changed."""
 import pytest
 
 from conftest import recorded_algorithms, run_here
-from vpnlab import report
-from vpnlab.study import parse_study
+from vpnlab.report import html as report
+from vpnlab.plan.study import parse_study
 
 pytestmark = pytest.mark.integration
 

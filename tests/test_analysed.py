@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from test_analysis import planned_store
-from vpnlab import report
-from vpnlab.analysed import RAW_TOOLS, analyse
+from vpnlab.report import html as report
+from vpnlab.analyse.analysed import RAW_TOOLS, analyse
 from vpnlab.cli import app
 from vpnlab.store import ReadOnlyStore, Stored
 
@@ -98,7 +98,7 @@ def test_each_command_that_reads_results_reads_the_samples_once(results, sample_
 
 def test_each_part_of_the_analysis_is_made_once(results, monkeypatch):
     """A part asked for twice (the report's table and its recommendations ask for the family) is kept."""
-    import vpnlab.analysed as analysed_module
+    import vpnlab.analyse.analysed as analysed_module
 
     made = []
     family = analysed_module.comparison_family

@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from vpnlab.analysis import matched, relative_text, summarise
-from vpnlab.plan import make_plan
-from vpnlab.stats import band, mean_interval, stein_total_n
+from vpnlab.analyse.analysis import matched, relative_text, summarise
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.analyse.stats import band, mean_interval, stein_total_n
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 STUDY = """
 name: s
@@ -161,7 +161,7 @@ ADAPTIVE = STUDY.replace("repetitions: 5", "repetitions: {min: 3, max: 20, ci_ta
 
 
 def test_stein_fixes_the_total_from_the_pilot_and_rounds_stay_whole(tmp_path):
-    from vpnlab.stopping import rounds_wanted, stein_note
+    from vpnlab.run.stopping import rounds_wanted, stein_note
 
     noisy = {1: 1.0, 2: 1.1, 3: 0.92, 4: 1.0, 5: 1.0, 6: 1.0}
 
@@ -182,7 +182,7 @@ def test_stein_fixes_the_total_from_the_pilot_and_rounds_stay_whole(tmp_path):
 
 
 def test_a_stray_later_repetition_widens_steins_interval_and_the_note_says_why(tmp_path):
-    from vpnlab.stopping import stein_note
+    from vpnlab.run.stopping import stein_note
 
     stray = {1: 1.0, 2: 1.0005, 3: 0.9995, 4: 0.75, 5: 1.0}  # a tight pilot, then one 25% down
 
@@ -195,14 +195,14 @@ def test_a_stray_later_repetition_widens_steins_interval_and_the_note_says_why(t
     assert not met and "asked for 3 in all" in note and "5 ran (whole rounds" in note
     assert note.endswith("wider than the target: the later repetitions spread wider than the pilot")
     store.close()
-    from vpnlab import report
+    from vpnlab.report import html as report
     built = report.build(tmp_path)  # says it once, from the intervals as computed now
     (missed, where), = [(n, w) for n, w in built.notes if n.startswith("final 95% interval wider")]
     assert any(w.startswith("none | ") and "tcp" in w for w in where)
     assert any(r.startswith("confidence target met in ") for r in built.rules)
     assert not any("adaptive repetitions by Stein" in n for n, _ in built.notes)
-    from vpnlab.analysed import Analysed
-    from vpnlab.export import summary_rows
+    from vpnlab.analyse.analysed import Analysed
+    from vpnlab.report.export import summary_rows
     store = Store.open_dir(tmp_path)
     met = {(r["vpn_label"], r["workload"]): r["ci_target_met"] for r in summary_rows(Analysed.of(store))}
     store.close()
@@ -210,7 +210,7 @@ def test_a_stray_later_repetition_widens_steins_interval_and_the_note_says_why(t
 
 
 def test_stein_waits_for_the_pilot(tmp_path):
-    from vpnlab.stopping import rounds_wanted
+    from vpnlab.run.stopping import rounds_wanted
 
     store, ids = generated_store(tmp_path, typical(np.random.default_rng(9)), rounds=2, study=ADAPTIVE)
     plan = make_plan(parse_study(ADAPTIVE))
@@ -218,7 +218,7 @@ def test_stein_waits_for_the_pilot(tmp_path):
 
 
 def test_the_report_lists_outliers_and_still_counts_them(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     def sample(scenario, round_no):
         spike = 5.0 if round_no == 4 else 1.0
@@ -233,7 +233,7 @@ def test_the_report_lists_outliers_and_still_counts_them(tmp_path):
 
 
 def test_the_report_names_the_scenarios_short_of_their_rule_with_how_many_they_have(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     store, ids = generated_store(tmp_path, typical(np.random.default_rng(5)), rounds=3)
     assert not [n for n, _ in report.build(tmp_path).notes if n.startswith("not finished")]
@@ -245,7 +245,7 @@ def test_the_report_names_the_scenarios_short_of_their_rule_with_how_many_they_h
 
 
 def test_an_adaptive_run_reports_steins_final_interval(tmp_path):
-    from vpnlab.stats import guarded_stein_interval
+    from vpnlab.analyse.stats import guarded_stein_interval
 
     store, ids = generated_store(tmp_path, typical(np.random.default_rng(10)), rounds=4, study=ADAPTIVE)
     tput = by_metric(store, ids, "tcp", True)["throughput_mbps"]
@@ -258,7 +258,7 @@ def test_an_adaptive_run_reports_steins_final_interval(tmp_path):
 
 
 def test_steins_rounds_are_balanced_only_with_scenarios_measured_in_the_same_place(tmp_path):
-    from vpnlab.runner import Runner
+    from vpnlab.run.runner import Runner
 
     noisy = {1: 1.0, 2: 1.1, 3: 0.92}
 
@@ -284,7 +284,7 @@ def test_a_round_one_side_failed_is_left_out_of_the_pair():
 def test_pairing_on_the_completed_rounds_keeps_its_coverage():
     """Rounds shift both sides alike (drift); each round loses B's side with probability 1/4. The
     paired interval on the rounds both completed covers the true ratio about 95% of the time."""
-    from vpnlab.stats import paired_log_ratio
+    from vpnlab.analyse.stats import paired_log_ratio
 
     rng, truth, hits, paired_runs = np.random.default_rng(11), 0.9, 0, 0
     for _ in range(3000):
@@ -324,7 +324,7 @@ def test_flagged_samples_are_left_out_only_when_the_study_says_so(tmp_path):
 
 
 def test_samples_taken_while_the_machine_was_busy_are_flagged(tmp_path):
-    from vpnlab.judging import DISTURBED, stored_settings, values_of
+    from vpnlab.plan.judging import DISTURBED, stored_settings, values_of
 
     study = STUDY + "analysis: {flagged_samples: exclude}\n"
     plan = make_plan(parse_study(study))
@@ -342,7 +342,7 @@ def test_samples_taken_while_the_machine_was_busy_are_flagged(tmp_path):
 
 
 def test_the_report_shows_flagged_samples_both_ways(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     store, _ = generated_store(tmp_path, spiky, rounds=6)
     store.close()
@@ -355,7 +355,7 @@ def test_the_report_shows_flagged_samples_both_ways(tmp_path):
 
 
 def test_a_seed_grading_is_shown_beside_vpnlabs_with_its_caveats(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     study = STUDY + "analysis: {seed_grading: jaha-2014}\n"
     store, _ = generated_store(tmp_path, typical(np.random.default_rng(13)), study=study)
@@ -385,7 +385,7 @@ def test_a_malformed_analysis_block_names_the_field():
 
 
 def test_a_transfer_study_is_graded_on_its_files_goodput(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     study = """
 name: t
@@ -430,7 +430,7 @@ def test_under_software_emulation_a_delay_or_a_rate_below_the_links_gets_no_grad
             assert tcp.grade == "" and tcp.relative
             assert ("at 60% of the link's rate" if used else "on a link without a rate") in tcp.grade_reason
 
-    from vpnlab import report  # the seed's own rule does not grade the emulator either
+    from vpnlab.report import html as report  # the seed's own rule does not grade the emulator either
     store = Store.open_dir(tmp_path / "below-the-link")
     with store.db:
         store.db.execute("UPDATE runs SET study_text = ?", (STUDY + "analysis: {seed_grading: jaha-2014}\n",))
@@ -443,8 +443,8 @@ def test_under_software_emulation_a_delay_or_a_rate_below_the_links_gets_no_grad
 def test_leaving_a_flagged_sample_out_keeps_the_pilot_steins_rule_ran_on(tmp_path):
     """narayan-2008's OpenVPN at 16 KB: with its flagged first repetition left out, the 'left out' interval
     came from a new pilot of repetitions 2-4 (sd of log 0.051 instead of 0.227) and looked tight."""
-    from vpnlab.judging import DISTURBED
-    from vpnlab.stopping import final_interval, stored_rule
+    from vpnlab.plan.judging import DISTURBED
+    from vpnlab.run.stopping import final_interval, stored_rule
 
     study = ADAPTIVE + "analysis: {flagged_samples: exclude}\n"
     tcp = make_plan(parse_study(study)).scenarios[1]
@@ -467,7 +467,7 @@ def test_leaving_a_flagged_sample_out_keeps_the_pilot_steins_rule_ran_on(tmp_pat
 
 
 def test_a_store_measured_before_loads_were_scaled_and_fragments_flagged_says_both(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     study = "name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: pptp}]\nlinks: [{rate_mbit: 24}]\n" \
             "workloads: [{kind: udp, rate_mbit: 20}, {kind: tcp}]\n"
@@ -488,7 +488,7 @@ def test_a_store_measured_before_loads_were_scaled_and_fragments_flagged_says_bo
 
 
 def test_a_tcp_window_the_kernel_did_not_give_is_said(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     study = "name: s\nrepetitions: 2\nvpns: [{driver: none}]\nworkloads: [{kind: tcp, window: [8K, 64K]}]\n"
     plan, store, run = planned_store(tmp_path, study)
@@ -525,7 +525,7 @@ def test_under_emulation_a_rate_that_carried_the_whole_offered_load_is_the_loads
 
 def test_table_vi_grades_the_workloads_the_studys_graded_findings_name(tmp_path):
     """jaha-2014 lists udp-0.1M first (every VPN carries it all) but grades the seed's Table VI at 20 Mbit/s."""
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     study = ("name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: wireguard}]\n"
              "workloads: [{kind: udp, rate_mbit: [0.1, 20]}]\nfindings:\n"

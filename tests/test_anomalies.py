@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from vpnlab.capabilities import detect
+from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
-from vpnlab.study import Link
+from vpnlab.plan.study import Link
 from vpnlab.testbed.topology import Layout, Testbed
-from vpnlab.tunnels import first_packet
+from vpnlab.run.tunnels import first_packet
 
 pytestmark = pytest.mark.integration
 

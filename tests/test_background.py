@@ -14,9 +14,9 @@ import pytest
 from conftest import run_here
 from vpnlab.catalog import TRAFFIC_TOOLS
 from vpnlab.errors import MeasurementError, StudyError
-from vpnlab.measure import share_with_background
-from vpnlab.plan import make_plan
-from vpnlab.study import parse_study
+from vpnlab.measure.window import share_with_background
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.plan.study import parse_study
 from vpnlab.testbed.node import Node
 from vpnlab.testbed.state import RunState
 from vpnlab.workloads import office

@@ -21,8 +21,8 @@ import pytest
 import execlog
 from conftest import our_namespaces
 from vpnlab.errors import StudyError
-from vpnlab.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
-from vpnlab.study import MAX_FILE_BYTES, MAX_SCENARIOS, load_study, parse_study
+from vpnlab.plan.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
+from vpnlab.plan.study import MAX_FILE_BYTES, MAX_SCENARIOS, load_study, parse_study
 from vpnlab.testbed.state import PROBE_PREFIX, STATE_ROOT
 
 BASE = "name: t\nvpns: [{driver: none}, {driver: wireguard}]\n"

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vpnlab import comparability, findings
-from vpnlab.comparability import Bound, Evidence
-from vpnlab.cpu import cpu_bound
-from vpnlab.plan import make_plan
+from vpnlab.analyse import comparability
+from vpnlab.analyse import findings
+from vpnlab.analyse.comparability import Bound, Evidence
+from vpnlab.measure.cpu import cpu_bound
+from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 TCG = "measured in a VM (software emulation (TCG): slow, CPU-bound figures are lower bounds, kernel 6.1)"
 HEAD = """

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vpnlab.compare import Comparison, compare, differs_in_one_thing, hedges_g, holm
+from vpnlab.analyse.compare import Comparison, compare, differs_in_one_thing, hedges_g, holm
 
 
 def test_unpaired_primary_test_is_welch_on_logs():
@@ -90,9 +90,9 @@ SHARE = {"none": 1.0, "wireguard": 0.9, "openvpn aes-256-gcm udp": 0.6, "openvpn
 
 def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host", study=STUDY):
     """A study's store whose VPNs carry share[label] of 900 Mbit/s, lognormal round to round."""
-    from vpnlab.plan import make_plan
+    from vpnlab.plan.scenarios import make_plan
     from vpnlab.store import Store
-    from vpnlab.study import parse_study
+    from vpnlab.plan.study import parse_study
 
     rng = np.random.default_rng(seed)
     plan = make_plan(parse_study(study))
@@ -113,7 +113,7 @@ def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in=
 
 
 def test_the_holm_family_is_the_same_whatever_pair_selects(tmp_path):
-    from vpnlab.compare import comparison_family, study_comparisons
+    from vpnlab.analyse.compare import comparison_family, study_comparisons
 
     store = tcp_store(tmp_path)
     family = {(c.a, c.b): c.holm_p for c in comparison_family(store)}
@@ -129,7 +129,7 @@ def test_the_holm_family_is_the_same_whatever_pair_selects(tmp_path):
 
 
 def test_comparison_rows_name_their_scenarios(tmp_path):
-    from vpnlab.compare import study_comparisons
+    from vpnlab.analyse.compare import study_comparisons
 
     store = tcp_store(tmp_path)
     c = study_comparisons(store)[0]
@@ -139,7 +139,7 @@ def test_comparison_rows_name_their_scenarios(tmp_path):
 
 
 def test_a_pair_with_no_vpn_is_tested_outside_the_family(tmp_path):
-    from vpnlab.compare import study_comparisons
+    from vpnlab.analyse.compare import study_comparisons
 
     store = tcp_store(tmp_path)
     (c,) = study_comparisons(store, [("none", "wireguard")])
@@ -147,7 +147,7 @@ def test_a_pair_with_no_vpn_is_tested_outside_the_family(tmp_path):
 
 
 def test_ahead_only_when_the_corrected_test_is_significant(tmp_path):
-    from vpnlab.compare import comparison_family
+    from vpnlab.analyse.compare import comparison_family
 
     clear = comparison_family(tcp_store(tmp_path / "clear", seed=1))
     wg = next(c for c in clear if c.a == "wireguard" and c.b == "openvpn aes-256-gcm udp")
@@ -163,14 +163,14 @@ def test_ahead_only_when_the_corrected_test_is_significant(tmp_path):
 
 
 def test_identical_samples_are_said_so_without_a_p(tmp_path):
-    from vpnlab.compare import study_comparisons
+    from vpnlab.analyse.compare import study_comparisons
 
     (c,) = study_comparisons(tcp_store(tmp_path, spread=0.0))
     assert c.welch_p is None and c.note == "identical samples" and c.verdict == "identical" and not c.significant
 
 
 def test_compare_runs_never_pairs_the_vm_with_the_host(tmp_path):
-    from vpnlab.compare import compare_runs
+    from vpnlab.analyse.compare import compare_runs
 
     host = tcp_store(tmp_path / "host", seed=1)
     in_vm = tcp_store(tmp_path / "vm", seed=2, measured_in="vm")
@@ -182,7 +182,7 @@ def test_compare_runs_never_pairs_the_vm_with_the_host(tmp_path):
 
 
 def recommendations(tmp_path, **kwargs) -> list[str]:
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     tcp_store(tmp_path, **kwargs).close()
     return [r["text"] for r in report.build(tmp_path).recommendations]
@@ -217,7 +217,7 @@ def test_no_choice_from_emulation_none_of_one_and_what_is_left_out_is_named(tmp_
     store.set_status(rows["wireguard"], "running")  # short of its rule: an interrupted run
     store.set_status(rows["openvpn aes-256-gcm udp"], "failed", "tunnel died")
     store.close()
-    from vpnlab import report
+    from vpnlab.report import html as report
     texts = [r["text"] for r in report.build(tmp_path / "short").recommendations]
     overall = next(t for t in texts if "FIPS-only" not in t)
     assert "openvpn aes-256-gcm udp fips (" in overall and "is the only configuration measured: there is " \
@@ -236,7 +236,7 @@ def test_a_first_ranked_configuration_with_broken_algorithms_is_said_to_rank_for
 
 
 def test_the_report_says_how_the_numbers_were_obtained(tmp_path):
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     tcp_store(tmp_path).close()
     methods = report.build(tmp_path).methods
@@ -246,7 +246,7 @@ def test_the_report_says_how_the_numbers_were_obtained(tmp_path):
 
 
 def test_the_methods_paragraph_says_when_the_order_was_listed_and_which_stopping_rule_ran():
-    from vpnlab import methods
+    from vpnlab.analyse import methods
 
     assert methods.study_order("name: s\norder: listed\n") == "listed"
     assert methods.study_order("name: s\n") == "shuffled"
@@ -256,7 +256,7 @@ def test_the_methods_paragraph_says_when_the_order_was_listed_and_which_stopping
 
 
 def test_the_methods_paragraph_states_the_studys_own_analysis_settings():
-    from vpnlab import methods
+    from vpnlab.analyse import methods
 
     default = methods.paragraph("name: s\n", ["5 repetitions"])
     assert "at least 1 ms" in default and "exceeds 2%" in default and "that they count" in default
@@ -267,7 +267,7 @@ def test_the_methods_paragraph_states_the_studys_own_analysis_settings():
 
 def test_the_studys_threshold_decides_ahead_and_equivalent(tmp_path):
     """A 5% difference is "behind" at the default 2% threshold and undecided or equivalent at 10%."""
-    from vpnlab.compare import comparison_family
+    from vpnlab.analyse.compare import comparison_family
 
     share = {**SHARE, "openvpn aes-256-gcm udp fips": 0.57}
     default = comparison_family(tcp_store(tmp_path / "a", share=share, spread=0.005, seed=3))
@@ -298,7 +298,7 @@ def test_the_comparisons_a_recommendation_rests_on_are_in_the_comparisons_table(
     """WireGuard against each OpenVPN is no one-difference pair, but the recommendation of WireGuard
     rests on both (the best must be ahead of every other): the table shows them beside the
     one-difference pair (OpenVPN default against fips), each once."""
-    from vpnlab import report
+    from vpnlab.report import html as report
 
     tcp_store(tmp_path, seed=1).close()
     built = report.build(tmp_path)
@@ -311,7 +311,7 @@ def test_the_comparisons_a_recommendation_rests_on_are_in_the_comparisons_table(
 
 
 def test_under_emulation_a_difference_the_emulator_may_have_set_is_not_decided(tmp_path):
-    from vpnlab.compare import comparison_family
+    from vpnlab.analyse.compare import comparison_family
 
     family = comparison_family(tcp_store(tmp_path, seed=1, measured_in="vm"))  # unshaped, under TCG
     wg = next(c for c in family if "wireguard" in (c.a, c.b) and c.holm_p is not None and c.holm_p < 0.05)

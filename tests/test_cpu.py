@@ -8,7 +8,7 @@ import time
 import pytest
 
 from vpnlab.catalog import TRAFFIC_TOOLS
-from vpnlab.cpu import SATURATED_PCT, TICK, CpuMeter, OtherLoadSeries
+from vpnlab.measure.cpu import SATURATED_PCT, TICK, CpuMeter, OtherLoadSeries
 
 pytestmark = pytest.mark.integration
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from conftest import default_dispositions, run_here
-from vpnlab import repetition
-from vpnlab.capabilities import detect
+from vpnlab.run import repetition
+from vpnlab.machines.capabilities import detect
 from vpnlab.errors import TunnelError
-from vpnlab.placement import assign, cores, this_machine
-from vpnlab.plan import check_plan, make_plan
-from vpnlab.runner import Runner
+from vpnlab.run.placement import assign, cores, this_machine
+from vpnlab.plan.scenarios import check_plan, make_plan
+from vpnlab.run.runner import Runner
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 from vpnlab.testbed.state import STATE_ROOT
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_a_study_that_turns_pinning_off_leaves_its_daemons_on_every_core(tmp_pat
 def test_cgroup_v2_accounting_on_this_kernel(tmp_path, no_leftovers, monkeypatch):
     """Users' machines have pure cgroup v2. Where this one chose v1 (its controllers are bound there),
     the v2 hierarchy beside it still keeps cpu.stat's usage_usec: the v2 path, run for real there."""
-    from vpnlab import placement
+    from vpnlab.run import placement
 
     if this_machine().method == "cgroup2":
         pytest.skip("the first test ran cgroup v2 already")

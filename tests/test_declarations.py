@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vpnlab import capabilities, catalog
+from vpnlab.machines import capabilities
+from vpnlab import catalog
 from vpnlab.catalog import DRIVERS, KINDS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from conftest import run_here
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vpnlab import export
-from vpnlab.analysed import Analysed
-from vpnlab.analysis import MIN_BLOCKS
-from vpnlab.plan import make_plan
+from vpnlab.report import export
+from vpnlab.analyse.analysed import Analysed
+from vpnlab.analyse.analysis import MIN_BLOCKS
+from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 STUDY = """
 name: e

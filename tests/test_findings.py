@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vpnlab import findings
+from vpnlab.analyse import findings
 from vpnlab.drivers.pptp import HOLD_FLAG, held_by_pptpd
-from vpnlab.measure import hold_flags
+from vpnlab.measure.window import hold_flags
 from vpnlab.errors import StudyError
-from vpnlab.plan import make_plan
+from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
-from vpnlab.study import builtin_studies, load_builtin, parse_study
-from vpnlab.verdict_table import row
+from vpnlab.plan.study import builtin_studies, load_builtin, parse_study
+from vpnlab.report.verdict_table import row
 
 SEEDS = ("narayan-2008", "jaha-2014", "fave-2018", "taneja-2019", "small-business-2011")
 
@@ -189,7 +189,7 @@ def test_a_failed_scenario_is_not_comparable_and_says_why(tmp_path):
 
 
 def test_the_report_section(tmp_path):
-    from vpnlab.report import _environment
+    from vpnlab.report.html import _environment
 
     store = generated_store(tmp_path)
     section = findings.against_the_original(store)
@@ -546,7 +546,7 @@ def test_choices_are_checked_and_shown(tmp_path):
     assert "choices[0].seed" in str(error.value) and "choices[0].here" in str(error.value)
     study = parse_study(good + "choices: [{what: window, seed: 8 KB, here: 11K asked, findings: [x, nope]}]\n")
     assert findings.plan_problems(study) == ["choices[0].findings: no finding 'nope'"]
-    from vpnlab.report import _environment
+    from vpnlab.report.html import _environment
 
     text = STUDY + "choices: [{what: file size, seed: 715 MB, here: 32 MB, why: minutes, findings: [wg-slower]}]\n"
     store = generated_store(tmp_path, study=text)

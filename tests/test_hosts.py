@@ -338,7 +338,7 @@ def test_other_load_on_a_host_is_every_process_but_the_runs_own():
     """The SSH session that takes the snapshot and whatever is below it is the run's, as is a
     daemon it started that left its shell; a kernel thread is the kernel's; the rest is other load.
     The snapshot is read by the one parser of /proc (cpu.parse_snapshot), as a host's SNAPSHOT prints it."""
-    from vpnlab.cpu import PF_KTHREAD, parse_snapshot
+    from vpnlab.measure.cpu import PF_KTHREAD, parse_snapshot
     from vpnlab.hosts.cpu import _others
 
     def stat(pid, comm, parent, ticks, flags=0):

@@ -27,8 +27,8 @@ import yaml
 from declared import programs
 from hosts_harness import Lab, leftovers
 from test_hosts_study import host_is_clean, wait_until
-from vpnlab import vm
-from vpnlab.study import builtin_studies
+from vpnlab.machines import vm
+from vpnlab.plan.study import builtin_studies
 from vpnlab.testbed.state import RunState
 
 HERE = Path(__file__).resolve()

@@ -15,13 +15,13 @@ import pytest
 from typer.testing import CliRunner
 
 from hosts_harness import Lab, leftovers, sh
-from vpnlab import overrides
+from vpnlab.plan import overrides
 from vpnlab.cli import app
 from vpnlab.cli.run import load_study_arg
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line
-from vpnlab.plan import make_plan
-from vpnlab.study import parse_study
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.plan.study import parse_study
 
 RA_STUDY = """\
 name: hosts-remote-access
@@ -418,7 +418,7 @@ def test_what_a_hosts_kernel_lacks_names_that_host_or_the_pair_when_only_togethe
     one host lacks names that host; two hosts that each allow one implementation but not the same
     one are named together."""
     from vpnlab.cli.run import _kernels_lack
-    from vpnlab.features import FEATURES
+    from vpnlab.machines.features import FEATURES
     from vpnlab.hosts.testbed import HostSet
 
     inventory = tmp_path / "lab.yml"

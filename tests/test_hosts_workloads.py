@@ -12,7 +12,7 @@ import pytest
 from hosts_harness import lab  # noqa: F401  (the fixture: two SSH "hosts" in namespaces)
 from test_hosts_study import host_is_clean, wait_until
 from vpnlab.hosts.prepare import study_packages
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 # With no VPN the source and the sink are the hosts themselves (their own network, where the
 # lab's sshd holds port 22); through WireGuard they are namespaces on them.

@@ -4,11 +4,13 @@ layout: vpnlab's imports point one way, and both kinds of node keep the node con
 import ast
 import functools
 import inspect
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
+import vpnlab
 from vpnlab.hosts.node import RemoteNode
 from vpnlab.testbed import contract
 from vpnlab.testbed.node import Node
@@ -228,3 +230,27 @@ def test_the_contract_check_catches_a_node_that_drifted():
         role = "client"
 
     assert {"no run", "no write_file", "no attribute namespace", "no attribute python"} <= set(_contract_problems(Bare))
+
+
+# Programs vpnlab ships to a node and runs there with the node's Python: their files are the node's.
+RUN_ON_NODES = {"workloads/datasets.py", "workloads/office.py"}
+LOCAL_WRITES = re.compile(r"\bimport subprocess\b|from subprocess import|\.(write_text|write_bytes|mkdir|touch|chmod|"
+                          r"unlink|symlink_to)\(|\bshutil\.|\bos\.(open|mkdir|makedirs|remove|chmod)\(|"
+                          r"\bopen\([^)]*[\"'][wax]")
+
+
+def test_drivers_and_workloads_act_only_through_their_nodes():
+    """No driver or workload module starts a program or writes a file on this machine itself: the node
+    contract is the only way out (what a program writes to the local log `node.spawn` streams into, and
+    a copy of a daemon's own log beside it in the run's log folder, are the run's records)."""
+    package = Path(vpnlab.__file__).parent
+    offenders = []
+    for path in sorted([*package.glob("drivers/*.py"), *package.glob("workloads/*.py")]):
+        name = str(path.relative_to(package))
+        if name in RUN_ON_NODES:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            # Tunnel.fetch_logs' copy of a daemon's own log into the run's log folder is the run's record
+            if LOCAL_WRITES.search(line) and not (name == "drivers/base.py" and "local.write_text(text)" in line):
+                offenders.append(f"{name}:{number}: {line.strip()}")
+    assert offenders == []

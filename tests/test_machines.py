@@ -2,7 +2,7 @@
 import json
 from types import SimpleNamespace
 
-from vpnlab.machines import current_wording, machine_lines, measured_where
+from vpnlab.machines.provenance import current_wording, machine_lines, measured_where
 
 HOW = "software emulation (TCG): slow, its CPU-bound rates are lower bounds and delays upper bounds, kernel 6.1.0-56-amd64"
 TCG = f"measured in a VM ({HOW})"
@@ -41,7 +41,7 @@ def test_sittings_that_worded_the_emulation_differently_say_it_once():
 def test_each_sitting_says_the_code_it_ran(tmp_path):
     """A study resumed over sittings may run different commits: the report names each with its sittings."""
     from vpnlab import _checkout_commit
-    from vpnlab.machines import sitting_versions
+    from vpnlab.machines.provenance import sitting_versions
 
     runs = [{"vpnlab_version": v} for v in ("0.1.0+ga", "0.1.0+ga", "0.1.0+gb", "0.1.0+gc", "0.1.0+gc")]
     assert sitting_versions(runs) == "0.1.0+ga (sittings 1-2), 0.1.0+gb (sitting 3), 0.1.0+gc (sittings 4-5)"

@@ -16,16 +16,16 @@ import time
 import pytest
 
 from conftest import our_namespaces, run_here
-from vpnlab import export
-from vpnlab.analysed import Analysed
+from vpnlab.report import export
+from vpnlab.analyse.analysed import Analysed
 from vpnlab.catalog import KINDS
 from vpnlab.errors import StudyError
-from vpnlab.mesh_run import combine, pairs_of
-from vpnlab.tunnels import answer_deadline
-from vpnlab.plan import make_plan
-from vpnlab.report import build, render
+from vpnlab.run.mesh_run import combine, pairs_of
+from vpnlab.run.tunnels import answer_deadline
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.report.html import build, render
 from vpnlab.store import Store
-from vpnlab.study import Link, parse_study
+from vpnlab.plan.study import Link, parse_study
 from vpnlab.testbed import netns
 from vpnlab.testbed.mesh import MeshTestbed, PairView
 from vpnlab.workloads.base import Measurement

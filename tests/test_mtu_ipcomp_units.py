@@ -4,13 +4,13 @@ tests/test_vm.py IPComp)."""
 
 import pytest
 
-from vpnlab.capabilities import Capabilities
+from vpnlab.machines.capabilities import Capabilities
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.libreswan import Libreswan
 from vpnlab.drivers.strongswan import StrongSwan
 from vpnlab.errors import CapabilityError, StudyError
-from vpnlab.study import parse_study
-from vpnlab.tunnels import fitting_mtu
+from vpnlab.plan.study import parse_study
+from vpnlab.run.tunnels import fitting_mtu
 
 IPSEC = ("strongswan", "libreswan")
 

@@ -15,14 +15,14 @@ from conftest import DATA
 from hosts_harness import lab  # noqa: F401  (the fixture: two SSH "hosts" in namespaces)
 from test_tunnels import build, iperf_through
 from vpnlab.algorithms import AEAD, mismatches
-from vpnlab.capabilities import detect
+from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.drivers.nebula import parse_nebula_log
 from vpnlab.drivers.tinc import compressed_size, parse_node_dump
 from vpnlab.hosts.prepare import study_packages
-from vpnlab.proof import PROBE_INNER_LEN, prove
-from vpnlab.study import parse_study
+from vpnlab.run.proof import PROBE_INNER_LEN, prove
+from vpnlab.plan.study import parse_study
 
 CONFIGS = [
     ("nebula", {}), ("nebula", {"cipher": "chachapoly"}),

@@ -13,13 +13,13 @@ import pytest
 from conftest import DATA, recorded_algorithms, run_here
 from test_tunnels import build, iperf_through
 from vpnlab import algorithms as alg
-from vpnlab.capabilities import detect
+from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.drivers.softether import UDP_PADDING, descendants, parse_status, status_algorithms
 from vpnlab.drivers.yggdrasil import parse_yggdrasil_log
-from vpnlab.proof import PROBE_INNER_LEN, prove
-from vpnlab.study import Link, parse_study
+from vpnlab.run.proof import PROBE_INNER_LEN, prove
+from vpnlab.plan.study import Link, parse_study
 from vpnlab.testbed import netns
 from vpnlab.testbed.topology import Layout, Testbed
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from vpnlab import overrides
+from vpnlab.plan import overrides
 from vpnlab.errors import StudyError
-from vpnlab.plan import make_plan
-from vpnlab.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
-from vpnlab.study import parse_study
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.plan.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
+from vpnlab.plan.study import parse_study
 
 STUDY = """\
 name: o
@@ -67,10 +67,10 @@ def test_a_set_value_and_a_built_in_study_are_checked_against_this_machine_as_a_
 def test_a_built_in_study_and_a_resumed_one_are_checked_against_this_machine(tmp_path, monkeypatch):
     """Not only through --set: a built-in study named on the command line, and the study a results
     directory stores (--resume), meet this kernel's socket buffer limit as a file does."""
-    from vpnlab import study as study_module
+    from vpnlab.plan import study as study_module
     from vpnlab.cli.run import _stored_study, load_study_arg
     from vpnlab.store import Store
-    from vpnlab.study import builtin_studies
+    from vpnlab.plan.study import builtin_studies
 
     store = Store.open_dir(tmp_path)
     store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},

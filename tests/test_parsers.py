@@ -7,7 +7,10 @@ import pytest
 
 from conftest import DATA
 from vpnlab.errors import MeasurementError
-from vpnlab.workloads import iperf, ping, tcp, udp
+from vpnlab.workloads import iperf
+from vpnlab.workloads import ping
+from vpnlab.workloads import tcp
+from vpnlab.workloads import udp
 
 
 def test_iperf3_tcp():
@@ -117,7 +120,7 @@ def test_iperf3_interval_series():
 
 
 def test_latency_under_load_counts_the_pings_a_full_queue_lost():
-    from vpnlab.observers import loaded_rtt_values
+    from vpnlab.measure.observers import loaded_rtt_values
 
     log = """PING 198.18.1.2 (198.18.1.2) 56(84) bytes of data.
 64 bytes from 198.18.1.2: icmp_seq=1 ttl=62 time=10.0 ms

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from declared import programs
-from vpnlab.cpu import CpuMeter
-from vpnlab.placement import JOIN, Accounting, End, Placement, assign, detect
+from vpnlab.measure.cpu import CpuMeter
+from vpnlab.run.placement import JOIN, Accounting, End, Placement, assign, detect
 from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout
 
@@ -202,10 +202,10 @@ def test_the_meter_takes_the_cgroups_figures_and_keeps_the_ticks_beside_them():
 
 
 def test_the_methods_paragraph_says_how_cpu_was_counted_and_where_the_ends_ran(tmp_path):
-    from vpnlab import methods
-    from vpnlab.plan import make_plan
+    from vpnlab.analyse import methods
+    from vpnlab.plan.scenarios import make_plan
     from vpnlab.store import Store
-    from vpnlab.study import parse_study
+    from vpnlab.plan.study import parse_study
 
     plan = make_plan(parse_study("name: m\nrepetitions: 2\nvpns: [{driver: wireguard}]\nworkloads: [{kind: ping}]\n"))
     scenario = plan.scenarios[0]
@@ -227,7 +227,7 @@ def test_the_methods_paragraph_says_how_cpu_was_counted_and_where_the_ends_ran(t
 
 def test_doctor_says_how_tunnel_ends_are_counted_and_which_get_cores():
     from vpnlab.cli.machine import _tunnel_ends
-    from vpnlab.placement import cores, this_machine
+    from vpnlab.run.placement import cores, this_machine
 
     ends = _tunnel_ends()
     assert ends["cpu_accounting"] == this_machine().method and ends["cores"] == cores()

@@ -3,9 +3,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from vpnlab.capabilities import Capabilities
-from vpnlab.plan import check_plan, make_plan, round_order
-from vpnlab.study import parse_study
+from vpnlab.machines.capabilities import Capabilities
+from vpnlab.plan.scenarios import check_plan, make_plan, round_order
+from vpnlab.plan.study import parse_study
 
 STUDY = """
 name: p
@@ -56,7 +56,7 @@ workloads: [{kind: transfer, protocol: ftp, size: 32M}]
     assert here < 10  # 2 x 32 MB at ~900 Mbit/s
     assert there > 2 * 32e6 * 8 / 20e6  # at most ~20 Mbit/s through an emulated tunnel
     assert transfer.estimate_s(in_vm=True, most=True) > 2 * there  # five repetitions, not two
-    from vpnlab.plan import VM_BOOT_S
+    from vpnlab.plan.scenarios import VM_BOOT_S
     assert plan.estimate_s({transfer.id}) == there + VM_BOOT_S  # one boot for the VM's scenarios
     assert plan.estimate_s() == here
     assert plan.estimate_s(most=True) == transfer.estimate_s(most=True) == here * 5 / 2
@@ -103,8 +103,8 @@ def test_forcing_an_absent_implementation_is_a_problem():
 
 
 def test_auto_backend_sends_to_the_vm_only_what_this_kernel_cannot_run():
-    from vpnlab.capabilities import vm_capabilities
-    from vpnlab.plan import assign_backends
+    from vpnlab.machines.capabilities import vm_capabilities
+    from vpnlab.plan.scenarios import assign_backends
 
     plan = make_plan(parse_study(STUDY))
     host = caps()
@@ -121,7 +121,7 @@ def test_auto_backend_sends_to_the_vm_only_what_this_kernel_cannot_run():
 
 
 def test_without_a_vm_the_problem_says_why():
-    from vpnlab.plan import assign_backends
+    from vpnlab.plan.scenarios import assign_backends
 
     plan = make_plan(parse_study(STUDY))
     problems, in_vm = assign_backends(plan, caps(), "auto", None, "'qemu-system-x86_64' is not installed")
@@ -130,8 +130,8 @@ def test_without_a_vm_the_problem_says_why():
 
 
 def test_a_tool_missing_on_the_host_is_missing_in_the_vm_too():
-    from vpnlab.capabilities import vm_capabilities
-    from vpnlab.plan import assign_backends
+    from vpnlab.machines.capabilities import vm_capabilities
+    from vpnlab.plan.scenarios import assign_backends
 
     plan = make_plan(parse_study(STUDY.replace("{driver: wireguard}", "{driver: pptp}")))
     host = caps()  # no pptpd, pptp or pppd installed
@@ -141,7 +141,7 @@ def test_a_tool_missing_on_the_host_is_missing_in_the_vm_too():
 
 
 def test_a_vpn_measured_in_the_vm_gets_a_baseline_measured_there_too():
-    from vpnlab.plan import add_vm_twins
+    from vpnlab.plan.scenarios import add_vm_twins
 
     plan = make_plan(parse_study(STUDY))
     vpn = next(s for s in plan.scenarios if s.vpn.driver == "wireguard" and not s.link.needs_netem)
@@ -162,7 +162,7 @@ def test_a_vpn_measured_in_the_vm_gets_a_baseline_measured_there_too():
 
 
 def test_emulation_keeps_the_bandwidth_delay_product_and_the_identity():
-    from vpnlab.plan import EMULATED_RATE_MBIT
+    from vpnlab.plan.scenarios import EMULATED_RATE_MBIT
 
     plan = make_plan(parse_study("name: e\nvpns: [{driver: none}]\nlinks: [{rate_mbit: 100, delay_ms: 2, jitter_ms: 1},"
                                  " {rate_mbit: 8, delay_ms: 20}]\nworkloads: [{kind: tcp}]\n"))
@@ -209,7 +209,7 @@ workloads: [{kind: transfer, protocol: http, size: 1M}]
 
 
 def test_a_resumed_studys_pace_is_timed_between_repetitions_of_one_sitting():
-    from vpnlab.plan import PACE_MIN_REPETITIONS, measured_pace
+    from vpnlab.plan.scenarios import PACE_MIN_REPETITIONS, measured_pace
     plan = make_plan(parse_study(STUDY))
     tcp = next(s for s in plan.scenarios if s.workload.kind == "tcp")
     each = tcp.estimate_s(repetitions=1)

@@ -19,7 +19,7 @@ from test_tunnels import build, iperf_through
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import Tunnel, TunnelEnv, wait_for
 from vpnlab.errors import TunnelError
-from vpnlab.proof import prove
+from vpnlab.run.proof import prove
 from vpnlab.drivers.ppp import private_etc, write_etc
 from vpnlab.testbed.node import Node, inside, private_run
 

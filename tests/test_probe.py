@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from vpnlab.capabilities import detect, probe, this_machine
-from vpnlab.features import FEATURES, parse_probe, probe_argv
+from vpnlab.machines.capabilities import detect, probe, this_machine
+from vpnlab.machines.features import FEATURES, parse_probe, probe_argv
 
 
 def namespaces() -> list[str]:

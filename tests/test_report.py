@@ -17,7 +17,7 @@ import pytest
 from conftest import sample_count
 from shared_run import held_like_a_test
 from test_cli import our_processes, vpnlab
-from vpnlab import report
+from vpnlab.report import html as report
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from vpnlab import report
-from vpnlab.labels import LIMIT, shorten
-from vpnlab.plan import make_plan
+from vpnlab.report import html as report
+from vpnlab.report.labels import LIMIT, shorten
+from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 # taneja-2019's shape: nested tunnels with 60-70 character labels, a categorical data sweep, and a
 # numeric window sweep beside it

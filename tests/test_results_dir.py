@@ -21,10 +21,10 @@ import pytest
 from typer.testing import CliRunner
 
 from vpnlab.cli import app
-from vpnlab.plan import make_plan
-from vpnlab.results_dir import LOCK_NAME, StoreError, check_store, claim, explain
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.store.results_dir import LOCK_NAME, StoreError, check_store, claim, explain
 from vpnlab.store import RESERVE_NAME, DiskFull, Store, free_bytes
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
 

@@ -21,10 +21,10 @@ import pytest
 from test_results_dir import invoke, make_store, tree
 from vpnlab.errors import StudyError
 from vpnlab.hosts.inventory import load_inventory, select
-from vpnlab.plan import make_plan
-from vpnlab.results_dir import LOCK_NAME
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.store.results_dir import LOCK_NAME
 from vpnlab.store import SCHEMA_VERSION, Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
 TWO = """

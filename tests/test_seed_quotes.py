@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from vpnlab import findings
-from vpnlab.study import load_builtin
+from vpnlab.analyse import findings
+from vpnlab.plan.study import load_builtin
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_FILES = {  # study -> its seed's text (shared/seeds/INDEX.md)

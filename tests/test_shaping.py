@@ -1,6 +1,6 @@
 """tbf and netem parameters for the WAN."""
 
-from vpnlab.study import Link
+from vpnlab.plan.study import Link
 from vpnlab.testbed.shaping import netem_limit, shape_commands, tbf_params
 
 

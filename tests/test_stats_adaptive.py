@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from vpnlab.stats import (guarded_stein_interval, log_interval, outlier_flags, paired_log_ratio, stein_interval,
+from vpnlab.analyse.stats import (guarded_stein_interval, log_interval, outlier_flags, paired_log_ratio, stein_interval,
                           stein_total_n)
 
 STUDIES = 4000

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from vpnlab.recommend import singled_out
-from vpnlab.stats import (difference_ms, holm, min_attainable_p, min_attainable_p_paired, paired_log_ratio,
+from vpnlab.analyse.recommend import singled_out
+from vpnlab.analyse.stats import (difference_ms, holm, min_attainable_p, min_attainable_p_paired, paired_log_ratio,
                           rank_test, repetitions_needed, secondary_tests, tost_log_ratio, verdict,
                           welch_log_ratio)
 

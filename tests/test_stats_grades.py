@@ -2,7 +2,7 @@
 
 import pytest
 
-from vpnlab.stats import band, grade_range
+from vpnlab.analyse.stats import band, grade_range
 
 
 @pytest.mark.parametrize("ratio,expected", [

@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from vpnlab.stats import interval, log_interval, loss_interval, mean_interval
-from vpnlab.stats.loss import no_loss_bound
+from vpnlab.analyse.stats import interval, log_interval, loss_interval, mean_interval
+from vpnlab.analyse.stats.loss import no_loss_bound
 
 STUDIES = 6000
 SIZES = [3, 5, 10]

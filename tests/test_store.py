@@ -6,10 +6,10 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from vpnlab.plan import make_plan
-from vpnlab.results_dir import read_store
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.store.results_dir import read_store
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 
 STUDY = """
 name: s
@@ -56,8 +56,8 @@ def test_notes_are_not_repeated(tmp_path):
 def test_the_link_and_workload_as_run_are_recorded_and_a_change_between_sittings_is_noted(tmp_path):
     """Emulation runs a 100 Mbit/s link at 10 and a UDP load at a tenth: the export says what ran, not only
     what the study asked; a sitting that runs a scenario otherwise than an earlier one says so."""
-    from vpnlab.analysed import Analysed
-    from vpnlab.export import rows
+    from vpnlab.analyse.analysed import Analysed
+    from vpnlab.report.export import rows
 
     text = "name: s\nvpns: [{driver: none}]\nlinks: [{rate_mbit: 100, delay_ms: 1}]\nworkloads: [{kind: udp, rate_mbit: 50}]\n"
     scenario = make_plan(parse_study(text)).scenarios[0]
@@ -142,8 +142,8 @@ def test_a_scenario_is_stored_as_the_baseline_or_not_and_an_older_store_derives_
 
 
 def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):
-    from vpnlab.analysis import summarise
-    from vpnlab.plan import add_vm_twins
+    from vpnlab.analyse.analysis import summarise
+    from vpnlab.plan.scenarios import add_vm_twins
 
     plan = make_plan(parse_study(STUDY.replace("[{driver: none}]", "[{driver: none}, {driver: wireguard}]")))
     base, vpn = plan.scenarios
@@ -181,8 +181,8 @@ def test_opening_a_store_twice_keeps_what_another_process_sees(tmp_path):
 def test_a_vm_guests_repetitions_are_flagged_where_another_run_or_a_busy_program_shared_the_machine(tmp_path):
     """The guest cannot see other runs or programs on the host; the host's watch of the boot flags what
     the guest measured while one went on, by each repetition's span (from the one before it)."""
-    from vpnlab.judging import disturbed
-    from vpnlab.runner import HostWatch
+    from vpnlab.plan.judging import disturbed
+    from vpnlab.run.runner import HostWatch
 
     plan = make_plan(parse_study(STUDY))
     scenario = plan.scenarios[0]

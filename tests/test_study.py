@@ -3,8 +3,8 @@
 import pytest
 
 from vpnlab.errors import StudyError
-from vpnlab.schema import parse_size
-from vpnlab.study import builtin_studies, load_builtin, parse_study
+from vpnlab.plan.schema import parse_size
+from vpnlab.plan.study import builtin_studies, load_builtin, parse_study
 
 MINIMAL = """
 name: t

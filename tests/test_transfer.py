@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import run_here
-from vpnlab.capabilities import detect
-from vpnlab.plan import make_plan
-from vpnlab.runner import Runner
-from vpnlab.study import parse_study
+from vpnlab.machines.capabilities import detect
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.run.runner import Runner
+from vpnlab.plan.study import parse_study
 from vpnlab.workloads import datasets
 
 

@@ -25,10 +25,10 @@ import pytest
 
 from conftest import default_dispositions, sample_count
 from test_tunnels import build, iperf_through
-from vpnlab.capabilities import detect
+from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
-from vpnlab.proof import prove
+from vpnlab.run.proof import prove
 
 pytestmark = pytest.mark.integration
 

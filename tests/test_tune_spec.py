@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import our_namespaces
-from vpnlab.capabilities import Capabilities
+from vpnlab.machines.capabilities import Capabilities
 from vpnlab.errors import StudyError
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 from vpnlab.tune.design import design, expected_s, study_text
 from vpnlab.tune.space import build_space
 from vpnlab.tune.spec import parse_duration, parse_spec

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from vpnlab.plan import make_plan
+from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 from vpnlab.tune.answer import answer, figure, text
 from vpnlab.tune.design import RaceDesign, study_text
 from vpnlab.tune.race import EQUIVALENT, ONE_LEFT, race

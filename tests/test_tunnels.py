@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from conftest import our_namespaces
-from vpnlab.capabilities import detect
+from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
-from vpnlab.proof import PROBE_INNER_LEN, prove
-from vpnlab.study import Link
+from vpnlab.run.proof import PROBE_INNER_LEN, prove
+from vpnlab.plan.study import Link
 from vpnlab.testbed.topology import Layout, Testbed
 
 pytestmark = pytest.mark.integration

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from vpnlab import vm
-from vpnlab.capabilities import detect
+from vpnlab.machines import vm
+from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS
-from vpnlab.plan import add_vm_twins, make_plan, place
-from vpnlab.runner import Runner
+from vpnlab.plan.scenarios import add_vm_twins, make_plan, place
+from vpnlab.run.runner import Runner
 from vpnlab.store import Store
-from vpnlab.study import parse_study
+from vpnlab.plan.study import parse_study
 from vpnlab.testbed.state import RunState
 
 from shared_run import held_like_a_test
@@ -60,7 +60,8 @@ def test_libreswan_shares_strongswans_esp_names_and_model():
 def test_libreswan_is_found_installed_or_unpacked(monkeypatch, tmp_path):
     import dataclasses
 
-    from vpnlab import tools, unpacked
+    from vpnlab import tools
+    from vpnlab.machines import unpacked
     monkeypatch.setattr(unpacked, "package_folder", lambda package: tmp_path / "packages" / package)
     declared = DRIVERS["libreswan"].tools[0]
     assert declared.command == "pluto" and declared.private
@@ -149,7 +150,7 @@ def test_a_guest_runs_a_scenario_as_far_as_the_host_wants_with_stein_weighing_fi
     no-VPN scenario has a tight pilot of its own. Both go to the guest (guest.main, here on the host,
     real pings in namespaces), which runs no VPN to the wireguard total, as the host wants: a guest
     that knew only no VPN stopped at its pilot and the host then failed it as unfinished."""
-    from vpnlab import guest
+    from vpnlab.machines import guest
     from vpnlab.store import DB_NAME
 
     study = ("name: m\nrepetitions: {min: 3, max: 5, ci_target_pct: 1}\nvpns: [{driver: none}, {driver: wireguard}]\n"
@@ -393,7 +394,7 @@ def test_what_a_guest_measured_while_another_run_went_on_is_flagged(remote_acces
     """A guest cannot see other runs (its /run is its own): the host watches the boot and flags
     what the guest measured meanwhile. Another run's record was there through the whole
     remote-access study and never during the site-to-site one."""
-    from vpnlab.judging import disturbed
+    from vpnlab.plan.judging import disturbed
 
     assert remote_access.vm_flags and all(disturbed(flags) for flags in remote_access.vm_flags)
     assert site_to_site.vm_flags and not any(disturbed(flags) for flags in site_to_site.vm_flags)
@@ -432,7 +433,7 @@ def test_pptp_carries_tcp_over_a_shaped_link_about_as_well_as_no_vpn(remote_acce
 
 @pytest.mark.integration
 def test_a_vpn_measured_in_the_vm_is_graded_against_no_vpn_measured_there(remote_access):
-    from vpnlab.analysis import summarise
+    from vpnlab.analyse.analysis import summarise
 
     base, vpn, twin = ("none", "2mbit", "tcp"), ("pptp mppe-128", "2mbit", "tcp"), ("none (in the VM)", "2mbit", "tcp")
     assert {k: (remote_access.status[k], remote_access.measured_in[k]) for k in (base, vpn, twin)} == {

@@ -8,7 +8,8 @@ reports, the CLI) ask it. A new driver or workload kind is one module plus one l
 
 from __future__ import annotations
 
-from . import cpu, observers  # noqa: F401  (their metrics declare themselves)
+from .measure import cpu  # noqa: F401  (their metrics declare themselves)
+from .measure import observers
 from .drivers.base import MESH_METRICS, TUNNEL_METRICS, Driver  # noqa: F401  (a tunnel's metrics, a mesh's)
 from .drivers.l2tp import L2tp
 from .drivers.libreswan import Libreswan
@@ -25,7 +26,8 @@ from .drivers.yggdrasil import Yggdrasil
 from .hosts import TOOLS as HOST_TOOLS
 from .metrics import REGISTRY, Level, Metric
 from .tools import BASE_PACKAGES, CORE, VM, Tool
-from .workloads import background, office
+from .workloads import background
+from .workloads import office
 from .workloads.base import WorkloadKind
 from .workloads.ping import Ping
 from .workloads.tcp import Tcp

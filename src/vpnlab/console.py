@@ -10,10 +10,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from . import results_dir
+from .store import results_dir
 from .errors import VpnlabError
-from .schema import CONTROL
-from .signals import Interrupted
+from .plan.schema import CONTROL
+from .run.signals import Interrupted
 
 # Piped or logged output keeps whole tables rather than squeezing them to 80 columns.
 out = Console(width=None if sys.stdout.isatty() else 150)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from .. import signals, version as vpnlab_version
-from . import machine, results, run, tune  # noqa: F401  (their commands register themselves on the app)
+from .. import version as vpnlab_version
+from ..run import signals
+from . import machine  # noqa: F401  (their commands register themselves on the app)
+from . import results
+from . import run
+from . import tune
 from ..console import out
 from .common import app
 

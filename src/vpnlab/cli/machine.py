@@ -24,8 +24,8 @@ def doctor(
 ):
     """What this kernel and machine offer, which VPN implementations can run here, whether a VM
     can run the rest, and (given a study) where each of its scenarios would run."""
-    from .. import vm
-    from ..capabilities import detect, tool_versions
+    from ..machines import vm
+    from ..machines.capabilities import detect, tool_versions
 
     check_backend(backend)
     if inventory is not None:
@@ -62,7 +62,7 @@ def _driver_usability(caps) -> dict:
 
 def _tunnel_ends() -> dict:
     """How each tunnel end's CPU is counted here, and which tunnels get a core per end."""
-    from ..placement import assign, cores, this_machine
+    from ..run.placement import assign, cores, this_machine
 
     accounting, available = this_machine(), cores()
     return {"cpu_accounting": accounting.method, "how": accounting.text, "why_not_cgroups": accounting.why_not,
@@ -70,7 +70,7 @@ def _tunnel_ends() -> dict:
 
 
 def _placement(study: str, backend: str, caps) -> list[dict]:
-    from ..plan import check_scenario, make_plan, place
+    from ..plan.scenarios import check_scenario, make_plan, place
 
     plan = make_plan(load_study_arg(study)[0])
     _, problems, in_vm = place(plan, backend)
@@ -85,7 +85,7 @@ def _placement(study: str, backend: str, caps) -> list[dict]:
 
 
 def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
-    from ..features import FEATURES
+    from ..machines.features import FEATURES
 
     print_table(f"kernel {caps.kernel} and libraries", ("feature", "present"),
            [(text, "[green]yes[/]" if caps.has(f) else "[red]no[/]") for f, text in FEATURES.items()])
@@ -116,7 +116,7 @@ def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
 def list_things():
     """VPN drivers with their options, workload kinds, every metric vpnlab can record, built-in studies."""
     from ..catalog import DRIVERS, KINDS, METRICS
-    from ..study import builtin_studies
+    from ..plan.study import builtin_studies
 
     print_table("VPN drivers", ("driver", "what", "options (default)"),
            [(name, driver.summary, ", ".join(f"{k}={f.default!r}" if f.default is not None else k

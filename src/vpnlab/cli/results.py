@@ -10,19 +10,19 @@ import typer
 from rich import box
 from rich.table import Table
 
-from .. import results_dir
+from ..store import results_dir
 from ..errors import VpnlabError
 from ..console import err, out, safe, user_errors
-from ..outputs import STDOUT, Output
-from ..results_dir import read_store
+from ..report.outputs import STDOUT, Output
+from ..store.results_dir import read_store
 from ..store import DB_NAME, SCHEMA_VERSION
 from .common import app
 
 
 def _show(directory: Path) -> None:
-    from ..analysed import analyse
-    from ..labels import for_scenarios
-    from ..machines import machine_lines, measured_where, sitting_versions
+    from ..analyse.analysed import analyse
+    from ..report.labels import for_scenarios
+    from ..machines.provenance import machine_lines, measured_where, sitting_versions
 
     analysed = analyse(directory)
     summaries, scenarios, runs = analysed.summaries, analysed.scenarios, analysed.runs
@@ -52,9 +52,9 @@ def _show(directory: Path) -> None:
 def _print_scenario(title: str, sc, by_metric: dict) -> None:
     """One scenario's table of metrics (the tunnel-level ones go on a line below it), and its notes."""
     from .. import catalog
-    from ..analysis import fmt, relative_text
-    from ..machines import current_wording
-    from ..stopping import lasting_notes
+    from ..analyse.analysis import fmt, relative_text
+    from ..machines.provenance import current_wording
+    from ..run.stopping import lasting_notes
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
@@ -92,7 +92,7 @@ def _tunnel_facts(sc, by_metric: dict) -> list[str]:
 
 def _print_methods(study_text: str, scenarios, cpu: str) -> None:
     """How the numbers were obtained, as the report's methods paragraph says it."""
-    from .. import methods
+    from ..analyse import methods
 
     rules = sorted({sc.repetition_rule for sc in scenarios})
     paragraph = methods.paragraph(study_text or "", rules, cpu=cpu)
@@ -119,8 +119,8 @@ def export(
 ):
     """Every sample (long format), the per-scenario summary, or the comparisons. Reads the store
     only; writes only --output."""
-    from .. import export as exporter
-    from ..analysed import analyse
+    from ..report import export as exporter
+    from ..analyse.analysed import analyse
 
     if fmt not in ("csv", "json"):
         raise VpnlabError(f"--format: expected csv or json, got {fmt!r}")
@@ -144,7 +144,7 @@ def report(
 ):
     """Write one self-contained HTML report: graded table, plots with 95% CIs, overhead, comparisons,
     recommendation. Reads the store only; writes only the report."""
-    from ..report import write as write_report
+    from ..report.html import write as write_report
 
     target = Output(output, "--out", force, protect=(directory / DB_NAME,)) if output is not None else None
     read_store(directory).close()  # refused before anything is computed if it is not a store to read
@@ -156,7 +156,7 @@ def report(
 def verdicts(directories: list[Path] = typer.Argument(..., help="results directories of seed studies")):
     """The seed verdicts of each results directory as Markdown table rows (the README's table): what
     ran, and each finding's verdict with its ratio named for what it is (B/A of a metric)."""
-    from ..verdict_table import table
+    from ..report.verdict_table import table
 
     for d in directories:
         read_store(d).close()  # each refused before anything is computed if it is not a store to read
@@ -174,7 +174,7 @@ def compare_command(
 ):
     """Two runs side by side: the scenarios both have (measured in the same place), B against A as a
     ratio of geometric means with Welch's t test on logs, Holm-corrected; Mann-Whitney U secondary."""
-    from ..compare import RUN_FOOTNOTES, RUN_HEADINGS, compare_runs, run_rows
+    from ..analyse.compare import RUN_FOOTNOTES, RUN_HEADINGS, compare_runs, run_rows
 
     target = Output(html, "--html", force, protect=(dir_a / DB_NAME, dir_b / DB_NAME)) if html is not None else None
     store_a = read_store(dir_a)
@@ -198,7 +198,7 @@ def compare_command(
     for line in RUN_FOOTNOTES:
         out.print(line, highlight=False)
     if target:
-        from ..report import render_table
+        from ..report.html import render_table
 
         target.write_text(render_table(f"vpnlab: {dir_b} against {dir_a}", RUN_HEADINGS, rows))
         out.print(f"written {safe(target)}", highlight=False)
@@ -216,8 +216,8 @@ def stats(
     """Compare configurations: the paired t test on log(B/A) per round (Welch on logs when unpaired),
     Holm-corrected over every comparison the study defines whatever is printed, with a verdict
     (ahead / equivalent / undecided); one-sided t and rank tests as secondary, uncorrected."""
-    from ..analysed import analyse
-    from ..compare import SECONDARY_HEADINGS, STUDY_HEADINGS, study_comparisons, study_footnotes, study_rows
+    from ..analyse.analysed import analyse
+    from ..analyse.compare import SECONDARY_HEADINGS, STUDY_HEADINGS, study_comparisons, study_footnotes, study_rows
 
     pairs = None
     if pair:

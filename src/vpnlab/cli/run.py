@@ -10,15 +10,15 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .. import results_dir
+from ..store import results_dir
 from ..errors import StudyError, VpnlabError
-from ..signals import Interrupted
+from ..run.signals import Interrupted
 from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
 from .common import app, need_root, print_table
 
 
 def load_study_arg(study: str | None):
-    from ..study import builtin_studies, load_builtin, load_study
+    from ..plan.study import builtin_studies, load_builtin, load_study
 
     if study is None:
         return load_builtin("default", here=True), True
@@ -32,7 +32,7 @@ def load_study_arg(study: str | None):
 
 def _stored_study(directory: Path):
     from ..store import DB_NAME
-    from ..study import parse_study
+    from ..plan.study import parse_study
 
     if not (directory / DB_NAME).is_file():
         raise VpnlabError(f"{directory}: no {DB_NAME} here, nothing to resume")
@@ -61,8 +61,8 @@ def run(
                                              "is a dynamic inventory: Ansible runs it as a program, as you (root)"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
-    from ..plan import make_plan
-    from ..runner import Runner, default_out_dir
+    from ..plan.scenarios import make_plan
+    from ..run.runner import Runner, default_out_dir
 
     if out_path == "":
         raise VpnlabError("--out: an empty path; name the results directory (or leave --out out for "
@@ -120,7 +120,7 @@ def run(
 
 
 def check_backend(backend: str) -> None:
-    from ..plan import BACKENDS
+    from ..plan.scenarios import BACKENDS
 
     if backend not in BACKENDS:
         raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -129,8 +129,8 @@ def check_backend(backend: str) -> None:
 def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
     """The study to run (the one stored with a resumed run) with its --set overrides, and whether
     it is the default study."""
-    from .. import overrides
-    from ..study import parse_study
+    from ..plan import overrides
+    from ..plan.study import parse_study
 
     if resume is not None:
         from ..tune.design import RULES_FILE
@@ -157,7 +157,7 @@ def _placed(plan, backend: str, hosts, is_default: bool):
     is an error, except in the default study ("every VPN this machine can run"), which drops it, and
     on real hosts, where a scenario a host's kernel cannot run fails before it starts. Returns the
     capabilities, the ids of the scenarios for the VM and those failed before they start (id -> why)."""
-    from ..plan import place
+    from ..plan.scenarios import place
 
     if hosts:
         caps, refused = _place_on_hosts(plan, hosts)
@@ -180,7 +180,7 @@ def _place_on_hosts(plan, hosts):
     none of whose scenarios can run. The capabilities of the first pair, and the failed ones (id -> why)."""
     from ..catalog import DRIVERS
     from ..hosts.prepare import TESTBED_TOOLS
-    from ..plan import check_scenario
+    from ..plan.scenarios import check_scenario
     from ..workloads import background
 
     commands = set(TESTBED_TOOLS)
@@ -214,7 +214,7 @@ def _place_on_hosts(plan, hosts):
 def _kernels_lack(scenario, pair, hosts) -> str | None:
     """Why the kernels of a pair of hosts cannot run a scenario, naming the host that lacks a piece
     (or the two, when only their combination does); None: they can."""
-    from ..plan import check_scenario
+    from ..plan.scenarios import check_scenario
 
     names = [site.name for site in pair.sites]
     both = check_scenario(scenario, hosts.kernels(names))
@@ -228,8 +228,8 @@ def _kernels_lack(scenario, pair, hosts) -> str | None:
 def _finish(out_dir: Path) -> None:
     """Summary and report; a signal meanwhile leaves the run marked interrupted, with the way to
     write the report later, never a 'completed' run without its report."""
-    from ..analysed import analyse
-    from ..report import write as write_report
+    from ..analyse.analysed import analyse
+    from ..report.html import write as write_report
     from ..store import Store
 
     try:
@@ -251,9 +251,9 @@ def _finish(out_dir: Path) -> None:
 def _compact(analysed) -> None:
     """The end of a run at a glance: a row per VPN, a column per link and workload with the
     workload's primary metric against no VPN (interval, grade where the data give one), failures."""
-    from ..analysis import fmt, relative_text
+    from ..analyse.analysis import fmt, relative_text
     from ..catalog import KINDS
-    from ..labels import for_scenarios
+    from ..report.labels import for_scenarios
 
     summaries, scenarios = analysed.summaries, analysed.scenarios
     columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))
@@ -283,7 +283,7 @@ def _reps(rule) -> str:
 def _print_plan(plan, in_vm: set[str] | None) -> None:
     """The plan as the run will carry it out, each scenario where it runs (here, the VM, its pair of
     real hosts); `in_vm` None: placement unknown (not root)."""
-    from ..plan import duration
+    from ..plan.scenarios import duration
 
     table = Table(title=f"plan of study '{safe(plan.study.name)}' ({plan.study.topology})")
     for col in ("#", "id", "vpn", "link", "workload", "reps", "runs", "est."):
@@ -301,7 +301,7 @@ def _print_plan(plan, in_vm: set[str] | None) -> None:
 
 def _print_left(runner, directory: Path) -> None:
     """What `--resume` would measure in `directory`, read without writing to it."""
-    from ..plan import duration
+    from ..plan.scenarios import duration
 
     store = results_dir.read_store(directory)
     try:
@@ -317,7 +317,7 @@ def _print_left(runner, directory: Path) -> None:
 def _estimate(plan, in_vm: set[str]) -> str:
     """The whole study's estimated time; with adaptive repetitions, from every scenario stopping at
     its minimum to every one needing its maximum (a noisy configuration raises its comparison group)."""
-    from ..plan import duration
+    from ..plan.scenarios import duration
 
     least = duration(plan.estimate_s(in_vm))
     rule = plan.study.repetitions

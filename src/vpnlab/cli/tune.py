@@ -9,10 +9,10 @@ from typing import Optional
 
 import typer
 
-from .. import results_dir
+from ..store import results_dir
 from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
 from ..errors import StudyError, VpnlabError
-from ..signals import Interrupted
+from ..run.signals import Interrupted
 from .common import app, need_root, print_table
 
 RACE_HELP = ("Candidates (each driver's tunables, minus what the constraints, the driver and this machine refuse) "
@@ -42,7 +42,7 @@ def tune(
                                           "directory"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
 ):
-    from ..capabilities import detect
+    from ..machines.capabilities import detect
     from ..tune.design import RaceDesign
 
     if out_path == "":
@@ -90,7 +90,7 @@ def _designed(spec_path: Path, budget: str | None, inventory: Path | None, caps)
 
 
 def _stored_race(directory: Path):
-    from ..plan import make_plan
+    from ..plan.scenarios import make_plan
     from .run import _stored_study
 
     study, _ = _stored_study(directory)
@@ -98,7 +98,7 @@ def _stored_race(directory: Path):
 
 
 def _print_dry_run(plan, race, space, caps) -> None:
-    from ..plan import duration
+    from ..plan.scenarios import duration
     from ..tune.design import expected_s
 
     candidates = [s for s in plan.scenarios if not s.vpn.is_baseline]
@@ -120,15 +120,15 @@ def _print_dry_run(plan, race, space, caps) -> None:
 
 
 def _race(plan, race, out_dir: Path | None, hosts, resumed: bool, progress: bool) -> None:
-    from ..plan import check_plan
-    from ..runner import default_out_dir
+    from ..plan.scenarios import check_plan
+    from ..run.runner import default_out_dir
     from ..tune.runner import RaceRunner
     from .run import _finish, _place_on_hosts
 
     if hosts:
         caps = _place_on_hosts(plan, hosts)
     else:
-        from ..capabilities import detect
+        from ..machines.capabilities import detect
 
         caps = detect()
         problems = check_plan(plan, caps)

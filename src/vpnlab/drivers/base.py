@@ -19,12 +19,12 @@ from typing import Callable, ClassVar, Literal
 import yaml
 from pydantic import ConfigDict, ValidationError, model_serializer
 
-from ..backend import SLOWDOWN
+from ..machines.backend import SLOWDOWN
 from ..errors import CapabilityError, TunnelError, VpnlabError
-from ..features import FEATURES, Capabilities
+from ..machines.features import FEATURES, Capabilities
 from ..files import tail
 from ..metrics import declare
-from ..schema import NumbersAreNumbers
+from ..plan.schema import NumbersAreNumbers
 from ..testbed.contract import Node, Process
 from ..testbed.mesh import hub_subnet
 from ..testbed.state import RunState

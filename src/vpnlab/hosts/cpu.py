@@ -10,7 +10,7 @@ SSH connection, parsed by cpu.parse_snapshot as this machine's is.
 from __future__ import annotations
 
 from ..catalog import TRAFFIC_TOOLS
-from ..cpu import Snapshot, outside, parse_snapshot
+from ..measure.cpu import Snapshot, outside, parse_snapshot
 
 # parse_snapshot's input from a host: clock ticks per second, this shell's PID, /proc/stat's machine
 # and core lines, every process's stat line, and per thread of each PID given its stat line.

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import VpnlabError
 from ..catalog import declared
-from ..features import parse_probe, probe_argv
+from ..machines.features import parse_probe, probe_argv
 from ..tools import Tool, places
 from .inventory import Host
 from .ssh import SshHost

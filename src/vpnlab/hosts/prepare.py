@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..catalog import DRIVERS, KINDS, declared
 from ..errors import VpnlabError
-from ..features import KERNEL_PROBE, parse_probe
+from ..machines.features import KERNEL_PROBE, parse_probe
 from ..tools import CORE
 from ..workloads import background
 from .inventory import ansible_program, limit, load_inventory

@@ -26,11 +26,11 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..catalog import declared
-from ..features import FEATURES, Capabilities, parse_probe, probe_argv
+from ..machines.features import FEATURES, Capabilities, parse_probe, probe_argv
 from ..errors import StudyError, VpnlabError
 from ..testbed.shaping import shape_commands
 from ..testbed.topology import HOST_ROLES, Layout, Testbed, chain_routes
-from ..cpu import CpuMeter
+from ..measure.cpu import CpuMeter
 from .cpu import HostProc
 from .doctor import locate, version_script
 from .inventory import Host, load_inventory, select

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..backend import SLOWDOWN
+from ..machines.backend import SLOWDOWN
 from ..errors import CommandError, VpnlabError
 from . import netns
 from .state import RunState

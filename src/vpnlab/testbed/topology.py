@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..errors import CommandError, VpnlabError
-from ..placement import Placement
+from ..run.placement import Placement
 from .contract import Node
 from .node import Node as NamespaceNode
 from .shaping import shape_commands

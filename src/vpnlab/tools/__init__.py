@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import unpacked
+from ..machines import unpacked
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..catalog import DRIVERS  # noqa: E402
-from ..plan import Scenario  # noqa: E402
-from ..stats import Comparison, log_interval, paired_log_ratio  # noqa: E402
+from ..plan.scenarios import Scenario  # noqa: E402
+from ..analyse.stats import Comparison, log_interval, paired_log_ratio  # noqa: E402
 from ..store import Store  # noqa: E402
 from .design import RaceDesign  # noqa: E402
 from .race import EQUIVALENT, METHOD, ONE_LEFT, Standing  # noqa: E402

@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from ..errors import StudyError
-from ..plan import Plan, duration, make_plan
-from ..study import VpnConfig, parse_study
+from ..plan.scenarios import Plan, duration, make_plan
+from ..plan.study import VpnConfig, parse_study
 from .race import RaceRules
 from .spec import TuneSpec
 

@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from ..plan import duration
-from ..runner import Progressor, Runner
+from ..plan.scenarios import duration
+from ..run.runner import Progressor, Runner
 from ..store import Store
 from .design import RaceDesign
 from .race import BUDGET, Drop, Standing, race

@@ -7,11 +7,11 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..capabilities import Capabilities
+from ..machines.capabilities import Capabilities
 from ..catalog import DRIVERS
 from ..drivers.base import SECURITY_CLASSES
 from ..errors import CapabilityError
-from ..study import VpnConfig
+from ..plan.study import VpnConfig
 from .spec import Constraints, SpaceEntry
 
 RANK = {name: rank for rank, name in enumerate(SECURITY_CLASSES)}  # 0 strongest

@@ -21,9 +21,9 @@ from pydantic import Field, ValidationError, field_validator
 
 from ..catalog import DRIVERS, KINDS, METRICS
 from ..errors import StudyError
-from ..schema import Strict, shorten
+from ..plan.schema import Strict, shorten
 from ..files import file_kind
-from ..study import WORKLOAD_ADAPTER, Link, read_yaml, refuse_control_characters, validation_problems
+from ..plan.study import WORKLOAD_ADAPTER, Link, read_yaml, refuse_control_characters, validation_problems
 
 MAX_SPEC_BYTES = 64 * 1024
 DEFAULT_BUDGET = "30m"

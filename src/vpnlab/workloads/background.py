@@ -20,10 +20,10 @@ from typing import Callable, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..backend import SLOWDOWN
+from ..machines.backend import SLOWDOWN
 from ..errors import MeasurementError
 from ..metrics import declare
-from ..schema import Size, Strict, parse_size
+from ..plan.schema import Size, Strict, parse_size
 from ..testbed.node import LISTEN_TIMEOUT_S
 from ..tools import Tool
 from . import office

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_serializer
 
 from ..metrics import Metric, declare
-from ..schema import Strict
+from ..plan.schema import Strict
 from ..testbed.topology import Testbed
 from ..tools import Tool
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..backend import hang_limit
+from ..machines.backend import hang_limit
 from ..errors import CommandError, MeasurementError, VpnlabError
 from ..tools import Tool
 from .base import WorkloadContext

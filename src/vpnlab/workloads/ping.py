@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..backend import hang_limit
+from ..machines.backend import hang_limit
 from ..errors import MeasurementError
 from ..metrics import declare
 from ..tools import Tool

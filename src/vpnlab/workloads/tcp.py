@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from ..metrics import declare
-from ..schema import SOCKET_BUFFER_MAX, Size, human_size, parse_size, whole_seconds
+from ..plan.schema import SOCKET_BUFFER_MAX, Size, human_size, parse_size, whole_seconds
 from . import iperf
 from .base import Measurement, SeriesFigure, WorkloadContext, WorkloadKind, WorkloadOptions
 

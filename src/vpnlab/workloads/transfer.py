@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 from ..drivers.pki import OPENSSL
 from ..errors import MeasurementError
 from ..metrics import declare
-from ..schema import Size, human_size, parse_size
+from ..plan.schema import Size, human_size, parse_size
 from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool

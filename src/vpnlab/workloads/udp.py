@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..metrics import declare
-from ..schema import Size, parse_size, whole_seconds
+from ..plan.schema import Size, parse_size, whole_seconds
 from . import iperf
 from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 

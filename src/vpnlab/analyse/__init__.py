@@ -1,0 +1,1 @@
+"""The analyse stage: from stored samples to summaries, comparisons, verdicts, recommendations."""

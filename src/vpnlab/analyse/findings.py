@@ -1,0 +1,610 @@
+"""A seed study's published findings, as reference data, and a verdict on each from a results store.
+
+A built-in seed study lists what its seed found under `findings:`: an id, a short quote, where in the
+seed (table, figure, section), the seed's numbers, and the comparison vpnlab makes to check it: two
+scenarios of the study's plan, A and B (by their VPN, link and workload labels, as `vpnlab run
+--dry-run` prints them), a metric, and the direction the seed found for B against A (`higher`,
+`lower`, or `same` for a null finding, within `margin_pct`).
+
+The verdict rule (RULE below, printed in the report):
+
+* reproduced: the difference goes the seed's way, is significant after Holm's correction over the
+  study's findings and is estimated beyond the margin (for a null finding: equivalent within the
+  stated margin, by TOST, Holm-corrected apart);
+* contradicted: the same the other way, or equivalent within the margin where the seed found a
+  difference (for a null finding: a significant difference beyond the margin);
+* inconclusive: neither, with the repetitions that would settle it;
+* not comparable here: a condition this machine cannot give (what software emulation can have set, by
+  comparability.RULE; a scenario this machine could not run, a piece vpnlab lacks, or the seed's own hardware
+  limit stated in the study), with the reason.
+
+The primary test is the one vpnlab uses everywhere (stats): the paired t test on log(B/A) per round
+(Welch on logs when the two were not measured in the same rounds) for positive metrics, and on B - A
+for the others. Nothing here changes a condition or a number: it only reads the store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import yaml
+from pydantic import ValidationError
+
+from .. import catalog
+from . import comparability
+from ..report.algorithms import explain_profiles  # what two profiles of one configuration really changed
+from .analysis import matched
+from ..catalog import KINDS
+from ..drivers import pptp
+from ..plan.judging import settings_of, values_of
+from ..plan.scenarios import make_plan
+from ..plan.seed_findings import Choice, Choices, Finding, Findings, Side, parse, parse_choices, pick, side_rows
+from .stats import (difference_ms, grade_range, holm, outlier_flags, paired_log_ratio, repetitions_needed,
+                    tost_log_ratio, verdict, welch_log_ratio)
+
+ALPHA = 0.05
+
+RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.05) after Holm's correction "
+        "over this study's findings, is estimated beyond the finding's margin (of A's mean for a difference "
+        "B - A), and is as big as the seed's: the seed's B/A lies inside vpnlab's 95% interval of B/A, widened by "
+        "the margin (a difference B - A is read as the ratio 1 + (B - A) / mean A); same direction, smaller "
+        "effect / same direction, larger effect = all that but the seed's B/A beyond the interval, further from 1 "
+        "(smaller here) or nearer to 1 (larger here), with both numbers; where the seed gave no ratio, the "
+        "direction alone reproduces it (for a null finding: equivalent within the margin by TOST, Holm-corrected "
+        "over the findings apart; its uncorrected 90% interval of B/A is shown); contradicted = a significant "
+        "difference beyond the margin the other way, or equivalence within the margin where the seed found a "
+        "difference (for a null finding: a significant difference whose 95% interval lies beyond the margin); "
+        "inconclusive = none of these, with the repetitions per side that would detect a difference of the "
+        "margin at the family's Bonferroni level (of 10% of A's mean at least, for a difference B - A) or show "
+        "equivalence within it; not comparable here = a condition this machine cannot give (what software "
+        "emulation can have set, by the emulation rule below; a scenario this machine could not run; a "
+        "piece vpnlab lacks; PPTP data towards pptpd over a link that dropped, which measures pptpd's 0.3 s GRE "
+        "hold; the seed's own hardware limit), with the reason; calibration, not a check = a finding that set "
+        "a condition of the study (its result is shown, outside Holm's family). A side may be the mean of "
+        "several scenarios, per round, where the seed averaged its cells. Primary test: paired t on log(B/A) "
+        "per round (Welch on logs when the rounds differ), on B - A for metrics that can be zero. Flagged "
+        "samples are kept, never re-run as the seeds did, and counted unless the study fixes otherwise before "
+        "the run (analysis: flagged_samples).")
+
+NOT_COMPARABLE = "not comparable here"
+CALIBRATION = "calibration, not a check"
+VERDICTS = ("reproduced", "same direction, smaller effect", "same direction, larger effect", "contradicted",
+            "inconclusive", NOT_COMPARABLE, CALIBRATION)
+
+
+# --- the plan check -------------------------------------------------------------------------------
+
+def plan_problems(study) -> list[str]:
+    """What in a study's findings names no scenario of its plan (empty: all do)."""
+    findings = parse(study.source_text)
+    scenarios = make_plan(study).scenarios
+    vpns = sorted({s.vpn.label for s in scenarios})
+    links = sorted({s.link.label for s in scenarios})
+    workloads = sorted({s.workload.label for s in scenarios})
+    problems = []
+    ids = {f.id for f in findings}
+    for i, choice in enumerate(parse_choices(study.source_text)):
+        problems += [f"choices[{i}].findings: no finding {fid!r}" for fid in choice.findings if fid not in ids]
+    for i, finding in enumerate(findings):
+        for side_name in ("a", "b"):
+            side = getattr(finding, side_name)
+            if side is None:
+                continue
+            where = f"findings[{i}] ({finding.id}).{side_name}"
+            for vpn in side.vpns:
+                if vpn not in vpns:
+                    problems.append(f"{where}.vpn: no VPN labelled {vpn!r}; the plan has: {', '.join(vpns)}")
+            if side.link is None and len(links) > 1:
+                problems.append(f"{where}.link: the study has {len(links)} links; name one of: {', '.join(links)}")
+            elif side.link is not None and side.link not in links:
+                problems.append(f"{where}.link: no link labelled {side.link!r}; the plan has: {', '.join(links)}")
+            for workload in side.workloads:
+                if workload not in workloads:
+                    problems.append(f"{where}.workload: no workload labelled {workload!r}; the plan has: "
+                                    f"{', '.join(workloads)}")
+        if finding.metric and finding.a:
+            kinds = {s.workload.kind for s in scenarios if s.workload.label in finding.a.workloads}
+            for kind in sorted(kinds - set(catalog.metric(finding.metric).producers.split(", "))):
+                problems.append(f"findings[{i}] ({finding.id}).metric: {finding.metric} is not recorded by a "
+                                f"{kind} workload")
+    return problems
+
+
+# --- verdicts -------------------------------------------------------------------------------------
+
+@dataclass
+class Judgement:
+    """A finding and what vpnlab's results say about it."""
+
+    finding: Finding
+    verdict: str
+    reason: str
+    metric: str = ""
+    a_label: str = ""
+    b_label: str = ""
+    scale: str = ""                  # "ratio" (B/A) or "difference" (B - A, in the unit)
+    unit: str = ""
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    mean_a: float | None = None
+    mean_b: float | None = None
+    n_a: int = 0
+    n_b: int = 0
+    p: float | None = None
+    holm_p: float | None = None
+    tost_holm_p: float | None = None  # the equivalence test's p, Holm-corrected over the findings apart
+    method: str = ""
+    rounds_needed: int | None = None
+    grade: str = ""
+    flagged: int = 0
+    outliers: int = 0
+    measured_in: str = ""
+    emulated: bool = False           # a side measured under software emulation
+    bounds: tuple | None = None      # (A's, B's) comparability.Bound: how far emulation can have moved them
+    alike: bool = False              # the two sides were slowed alike (comparability.slowed_alike)
+    short_of_rule: list[str] = field(default_factory=list)  # sides not yet measured to their repetition rule
+    _test: object = field(default=None, repr=False)
+    _tost: object = field(default=None, repr=False)
+    _span: tuple = field(default=(None, None), repr=False)
+
+    @property
+    def result_text(self) -> str:
+        """vpnlab's result for people: 'B/A = 0.62 [0.58, 0.66]' or 'B - A = +3.1 ms [1.2, 5.0]'."""
+        if self.estimate is None:
+            return "-"
+        interval = "" if self.low is None else f" [{_g(self.low)}, {_g(self.high)}]"
+        if self.scale == "ratio":
+            return f"B/A = {_g(self.estimate)}{interval}"
+        return f"B - A = {self.estimate:+.3g} {self.unit}{interval}".replace("  ", " ")
+
+
+def _g(value: float) -> str:
+    return f"{value:.3g}"
+
+
+USERSPACE_STAND_INS = ("libipsec", "wireguard-go")  # implementations standing in for a missing kernel piece
+
+
+def _userspace(row) -> bool:
+    return any(part in USERSPACE_STAND_INS for part in row.implementation.split("+"))
+
+
+def _mean_by_round(sides: list[list]) -> list:
+    """One side's (round, value) pairs: one scenario's as they are, several scenarios' arithmetic mean
+    per round (the rounds all of them completed; in recorded order where rounds are unknown), as the
+    seeds averaged their tables' cells."""
+    if len(sides) == 1:
+        return sides[0]
+    if any(r is None for pairs in sides for r, _ in pairs):
+        return [(None, sum(v for _, v in cells) / len(cells)) for cells in zip(*sides)]
+    by_round = [dict(pairs) for pairs in sides]
+    shared = sorted(set.intersection(*(set(d) for d in by_round)))
+    return [(r, sum(d[r] for d in by_round) / len(by_round)) for r in shared]
+
+
+def judge(store, study_text: str | None = None) -> list[Judgement]:
+    """A verdict on each finding of the run's study (the last run's study text unless given), from the
+    store's valid samples, Holm-corrected over the findings that have a test."""
+    if study_text is None:
+        runs = store.runs()
+        study_text = runs[-1]["study_text"] if runs else ""
+    findings = parse(study_text)
+    if not findings:
+        return []
+    rows = store.scenarios()
+    values = values_of(store, settings_of(study_text))[0]   # the flagged samples as the study fixed
+    flagged: dict[tuple[str, str], int] = defaultdict(int)
+    for sample in store.samples():
+        if sample.flags:
+            flagged[(sample.scenario_id, sample.metric)] += 1
+    seen = comparability.evidence(store)
+    out = [_judge_one(finding, rows, values, flagged, seen) for finding in findings]
+    decide(out)
+    explain_profiles(out, store)
+    return out
+
+
+def decide(out: list[Judgement]) -> None:
+    """The verdicts of a study's judgements, their tests done: Holm over the findings compared here
+    (a comparison without a test still counts), the TOSTs apart, then RULE."""
+    family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION)]
+    family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
+    for j, p in zip(family, holm([j.p for j in family])):
+        j.holm_p = p
+    for j, p in zip(family, holm([j._tost.p if j._tost is not None else None for j in family])):
+        j.tost_holm_p = p
+    for j in out:
+        if j.verdict == NOT_COMPARABLE or j._test is None:
+            continue
+        if j.verdict == CALIBRATION:  # shown as measured, uncorrected: it is not one of the checks
+            j.holm_p, j.tost_holm_p = j.p, (j._tost.p if j._tost is not None else None)
+            _decide(j, 1)
+            as_check = f"as a check it would read: {j.verdict}, {j.reason}"
+            j.verdict, j.reason = CALIBRATION, f"{j.finding.calibration}; {as_check}"
+            continue
+        _decide(j, len(family))
+        if j.flagged or j.outliers:
+            j.reason += (f"; kept in the test: {j.flagged} flagged sample(s), {j.outliers} far from the rest "
+                         "(the seeds re-ran such runs; vpnlab keeps and flags them)")
+        if j.short_of_rule:
+            j.reason += (f"; provisional: {' and '.join(j.short_of_rule)} not yet measured to the study's rule "
+                         "(`vpnlab run --resume` measures the rest)")
+
+
+def _label(rows: list, side: Side) -> str:
+    first = rows[0]
+    if len(rows) == 1:
+        return f"{first.shown} | {first.link_label} | {first.workload_label}"
+    vpns = first.shown if len(side.vpns) == 1 else f"mean of ({', '.join(side.vpns)})"
+    work = first.workload_label if len(side.workloads) == 1 else f"mean of ({', '.join(side.workloads)})"
+    return f"{vpns} | {first.link_label} | {work}"
+
+
+def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: dict) -> Judgement:
+    """One finding's scenarios, whether they compare like the seed's, and its primary test."""
+    if finding.not_comparable:
+        return Judgement(finding, "not comparable here", finding.not_comparable)
+    sa, sb = pick(side_rows(finding.a, rows), side_rows(finding.b, rows))
+    missing = [f"{vpn} | {side.link or '-'} | {w}" for side, picked in ((finding.a, sa), (finding.b, sb))
+               for (vpn, w), r in zip(side.cells, picked) if r is None]
+    if missing:
+        return Judgement(finding, "not comparable here", f"not in this run's results: {'; '.join(missing)}")
+    kind = sa[0].workload
+    metric = finding.metric or (KINDS[kind].primary if kind in KINDS else None)
+    places = {r.measured_in for r in sa + sb}
+    j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=_label(sa, finding.a),
+                  b_label=_label(sb, finding.b), unit=catalog.metric(metric).unit if metric else "",
+                  measured_in=places.pop() if len(places) == 1 else "host and VM")
+    failed = [r for r in sa + sb if r.status == "failed"]
+    if failed:
+        j.verdict, j.reason = "not comparable here", "; ".join(
+            f"{r.shown} | {r.workload_label} could not be measured here: {(r.failure or 'failed')[:200]}"
+            for r in failed)
+        return j
+    j.short_of_rule = [side for side, picked in (("A", sa), ("B", sb)) if any(r.unfinished for r in picked)]
+    _mark_unlike_the_seed(j, finding, sa, sb)
+    if not metric:
+        j.verdict, j.reason = "not comparable here", f"the workload kind {kind!r} is unknown here"
+        return j
+    if j.verdict != "not comparable here" and (held := _held_by_pptpd(sa + sb, values)):
+        j.verdict, j.reason = "not comparable here", held
+    if j.emulated and j.verdict != NOT_COMPARABLE:
+        _bound_by_emulation(j, metric, sa, sb, seen)
+    a_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sa])
+    b_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sb])
+    if finding.per_link_rate:
+        if not all(r.link_rate_mbit for r in sa + sb):
+            j.verdict, j.reason = "not comparable here", "per_link_rate needs both links shaped to a rate"
+            return j
+        j.unit = f"{j.unit} per Mbit/s of link"
+    j.flagged = sum(flagged.get((r.id, metric), 0) for r in sa + sb)
+    _test(j, a_vals, b_vals)
+    if finding.calibration and j.verdict != "not comparable here":
+        j.verdict, j.reason = CALIBRATION, finding.calibration
+    return j
+
+
+def _per_rate(pairs: list, row, finding: Finding) -> list:
+    if not (finding.per_link_rate and row.link_rate_mbit):
+        return pairs
+    return [(r, v / row.link_rate_mbit) for r, v in pairs]
+
+
+def _held_by_pptpd(rows: list, values: dict) -> str:
+    """Why a side's PPTP samples measured pptpd's GRE reorder hold rather than PPTP ('' when none
+    did): data towards the gateway over a link that dropped (pptp.held_by_pptpd)."""
+    held = []
+    for r in rows:
+        if "pptpd" not in r.implementation.split("+"):
+            continue
+        seen = {m: max((v for _, v in values.get((r.id, m), [])), default=0.0) for m in pptp.LOSS_EVIDENCE}
+        if pptp.held_by_pptpd(r.workload, r.params, r.link_loss_pct, seen):
+            held.append(f"{r.shown} | {r.workload_label}")
+    return (f"{'; '.join(held)}: {pptp.HOLD_FLAG}" if held else "")
+
+
+def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa: list, sb: list) -> None:
+    """'not comparable here' when the scenarios were measured unlike the seed's machines (their values
+    are still shown): on a userspace stand-in for a kernel data path, or in two places. What emulation
+    leaves decidable is comparability.RULE's (_bound_by_emulation)."""
+    j.emulated = any(r.emulated for r in sa + sb)
+    places = {r.measured_in for r in sa + sb}
+    if finding.needs_kernel_datapath and (stand_ins := [r for r in sa + sb if _userspace(r)]):
+        j.verdict = "not comparable here"
+        j.reason = ("this kernel lacks the seed's kernel data path: " + "; ".join(
+            f"{r.shown} ran as {r.implementation} (in userspace)" for r in stand_ins))
+    elif len(places) > 1:
+        j.verdict, j.reason = "not comparable here", "A and B were measured in different places (host and VM)"
+
+
+def _bound_by_emulation(j: Judgement, metric: str, sa: list, sb: list, seen: dict) -> None:
+    """How far emulation can have moved each side (comparability.RULE); 'not comparable here' at once
+    where a side's figure is the emulator's own."""
+    j.bounds = (comparability.side_bound(metric, sa, seen), comparability.side_bound(metric, sb, seen))
+    j.alike = comparability.slowed_alike(sa, sb)
+    own = [b.why for b in j.bounds if b.kind == "the emulator's"]
+    if own and not j.alike:
+        j.verdict, j.reason = NOT_COMPARABLE, "; ".join(own)
+
+
+def _within_emulation(j: Judgement) -> None:
+    """comparability.RULE: the verdict stands only where it holds over every B/A (or B - A) the
+    emulator can have moved the measured one to; else 'not comparable here', saying why."""
+    a, b = j.bounds
+    if j.alike and j.scale == "ratio":
+        j.reason += "; emulated, but A and B differ only in content through the same software: slowed alike"
+        return
+    if a.exact and b.exact:
+        return
+    widened = _widened(j)
+    if widened is None:
+        j.verdict, j.reason = NOT_COMPARABLE, f"{_moved(j)}; no interval to widen"
+        return
+    up, down, equivalent, can = widened
+    f, word = j.finding, j.verdict
+    if f.direction == "same":
+        stands = {"reproduced": equivalent, "contradicted": up or down}.get(word)
+        possible = {"reproduced": can["equivalent"], "contradicted": can["up"] or can["down"]}
+    else:
+        seeds_way, other_way = (up, down) if f.direction == "higher" else (down, up)
+        stands = {"contradicted": other_way or equivalent}.get(word, seeds_way if word != "inconclusive" else None)
+        towards = "up" if f.direction == "higher" else "down"
+        possible = {"reproduced": can[towards], "contradicted": can["down" if towards == "up" else "up"]}
+    if word == "inconclusive":
+        j.rounds_needed = None   # repetitions narrow the interval, not what emulation can have done
+        left = [verdict for verdict, yes in possible.items() if yes]
+        j.verdict, j.reason = ((NOT_COMPARABLE, f"{_moved(j)}: no result here could decide the finding")
+                               if not left else
+                               ("inconclusive", f"{j.result_text}: {_moved(j)}; only a result beyond the margin "
+                                f"over that whole range would decide it (here it could come out {' or '.join(left)}"
+                                "), and this one is not"))
+        return
+    if not stands:
+        j.verdict, j.reason = NOT_COMPARABLE, (f"{_moved(j)}: the measured '{word}' ({j.result_text}) does not "
+                                               "hold over that whole range")
+    elif f.direction != "same" and word != "contradicted":
+        j.verdict, j.reason = _size_within(j)
+    else:
+        j.reason += f"; it holds however far emulation moved it ({_moved(j)})"
+
+
+def _widened(j: Judgement):
+    """(B above A beyond the margin, below it, equivalent within it, and which of these emulation
+    leaves possible), over the measured intervals widened by what emulation can have done; None
+    without an interval."""
+    test, tost, m = j._test, j._tost, j.finding.margin_pct / 100
+    if test.low is None:
+        return None
+    if j.scale == "ratio":
+        lo, hi = comparability.ratio_factor(*j.bounds)
+        j._span = (test.low * lo, test.high * hi)
+        up = test.low * lo > 1 and test.estimate * lo > 1 + m
+        down = test.high * hi < 1 and test.estimate * hi < 1 / (1 + m)
+        equivalent = (tost is not None and tost.low is not None and tost.low * lo >= 1 / (1 + m)
+                      and tost.high * hi <= 1 + m)
+        can = {"up": lo > 0, "down": hi < math.inf, "equivalent": lo > 0 and hi < math.inf}
+    else:
+        lo, hi = comparability.difference_offset(*j.bounds)
+        margin = m * abs(j.mean_a or 0)
+        j._span = (test.low + lo, test.high + hi)
+        up = test.low + lo > 0 and test.estimate + lo > margin
+        down = test.high + hi < 0 and test.estimate + hi < -margin
+        equivalent = False   # (equivalence is tested on ratios only)
+        can = {"up": lo > -math.inf, "down": hi < math.inf, "equivalent": False}
+    return up, down, equivalent, can
+
+
+def _moved(j: Judgement) -> str:
+    """What emulation can have done to this comparison, for the reason."""
+    why = "; ".join(b.why for b in j.bounds if b.why)
+    if j.scale == "ratio":
+        lo, hi = comparability.ratio_factor(*j.bounds)
+        span = f"the true B/A lies {_g(lo)} to {_g(hi)} times the measured".replace("inf", "any number of")
+    else:
+        lo, hi = comparability.difference_offset(*j.bounds)
+        span = (f"the true B - A lies {'below' if hi == 0 else 'above' if lo == 0 else 'anywhere around'} "
+                "the measured" if (lo, hi) != (0, 0) else "the true B - A is the measured")
+    return f"measured under software emulation (QEMU TCG): {why}: {span}"
+
+
+def _size_within(j: Judgement) -> tuple[str, str]:
+    """The effect-size verdict on the widened 95% interval (the direction having held over it)."""
+    low, high = j._span
+    moved = f"{_moved(j)}, widening the 95% interval to [{_g(low)}, {_g(high)}]"
+    if j.scale == "ratio":
+        verdict, reason = effect_size(j.finding, j.estimate, low, high, j.reason.split(";")[0])
+    elif j.mean_a and j.mean_a > 0 and 1 + low / j.mean_a > 0:
+        verdict, reason = effect_size(j.finding, 1 + j.estimate / j.mean_a, 1 + low / j.mean_a,
+                                      1 + high / j.mean_a, j.reason.split(";")[0])
+    else:
+        verdict, reason = effect_size(j.finding, 1.0, None, None, j.reason.split(";")[0])
+    return verdict, f"{reason}; {moved}"
+
+
+def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
+    """The primary test of B against A on the rounds both completed (a ratio where the metric is
+    positive, else a difference), its TOST, and the seed's grade where the finding asks for one."""
+    a, b, paired = matched(a_vals, b_vals)
+    j.n_a, j.n_b = len(a), len(b)
+    j.outliers = sum(outlier_flags(a)) + sum(outlier_flags(b)) if len(a) > 2 and len(b) > 2 else 0
+    j.mean_a = sum(a) / len(a) if a else None
+    j.mean_b = sum(b) / len(b) if b else None
+    if len(a) < 2 or len(b) < 2:
+        if j.verdict != "not comparable here":
+            j.reason = f"fewer than two valid values of {j.metric} on a side ({len(a)} and {len(b)}): no test"
+        return
+    positive = catalog.metric(j.metric).positive and min(a + b) > 0
+    if positive:
+        test = paired_log_ratio(a, b) if paired else welch_log_ratio(a, b)
+        j._tost = tost_log_ratio(a, b, margin=j.finding.margin_pct / 100, alpha=ALPHA, paired=paired)
+    else:
+        test = difference_ms(a, b, paired=paired)
+    j._test = test
+    j.scale, j.estimate, j.low, j.high = test.scale, test.estimate, test.low, test.high
+    j.p, j.method = test.p, test.method
+    if positive and j.finding.graded and test.low is not None and not j.emulated:  # (the emulator's CPU: no grade)
+        kind = j.finding.graded
+        grade = grade_range(test.low, test.high, kind, len(b), len(a),
+                            baseline_ms=j.mean_a if kind == "latency" else None)
+        j.grade = grade.grade or grade.reason
+
+
+def _decide(j: Judgement, family_size: int) -> None:
+    """The verdict of RULE from the Holm-adjusted primary test (and the TOST on ratios)."""
+    test = j._test
+    # what the rounds are planned for: Bonferroni, as conservative as Holm's first step
+    alpha = ALPHA / max(family_size, 1)
+    if test.p is None or j.holm_p is None:
+        j.verdict, j.reason = "inconclusive", f"no test: {test.note}"
+    elif test.scale == "ratio":
+        _decide_ratio(j, alpha)
+    else:
+        _decide_difference(j, alpha)
+    if j.bounds is not None and test.p is not None and j.holm_p is not None:
+        _within_emulation(j)
+
+
+def _decide_ratio(j: Judgement, alpha: float) -> None:
+    f, test, tost = j.finding, j._test, j._tost
+    margin = f.margin_pct / 100
+    decision = verdict(test, j.holm_p, tost, j.tost_holm_p, threshold=margin, alpha=ALPHA, names=("A", "B"))
+    word = decision.word   # ahead: B/A above 1 + margin; behind: below it; equivalent; undecided
+    change = 100 * (test.estimate - 1)
+    shown = (f"B/A = {test.estimate:.3g}, {abs(change):.1f}% {'higher' if change > 0 else 'lower'} "
+             f"(Holm-adjusted p = {j.holm_p:.2g})")
+    equivalence = (f"TOST Holm-adjusted p = {j.tost_holm_p:.2g}, uncorrected 90% interval of B/A "
+                   f"{tost.low:.3g} - {tost.high:.3g}" if tost.low is not None and j.tost_holm_p is not None
+                   else f"no TOST: {tost.note}")
+    if f.direction == "same":
+        if word == "equivalent":
+            j.verdict, j.reason = "reproduced", f"equivalent within ±{f.margin_pct:g}% ({equivalence})"
+        elif word in ("ahead", "behind") and (test.low > 1 + margin or test.high < 1 / (1 + margin)):
+            j.verdict = "contradicted"
+            j.reason = (f"the seed found no difference; here {shown}, its 95% interval outside "
+                        f"±{f.margin_pct:g}%")
+        else:
+            needed = _needed(test, margin, alpha, goal="equivalent")
+            j.verdict, j.rounds_needed = "inconclusive", needed
+            j.reason = (f"{shown}; equivalence within ±{f.margin_pct:g}% not shown ({equivalence}); "
+                        f"{_about(needed)} repetitions per side would show it if there is no difference")
+        return
+    wanted = "ahead" if f.direction == "higher" else "behind"
+    if word == wanted:
+        j.verdict, j.reason = effect_size(f, test.estimate, test.low, test.high, shown)
+    elif word in ("ahead", "behind"):
+        j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
+    elif word == "equivalent":
+        j.verdict = "contradicted"
+        j.reason = (f"the seed found B {f.direction} than A; here the two are equivalent within "
+                    f"±{f.margin_pct:g}% ({equivalence})")
+    else:
+        needed = _needed(test, margin, alpha, goal="detect")
+        j.verdict, j.rounds_needed = "inconclusive", needed
+        why = ("significant but not shown beyond the margin" if j.holm_p < ALPHA
+               else "not significant after Holm's correction")
+        j.reason = (f"{shown}: {why}, nor equivalent within ±{f.margin_pct:g}%; {_about(needed)} repetitions "
+                    f"per side would detect a {f.margin_pct:g}% difference at the family's level "
+                    f"(alpha {alpha:.2g})")
+
+
+def _decide_difference(j: Judgement, alpha: float) -> None:
+    """A difference B - A in the unit (a metric that can be zero): no ratio, no equivalence test."""
+    f, test = j.finding, j._test
+    significant, goes_up = j.holm_p < ALPHA, test.estimate > 0
+    beyond = abs(test.estimate) > f.margin_pct / 100 * abs(j.mean_a or 0)  # the margin is of A's mean
+    shown = f"B - A = {test.estimate:+.3g} (Holm-adjusted p = {j.holm_p:.2g})"
+    if f.direction == "same":
+        j.verdict, j.reason = "inconclusive", f"{shown}; equivalence is only tested on ratios"
+    elif significant and beyond and goes_up == (f.direction == "higher"):
+        j.verdict, j.reason = _difference_size(j, shown)
+    elif significant and beyond:
+        j.verdict, j.reason = "contradicted", f"the seed found B {f.direction} than A; here {shown}"
+    else:
+        margin = max(f.margin_pct / 100, 0.1)
+        needed = None
+        if j.mean_a and test.sd_round and test.df:
+            needed = repetitions_needed(test.sd_round / abs(j.mean_a), test.df, margin=margin,
+                                        alpha=alpha, paired=test.paired)
+        j.verdict, j.rounds_needed = "inconclusive", needed
+        why = (f"significant but not shown beyond {f.margin_pct:g}% of A's mean" if significant
+               else "not significant")
+        j.reason = (f"{shown}: {why}; {_about(needed)} repetitions per side would detect a difference "
+                    f"of {100 * margin:g}% of A's mean")
+
+
+def effect_size(f: Finding, estimate: float, low: float | None, high: float | None, shown: str) -> tuple[str, str]:
+    """The verdict of a difference that went the seed's way, by its size (RULE): reproduced when the
+    seed's B/A lies in the 95% interval of B/A widened by the margin, else a smaller or larger effect."""
+    if f.seed_ratio is None or low is None or high is None:
+        return "reproduced", f"{shown}; the seed gave no ratio: the direction alone"
+    widen = 1 + f.margin_pct / 100
+    interval = f"95% interval [{low:.3g}, {high:.3g}]"
+    if low / widen <= f.seed_ratio <= high * widen:
+        return "reproduced", f"{shown}; the seed's B/A = {f.seed_ratio:g} lies in the {interval} (±{f.margin_pct:g}%)"
+    smaller = abs(math.log(f.seed_ratio)) > abs(math.log(estimate))
+    size = "smaller" if smaller else "larger"
+    return (f"same direction, {size} effect",
+            f"{shown}; B/A = {estimate:.3g} here ({interval}) against the seed's {f.seed_ratio:g}: a {size} effect")
+
+
+def _difference_size(j: Judgement, shown: str) -> tuple[str, str]:
+    """effect_size of a difference B - A, read as the ratio 1 + (B - A) / mean A."""
+    test, mean_a = j._test, j.mean_a
+    if not mean_a or mean_a <= 0 or test.low is None:
+        return effect_size(j.finding, 1.0, None, None, shown)
+    ratio = [1 + x / mean_a for x in (test.estimate, test.low, test.high)]
+    if min(ratio) <= 0:
+        return effect_size(j.finding, 1.0, None, None, shown)
+    return effect_size(j.finding, *ratio, f"{shown}, as a ratio 1 + (B - A) / mean A = {ratio[0]:.3g}")
+
+
+def _needed(test, margin: float, alpha: float, goal: str) -> int | None:
+    if not test.sd_round or not test.df:
+        return None
+    return repetitions_needed(test.sd_round, test.df, margin=margin, alpha=alpha, goal=goal, paired=test.paired)
+
+
+def _about(needed: int | None) -> str:
+    return f"about {needed}" if needed else "more than 10,000"
+
+
+# --- the report's section ---------------------------------------------------------------------------
+
+@dataclass
+class Section:
+    rule: str
+    rows: list
+    counts: dict
+    choices: list = field(default_factory=list)   # the conditions vpnlab chose (Choice)
+    reencoded: bool = False   # judged by the findings this vpnlab ships, not the run's study file's
+    emulation_rule: str = ""  # what a side measured under software emulation can still decide
+
+    @property
+    def summary(self) -> str:
+        """'3 reproduced; 1 inconclusive (4 findings)'."""
+        parts = [f"{count} {verdict}" for verdict, count in self.counts.items() if count]
+        return f"{'; '.join(parts)} ({len(self.rows)} finding{'s' if len(self.rows) != 1 else ''})"
+
+
+def against_the_original(store, study_text: str | None = None, reencoded: bool = False) -> Section | None:
+    """The report's "Against the original study": None when the study lists no findings. The findings
+    are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
+    conditions vpnlab chose are always the run's study file's. `store`: a store, or what was read of it."""
+    runs = store.runs()
+    ran = runs[-1]["study_text"] if runs else ""
+    try:  # the findings as given (the seed's, as encoded now); the choices are the run's own conditions
+        judged, choices = judge(store, ran if study_text is None else study_text), parse_choices(ran)
+    except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
+        return None
+    if not judged:
+        return None
+    counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
+    return Section(RULE, judged, counts, choices, reencoded, comparability.RULE)
+
+
+__all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE",
+           "Section", "Side", "VERDICTS", "against_the_original", "effect_size", "judge", "parse", "parse_choices",
+           "plan_problems"]

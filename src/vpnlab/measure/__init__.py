@@ -1,0 +1,1 @@
+"""The measure stage: what is measured beside a workload: the CPU meter and the observers."""
