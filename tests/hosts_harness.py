@@ -15,6 +15,7 @@ is the controller side of the tests: see the `scenario_*` functions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -27,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib
 import pytest
 
 PREFIX = f"vlh{os.getpid()}"            # every namespace, file and interface of this test run
@@ -269,20 +271,31 @@ class Lab:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def lab():
-    """Two SSH hosts and a controller in namespaces; everything removed afterwards, on failure too,
-    and then nothing of the lab may remain and the default namespace must be as it was."""
+@contextlib.contextmanager
+def built_lab(study_home: bool = False, **options):
+    """A Lab (`options` as Lab takes them) removed afterwards, on failure too; then nothing of it may
+    remain and the default namespace must be as it was. With `study_home`, the controller's private
+    home gets matplotlib's font list (a study's report), or its first report would build one."""
     from conftest import default_namespace_snapshot
 
     before = default_namespace_snapshot()
-    built = Lab()
+    built = Lab(**options)
     try:
-        yield built.build()
+        built.build()
+        if study_home:
+            shutil.copytree(matplotlib.get_cachedir(), built.home / ".cache" / "matplotlib", dirs_exist_ok=True)
+        yield built
     finally:
         built.teardown()
     assert leftovers() == [], "namespaces or processes of the lab left behind"
     assert default_namespace_snapshot() == before, "the default namespace changed"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """Two SSH hosts and a controller in namespaces (built_lab)."""
+    with built_lab() as built:
+        yield built
 
 
 def leftovers() -> list[str]:

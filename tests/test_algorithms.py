@@ -10,12 +10,8 @@ from types import SimpleNamespace
 from vpnlab.report import algorithms as report
 from vpnlab import algorithms as alg
 from vpnlab.algorithms import AEAD
-from vpnlab.drivers import ipsec
-from vpnlab.drivers import libreswan
-from vpnlab.drivers import ocserv
-from vpnlab.drivers import openvpn
-from vpnlab.drivers import ppp
-from vpnlab.drivers import strongswan
+from vpnlab.drivers import ipsec, libreswan, ocserv, openvpn, ppp, strongswan
+from vpnlab.drivers.base import Tunnel
 from vpnlab.catalog import DRIVERS
 from vpnlab.report.labels import for_scenarios
 from vpnlab.plan.scenarios import make_plan
@@ -238,7 +234,8 @@ def live(tmp_path, implementation, xfrm, **logs):
         (tmp_path / f"l0-{name}.log").write_text(log(captured))
     processes = [(FakeNode(log(xfrm) if xfrm else ""), None, tmp_path / f"l0-{name}.log") for name in logs]
     env = SimpleNamespace(implementation=implementation, log=lambda name: tmp_path / f"l0-{name}.log")
-    return SimpleNamespace(processes=processes, env=env, fetch_logs=lambda: None)  # every log already here
+    return SimpleNamespace(processes=processes, env=env, fetch_logs=lambda: None,  # every log already here
+                           read_log=lambda log, node=None: Tunnel.read_log(None, log, node))
 
 
 def test_l2tp_and_libreswan_read_the_kernel_and_their_logs(tmp_path):
@@ -277,7 +274,8 @@ def fake_tunnel(tmp_path, *logs):
         path = tmp_path / f"l0-{name.split('-')[0]}-{role}.log"
         path.write_text(log(name))
         processes.append((None, None, path))
-    return SimpleNamespace(processes=processes, env=SimpleNamespace(implementation="libipsec"))
+    return SimpleNamespace(processes=processes, env=SimpleNamespace(implementation="libipsec"),
+                           read_log=lambda log, node=None: Tunnel.read_log(None, log, node))
 
 
 def test_record_flags_a_negotiated_value_that_differs(tmp_path):

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vpnlab.analyse import comparability
-from vpnlab.analyse import findings
+from vpnlab.analyse import comparability, findings
 from vpnlab.analyse.comparability import Bound, Evidence
 from vpnlab.measure.cpu import cpu_bound
 from vpnlab.plan.scenarios import make_plan

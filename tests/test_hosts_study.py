@@ -3,18 +3,16 @@ runs over SSH on a lab of "hosts" (tests/hosts_harness.py), one of which loses i
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
 
-import matplotlib
 import pytest
 from typer.testing import CliRunner
 
-from hosts_harness import Lab, leftovers, sh
+from hosts_harness import built_lab, sh
 from vpnlab.plan import overrides
 from vpnlab.cli import app
 from vpnlab.cli.run import load_study_arg
@@ -158,19 +156,8 @@ def test_a_testbed_removes_what_the_record_gained_since_it_began():
 def lab():
     """Four SSH "hosts" and a controller in namespaces of their own (hosts_harness.Lab), on a network
     of their own that the testbed's addresses do not overlap; all of it removed afterwards."""
-    from conftest import default_namespace_snapshot
-
-    before = default_namespace_snapshot()
-    built = Lab(names=("gw-a", "gw-b", "gw-c", "gw-d"), subnet=LAB_SUBNET)
-    try:
-        built.build()
-        # the controller's private home gets matplotlib's font list (the report's), or it would build one
-        shutil.copytree(matplotlib.get_cachedir(), built.home / ".cache" / "matplotlib", dirs_exist_ok=True)
+    with built_lab(study_home=True, names=("gw-a", "gw-b", "gw-c", "gw-d"), subnet=LAB_SUBNET) as built:
         yield built
-    finally:
-        built.teardown()
-    assert leftovers() == [], "namespaces or processes of the lab left behind"
-    assert default_namespace_snapshot() == before, "the default namespace changed"
 
 
 def host_is_clean(host) -> bool:

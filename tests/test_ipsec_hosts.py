@@ -8,15 +8,13 @@ how a host's probe finds its pluto."""
 
 import dataclasses
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-import matplotlib
 import pytest
 
 from conftest import recorded_algorithms
-from hosts_harness import Lab, leftovers, sh
+from hosts_harness import built_lab, sh
 from test_hosts_study import LAB_SUBNET, host_is_clean, read_store, wait_until
 from vpnlab.catalog import DRIVERS
 
@@ -38,19 +36,8 @@ HOSTS = {"remote-access": "{client: gw-a, gateway: gw-b}", "site-to-site": "{lef
 @pytest.fixture(scope="module")
 def lab():
     """Two SSH "hosts" and a controller, on a network the testbed's addresses do not overlap."""
-    from conftest import default_namespace_snapshot
-
-    before = default_namespace_snapshot()
-    built = Lab(subnet=LAB_SUBNET)
-    try:
-        built.build()
-        # the controller's private home gets matplotlib's font list (the report's), or it would build one
-        shutil.copytree(matplotlib.get_cachedir(), built.home / ".cache" / "matplotlib", dirs_exist_ok=True)
+    with built_lab(study_home=True, subnet=LAB_SUBNET) as built:
         yield built
-    finally:
-        built.teardown()
-    assert leftovers() == [], "namespaces or processes of the lab left behind"
-    assert default_namespace_snapshot() == before, "the default namespace changed"
 
 
 def network_of(host) -> dict:

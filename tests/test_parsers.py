@@ -7,10 +7,7 @@ import pytest
 
 from conftest import DATA
 from vpnlab.errors import MeasurementError
-from vpnlab.workloads import iperf
-from vpnlab.workloads import ping
-from vpnlab.workloads import tcp
-from vpnlab.workloads import udp
+from vpnlab.workloads import iperf, ping, tcp, udp
 
 
 def test_iperf3_tcp():

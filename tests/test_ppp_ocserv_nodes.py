@@ -3,17 +3,15 @@ on a node that is a host's own network namespace (no `ip netns exec` around them
 between real hosts over SSH, its files and programs there, its traffic encrypted on their WAN.
 (PPTP and L2TP need kernel PPP and L2TP, which this kernel lacks: tests/test_vm.py runs them.)"""
 
-import shutil
 import sqlite3
 import subprocess
 from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 
-import matplotlib
 import pytest
 
 from conftest import recorded_algorithms
-from hosts_harness import Lab, leftovers
+from hosts_harness import built_lab
 from test_hosts_study import LAB_SUBNET, host_is_clean, wait_until
 from test_tunnels import build, iperf_through
 from vpnlab.catalog import DRIVERS
@@ -142,19 +140,8 @@ workloads: [{{kind: tcp, duration_s: 1, omit_s: 0}}]
 def lab():
     """Two SSH "hosts" and a controller in namespaces of their own (hosts_harness.Lab), on a network the
     testbed's site-to-site addresses do not overlap; all of it removed afterwards."""
-    from conftest import default_namespace_snapshot
-
-    before = default_namespace_snapshot()
-    built = Lab(subnet=LAB_SUBNET)
-    try:
-        built.build()
-        # the controller's private home gets matplotlib's font list (the report's), or it would build one
-        shutil.copytree(matplotlib.get_cachedir(), built.home / ".cache" / "matplotlib", dirs_exist_ok=True)
+    with built_lab(study_home=True, subnet=LAB_SUBNET) as built:
         yield built
-    finally:
-        built.teardown()
-    assert leftovers() == [], "namespaces or processes of the lab left behind"
-    assert default_namespace_snapshot() == before, "the default namespace changed"
 
 
 @pytest.mark.integration

@@ -219,23 +219,12 @@ def logs_of(tunnel, word: str) -> list[Path]:
 
 
 def read_logs(tunnel, word: str, parser) -> Algorithms | None:
-    """The first of the tunnel's `word` logs the parser reads something from."""
+    """The first of the tunnel's `word` logs the parser reads something from (Tunnel.read_log)."""
     for log in logs_of(tunnel, word):
-        try:
-            found = parser(log.read_text(errors="replace"))
-        except OSError:
-            continue
+        found = parser(tunnel.read_log(log))
         if found:
             return found
     return None
-
-
-def read_path(path: Path, parser) -> Algorithms | None:
-    """What the parser reads from one file (a log a daemon writes itself, as pppd's `logfile`)."""
-    try:
-        return parser(Path(path).read_text(errors="replace"))
-    except OSError:
-        return None
 
 
 def read_xfrm(tunnel) -> Algorithms | None:

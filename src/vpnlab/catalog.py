@@ -26,8 +26,7 @@ from .drivers.yggdrasil import Yggdrasil
 from .hosts import TOOLS as HOST_TOOLS
 from .metrics import REGISTRY, Level, Metric
 from .tools import BASE_PACKAGES, CORE, VM, Tool
-from .workloads import background
-from .workloads import office
+from .workloads import background, office
 from .workloads.base import WorkloadKind
 from .workloads.ping import Ping
 from .workloads.tcp import Tcp

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from . import findings
-from . import methods
+from . import findings, methods
 from ..report.algorithms import TOOL as ALGORITHMS_TOOL
 from .analysis import Summary, summarise
 from ..catalog import KINDS

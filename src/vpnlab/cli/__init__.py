@@ -7,9 +7,7 @@ import typer
 from .. import version as vpnlab_version
 from ..run import signals
 from . import machine  # noqa: F401  (their commands register themselves on the app)
-from . import results
-from . import run
-from . import tune
+from . import results, run, tune
 from ..console import out
 from .common import app
 

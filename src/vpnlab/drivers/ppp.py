@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from ..algorithms import Algorithms, read_path
+from ..algorithms import Algorithms
 from ..testbed.contract import Node
 from ..testbed.node import PRIVATE_MOUNTS
 from ..tools import Tool
@@ -78,7 +78,7 @@ def wait_for_link(node: Node, dev: str, tunnel: Tunnel, timeout: float = 30) -> 
 def negotiated_ppp(tunnel: Tunnel) -> Algorithms | None:
     """What the client's pppd logged (its `logfile` on its node, fetched beside the other logs)."""
     tunnel.fetch_logs()
-    return read_path(tunnel.env.log("pppd-client"), parse_pppd_log)
+    return parse_pppd_log(tunnel.read_log(tunnel.env.log("pppd-client")))
 
 
 def parse_pppd_log(text: str) -> Algorithms | None:

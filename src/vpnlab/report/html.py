@@ -23,10 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
 from .. import catalog  # noqa: E402
-from ..analyse import findings
-from ..analyse import methods
-from ..analyse import recommend
-from ..analyse import sensitivity
+from ..analyse import findings, methods, recommend, sensitivity
 from ..analyse.analysed import Analysed, analyse  # noqa: E402
 from ..analyse.analysis import Summary, baseline_of, fmt, relative_text  # noqa: E402
 from ..analyse.compare import STUDY_HEADINGS, printed, study_footnotes, study_rows  # noqa: E402
