@@ -259,9 +259,10 @@ def test_netem_delays_and_loses_on_the_hosts_wan(guest):
     assert {k: (s["status"], s["hosts"]) for k, s in scenarios.items()} == {
         k: ("done", HOSTS) for k in scenarios} and len(scenarios) == 2
     ping, udp = (next(w for _, w in scenarios if w.startswith(kind)) for kind in ("ping", "udp"))
-    # 10 ms each way on each host's WAN interface; an emulated guest adds ~0.5-1.5 ms of its own
+    # 10 ms each way on each host's WAN interface: never less; an emulated guest adds ~0.5-1.5 ms of its
+    # own, more when the suite's other tests share the machine, but a delay set twice would give 40
     rtt_min = values[("none", ping, "rtt_min_ms")][0]
-    assert 20 <= rtt_min <= 21.5, rtt_min
+    assert 20 <= rtt_min <= 30, rtt_min
     # 2% set: 20 of 1000 datagrams expected; fewer than 8 lost by netem has a chance of 0.07%. Above
     # 4.5% leaves 2.5 points for what a starved guest drops itself (2.6% with 1% set at 250 datagrams
     # a second, with a load of 19 on this machine's 2 cores)
