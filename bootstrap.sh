@@ -68,10 +68,10 @@ mapfile -t PACKAGES < <("${declared[@]}")
 install_packages "${PACKAGES[@]}"
 # The VM backend boots a distribution kernel: this host's own when its modules are on disk,
 # otherwise Debian's, fetched once into /var/cache/vpnlab.
-.venv/bin/python -c 'from vpnlab import vm; vm.available() is None and vm.find_kernel()' >&2 \
+.venv/bin/python -c 'from vpnlab.machines import vm; vm.available() is None and vm.find_kernel()' >&2 \
   || echo "note: no kernel for the VM backend; scenarios that need one will say so" >&2
 # libreswan's package conflicts with strongSwan's: unpack it privately (its libraries are above).
-.venv/bin/python -c 'from pathlib import Path; from vpnlab import unpacked as u; from vpnlab.drivers.libreswan import PLUTO; exit(u.provide("libreswan", Path(PLUTO)) is None)' >&2 \
+.venv/bin/python -c 'from pathlib import Path; from vpnlab.machines import unpacked as u; from vpnlab.drivers.libreswan import PLUTO; exit(u.provide("libreswan", Path(PLUTO)) is None)' >&2 \
   || echo "note: libreswan could not be fetched; the libreswan driver will say so" >&2
 
 case "$command" in

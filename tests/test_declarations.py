@@ -1,6 +1,8 @@
 """One place per fact: programs, packages, metrics and workload kinds are declared once, and
 everything that lists them (bootstrap, doctor, the README) reads the declarations."""
 
+import importlib
+import importlib.util
 import re
 import subprocess
 import sys
@@ -57,3 +59,13 @@ def test_one_baseline_driver_and_no_module_names_it():
     offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
                  if re.search(r"""[=!]= ?["']none["']|["']none["'] ?[=!]=""", p.read_text())]
     assert offenders == [], offenders
+
+
+def test_what_bootstrap_imports_of_vpnlab_exists():
+    """bootstrap.sh's Python one-liners (the VM kernel, libreswan's private copy) name modules that a
+    move of the package must keep true: a wrong one only prints a note, and the machine lacks a piece."""
+    names = re.findall(r"from (vpnlab[\w.]*) import (\w+)", (ROOT / "bootstrap.sh").read_text())
+    assert len(names) >= 3
+    for module, name in names:
+        found = importlib.import_module(module)
+        assert hasattr(found, name) or importlib.util.find_spec(f"{module}.{name}"), (module, name)
