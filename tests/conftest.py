@@ -38,13 +38,7 @@ def pytest_configure(config):
             compileall.compile_dir(folder, quiet=2)
 
 
-# The longest file that shares the machine (one VM guest running the hosts lab, about 10 minutes)
-# starts first, on its own worker, beside everything else, rather than late with nothing left to overlap.
-STARTS_FIRST = ("test_hosts_kernel.py",)
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in STARTS_FIRST)  # stable: the rest keep their order
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="integration tests build namespaces and need root")
