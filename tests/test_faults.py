@@ -189,6 +189,21 @@ def test_a_signal_during_the_capability_probe_leaves_nothing(tmp_path, no_leftov
 
 
 @pytest.mark.integration
+def test_a_signal_while_the_probe_namespace_exists_removes_it(tmp_path, no_leftovers):
+    proc, _ = _start(tmp_path, default_dispositions)
+    namespace = Path(f"/run/netns/vlprobe{proc.pid}")
+    deadline = time.monotonic() + 60
+    while not namespace.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert namespace.exists(), "the probe's namespace never appeared"
+    proc.send_signal(signal.SIGTERM)   # the probe is running: its own EXIT trap will not run
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert not namespace.exists()
+
+
+@pytest.mark.integration
 def test_two_runs_at_once_say_so_and_flag_their_samples(tmp_path, no_leftovers):
     from vpnlab.testbed.state import RunState
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 
 from ..catalog import declared
@@ -18,8 +19,19 @@ def probe() -> dict:
     """This machine (or the VM guest this runs in) as KERNEL_PROBE finds every machine: kernel, CPU
     model, cores and kernel pieces. Its namespace is named for this process: `vpnlab clean` removes
     it if the process dies meanwhile."""
-    shown = subprocess.run(probe_argv(f"{PROBE_PREFIX}{os.getpid()}"), capture_output=True, text=True)
-    return parse_probe(shown.stdout)
+    namespace = f"{PROBE_PREFIX}{os.getpid()}"
+    with subprocess.Popen(probe_argv(namespace), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True, start_new_session=True) as shown:
+        try:
+            answer, _ = shown.communicate()
+        except BaseException:
+            # a signal (vpnlab turns it into an exception) ends the probe before its EXIT trap can
+            # remove the namespace: end the probe and its `ip`, then remove it here
+            os.killpg(shown.pid, signal.SIGKILL)
+            shown.wait()
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+            raise
+    return parse_probe(answer)
 
 
 @functools.lru_cache(maxsize=1)
