@@ -80,9 +80,9 @@ case "$command" in
   test)
     # Most integration tests wait on daemons and links rather than compute: TEST_WORKERS run at once,
     # a file's tests on one worker (its module-scoped fixtures are built once); tests/conftest.py gives
-    # those that need the machine to themselves the machine alone.
+    # those that need the machine to themselves the machine alone. The slowest tests are listed last.
     set +e
-    .venv/bin/python -m pytest -ra -n "${TEST_WORKERS:-4}" --dist loadfile "$@"
+    .venv/bin/python -m pytest -ra --durations=25 -n "${TEST_WORKERS:-4}" --dist loadfile "$@"
     rc=$?
     if [ $rc -eq 5 ]; then echo "bootstrap.sh: pytest collected no tests: that is a failure" >&2; exit 1; fi
     exit $rc ;;
