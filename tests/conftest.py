@@ -39,6 +39,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    items[:] = _in_turn(items)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="integration tests build namespaces and need root")
@@ -50,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
 # --- Tests run in parallel (bootstrap.sh test: pytest-xdist, a module's tests on one worker, so that
 # its module-scoped fixture is built once), most of them waiting on daemons, links and timeouts rather
 # than computing. These need the machine to themselves: their figures or flags would show another
-# test's load or run. Keys: a module, a module::test, or a fixture its tests use.
+# test's load or run. Keys: a module or a module::test.
 ALONE = {
     "test_cpu.py": "CPU meters: another test's load is in their figures and its programs are flagged as busy",
     "test_hosts_study.py::test_a_remote_access_study_runs_on_two_hosts_over_ssh":
@@ -64,14 +65,32 @@ ALONE = {
         "the link over 80% full with the background's traffic",
     "test_observers.py::test_latency_under_load_and_bytes_on_the_wire": "a round trip under load over 3 x the idle one",
     "test_cli.py::test_adaptive_repetitions_stop_when_the_interval_is_tight": "goodput within 3% after 3 repetitions",
-    "remote_access": "netem's delay within 1.5 ms and PPTP's share of the link, measured under emulation",
-    "site_to_site": "no sample of this VM study may be flagged as disturbed by another run or load",
 }
 
 
 def _alone(item) -> bool:
-    names = {item.path.name, f"{item.path.name}::{item.originalname}", *item.fixturenames}
+    names = {item.path.name, f"{item.path.name}::{item.originalname}"}
     return bool(names & ALONE.keys())
+
+
+# Each boots the VM and runs a study there for minutes: the suite lasts as long as the last of them
+# to start plus its own time, so they start as soon as the tests that need the machine alone are done
+# (ALONE: those cannot share it with an emulator, and the files holding them go first).
+LONG = (
+    "test_hosts_kernel.py", "test_hosts_kernel_seeds.py", "test_vm_remote_access.py", "test_vm_site_to_site.py")
+
+
+def _in_turn(items: list) -> list:
+    """The order tests are handed to workers in (bootstrap.sh keeps xdist to it, a file at a time):
+    files with a test that needs the machine alone first, that test first in its file; then LONG;
+    the rest as collected."""
+    with_alone = {item.path.name for item in items if _alone(item)}
+    collected = {item.path: n for n, item in reversed(list(enumerate(items)))}  # each file's first
+
+    def turn(item) -> tuple[int, int, int]:
+        file = 0 if item.path.name in with_alone else 1 if item.path.name in LONG else 2
+        return file, collected[item.path], 0 if _alone(item) else 1
+    return sorted(items, key=turn)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: waiting for the machine is not the test's time
