@@ -21,7 +21,7 @@ import matplotlib
 import pytest
 
 from declared import programs
-from hosts_harness import Lab, leftovers, stored_scenarios, stored_values
+from hosts_harness import Lab, leftovers, seed_drivers, seed_hosts, stored_scenarios, stored_values
 from test_hosts_study import host_is_clean, wait_until
 from vpnlab.machines import vm
 from vpnlab.plan.study import builtin_studies
@@ -148,3 +148,18 @@ def check_guest_left_nothing(guest: GuestRun) -> None:
     # the suite's own check (conftest.only_declared_programs) reads this test's log after it
     with open(os.environ["VPNLAB_EXEC_LOG"], "a") as log:
         log.write(ran_there)
+
+
+def check_seed_ran(guest: GuestRun, seed: str, cut: dict) -> None:
+    """A seed from its own file, shortened (hosts_harness.seed_cut) to two repetitions and a subset of
+    its scenarios: every scenario on the hosts (none refused, none in the VM backend), each with both
+    repetitions' samples of the cut's `metrics`."""
+    name = f"seed-{seed}"
+    case_ran(guest, name)
+    scenarios, values = guest.scenarios(name), guest.values(name)
+    assert {s["vpn"] for s in scenarios.values()} == set(seed_drivers(seed, cut))
+    assert all((s["status"], s["hosts"]) == ("done", seed_hosts(seed)) for s in scenarios.values()), scenarios
+    assert {s["measured_in"] for s in scenarios.values()} == {"host"}
+    for label, workload in scenarios:
+        for metric in cut["metrics"]:
+            assert len(values[(label, workload, metric)]) == 2, (label, workload, metric)

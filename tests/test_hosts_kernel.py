@@ -1,6 +1,7 @@
 """Real hosts with a full kernel (kernel_lab.py: the hosts lab inside one guest of the VM backend,
 whose Debian kernel has what this machine's lacks): netem on the hosts' WAN; libreswan, PPTP, L2TP/IPsec
-and kernel WireGuard between hosts, each proved encrypted on their WAN with its modelled overhead.
+and kernel WireGuard between hosts, each proved encrypted on their WAN with its modelled overhead; a
+shortened narayan-2008 (PPTP over its delayed link).
 Run as a program (`python test_hosts_kernel.py WORK`) this file is the guest's side.
 """
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernel_lab import HOSTS, TIMEOUT_S, boot, case_ran, check_guest_left_nothing, guest_main
+from hosts_harness import seed_cut, seed_drivers
+from kernel_lab import HOSTS, TIMEOUT_S, boot, case_ran, check_guest_left_nothing, check_seed_ran, guest_main
 
 pytestmark = pytest.mark.timeout(TIMEOUT_S)
 
@@ -49,13 +51,18 @@ links: [{name: wan-10ms, delay_ms: 5, shape: true}]
 workloads: [{kind: ping, count: 20, interval_s: 0.05}]
 """
 TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"]]
-CASES = {"shaped": (SHAPED, []), "tunnels": (TUNNELS, [])}
+# narayan-2008 shortened (hosts_harness.seed_cut): PPTP at its 8 KB window over its 100 Mbit/s link
+# with 0.47 ms of delay (netem), twice.
+NARAYAN = {"vpns": [2], "links": [0], "workloads": [(0, {"window": "8K", "duration_s": 4, "omit_s": 1})],
+           "metrics": ("throughput_mbps",)}
+CASES = {"shaped": (SHAPED, []), "tunnels": (TUNNELS, []), "seed-narayan-2008": ("narayan-2008", seed_cut("narayan-2008", NARAYAN))}
 
 
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
     """One boot of the VM for the whole file: the guest runs this file as a program."""
-    return boot(tmp_path_factory.mktemp("hosts-kernel"), Path(__file__).resolve(), tuple(TUNNEL_DRIVERS))
+    return boot(tmp_path_factory.mktemp("hosts-kernel"), Path(__file__).resolve(),
+                tuple(dict.fromkeys([*TUNNEL_DRIVERS, *seed_drivers("narayan-2008", NARAYAN)])))
 
 
 @pytest.mark.integration
@@ -98,6 +105,12 @@ def test_a_tunnel_between_hosts_with_a_full_kernel(guest, driver):
     assert values["ping_loss_pct"] == 0
     assert values["rtt_min_ms"] >= 10  # 5 ms each way on the hosts' WAN
     assert "cpu_vpn_gateway_pct" in values
+
+
+
+@pytest.mark.integration
+def test_a_shortened_narayan_runs_with_every_scenario_on_the_hosts(guest):
+    check_seed_ran(guest, "narayan-2008", NARAYAN)
 
 
 if __name__ == "__main__":

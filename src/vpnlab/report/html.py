@@ -495,7 +495,8 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
     for (link, kind), members in sorted(groups.items()):
         params = {s.workload_params for s in members}
         decoded = [json.loads(p) for p in params]
-        varying = [k for k in decoded[0] if len({json.dumps(d.get(k)) for d in decoded}) > 1]
+        keys = sorted({k for d in decoded for k in d})  # every one's: a store leaves defaults out (pairs)
+        varying = [k for k in keys if len({json.dumps(d.get(k)) for d in decoded}) > 1]
         grouped = False
         if len(varying) == 1:  # a sweep: lines along a numeric parameter, grouped bars over categories
             grouped = _sweep(report, stat, link, kind, members, varying[0])
