@@ -1,7 +1,7 @@
 """Real hosts with a full kernel (kernel_lab.py: the hosts lab inside one guest of the VM backend,
 whose Debian kernel has what this machine's lacks): netem on the hosts' WAN; libreswan, PPTP, L2TP/IPsec
 and kernel WireGuard between hosts, each proved encrypted on their WAN with its modelled overhead; a
-shortened narayan-2008 (PPTP over its delayed link).
+shortened small-business-2011 (PPTP over its shaped link with the office background).
 Run as a program (`python test_hosts_kernel.py WORK`) this file is the guest's side.
 """
 
@@ -51,18 +51,18 @@ links: [{name: wan-10ms, delay_ms: 5, shape: true}]
 workloads: [{kind: ping, count: 20, interval_s: 0.05}]
 """
 TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"]]
-# narayan-2008 shortened (hosts_harness.seed_cut): PPTP at its 8 KB window over its 100 Mbit/s link
-# with 0.47 ms of delay (netem), twice.
-NARAYAN = {"vpns": [2], "links": [0], "workloads": [(0, {"window": "8K", "duration_s": 4, "omit_s": 1})],
-           "metrics": ("throughput_mbps",)}
-CASES = {"shaped": (SHAPED, []), "tunnels": (TUNNELS, []), "seed-narayan-2008": ("narayan-2008", seed_cut("narayan-2008", NARAYAN))}
+# small-business-2011 shortened (hosts_harness.seed_cut): PPTP over its 8 Mbit/s link with its delay,
+# queue and office background (netem and the background on the hosts), an HTTP download twice.
+SMALL_BUSINESS = {"vpns": [1], "links": [0], "workloads": [(0, {"protocol": "http", "data": "random"})],
+                  "metrics": ("throughput_mbps", "background_kbps")}
+CASES = {"shaped": (SHAPED, []), "tunnels": (TUNNELS, []), "seed-small-business-2011": ("small-business-2011", seed_cut("small-business-2011", SMALL_BUSINESS))}
 
 
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
     """One boot of the VM for the whole file: the guest runs this file as a program."""
     return boot(tmp_path_factory.mktemp("hosts-kernel"), Path(__file__).resolve(),
-                tuple(dict.fromkeys([*TUNNEL_DRIVERS, *seed_drivers("narayan-2008", NARAYAN)])))
+                tuple(dict.fromkeys([*TUNNEL_DRIVERS, *seed_drivers("small-business-2011", SMALL_BUSINESS)])))
 
 
 @pytest.mark.integration
@@ -109,8 +109,8 @@ def test_a_tunnel_between_hosts_with_a_full_kernel(guest, driver):
 
 
 @pytest.mark.integration
-def test_a_shortened_narayan_runs_with_every_scenario_on_the_hosts(guest):
-    check_seed_ran(guest, "narayan-2008", NARAYAN)
+def test_a_shortened_small_business_runs_with_every_scenario_on_the_hosts(guest):
+    check_seed_ran(guest, "small-business-2011", SMALL_BUSINESS)
 
 
 if __name__ == "__main__":

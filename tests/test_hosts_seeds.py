@@ -2,7 +2,7 @@
 carry runs from its own file with `vpnlab run --inventory` on the hosts lab (tests/hosts_harness.py:
 namespaces with their own sshd, real Ansible inventory), every scenario on the hosts, none refused.
 jaha-2014, small-business-2011 and narayan-2008 need PPP, L2TP, kernel ESP or netem:
-test_hosts_kernel_seeds.py runs them on hosts inside a VM guest."""
+test_hosts_kernel.py and test_hosts_kernel_seeds.py run them on hosts inside VM guests."""
 
 import pytest
 

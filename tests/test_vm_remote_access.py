@@ -116,10 +116,11 @@ def test_what_a_guest_measured_while_another_run_went_on_is_flagged(remote_acces
 # of PoPToP 1.4.0 with no switch (0.1-0.9 Mbit/s that way before and after): not asserted here.
 #
 # Before the fix PPTP got at most 67% of no VPN this way (4 samples, with and without 10 ms of
-# delay), after it at least 86% (97-98% without delay): 80% tells the two apart and leaves 17
-# points for a busy machine, also from one 4-second sample each. PPTP's own ceiling here is 1348
-# of 1458 bytes per frame against no VPN's 1448 of 1514, 97%.
-SHARE = 0.8
+# delay, at a load of 5-7), after it at least 86% (97-98% without delay), and 74% while the suite's
+# four guests shared the 2 cores (load 14): 70% tells the two apart from one 4-second sample each (a
+# busier machine only lowers what the unfixed client gets). PPTP's own ceiling here is 1348 of 1458
+# bytes per frame against no VPN's 1448 of 1514, 97%.
+SHARE = 0.7
 
 
 @pytest.mark.integration
