@@ -83,7 +83,7 @@ case "$command" in
     # tests/conftest.py's order, which also gives those that need the machine to themselves the
     # machine alone. The slowest tests are listed last.
     set +e
-    .venv/bin/python -m pytest -ra --durations=25 -n "${TEST_WORKERS:-8}" --dist loadfile --no-loadscope-reorder "$@"
+    .venv/bin/python -m pytest -ra --durations=25 -n "${TEST_WORKERS:-6}" --dist loadfile --no-loadscope-reorder "$@"
     rc=$?
     if [ $rc -eq 5 ]; then echo "bootstrap.sh: pytest collected no tests: that is a failure" >&2; exit 1; fi
     exit $rc ;;
