@@ -79,10 +79,11 @@ case "$command" in
   run)   exec .venv/bin/vpnlab run "$@" ;;
   test)
     # Most integration tests wait on daemons and links rather than compute: TEST_WORKERS run at once,
-    # a file's tests on one worker (its module-scoped fixtures are built once); tests/conftest.py gives
-    # those that need the machine to themselves the machine alone. The slowest tests are listed last.
+    # a file's tests on one worker (its module-scoped fixtures are built once), files handed out in
+    # tests/conftest.py's order, which also gives those that need the machine to themselves the
+    # machine alone. The slowest tests are listed last.
     set +e
-    .venv/bin/python -m pytest -ra --durations=25 -n "${TEST_WORKERS:-4}" --dist loadfile "$@"
+    .venv/bin/python -m pytest -ra --durations=25 -n "${TEST_WORKERS:-6}" --dist loadfile --no-loadscope-reorder "$@"
     rc=$?
     if [ $rc -eq 5 ]; then echo "bootstrap.sh: pytest collected no tests: that is a failure" >&2; exit 1; fi
     exit $rc ;;

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from declared import programs
 
@@ -39,6 +40,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    items[:] = _in_turn(items)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="integration tests build namespaces and need root")
@@ -50,7 +52,8 @@ def pytest_collection_modifyitems(config, items):
 # --- Tests run in parallel (bootstrap.sh test: pytest-xdist, a module's tests on one worker, so that
 # its module-scoped fixture is built once), most of them waiting on daemons, links and timeouts rather
 # than computing. These need the machine to themselves: their figures or flags would show another
-# test's load or run. Keys: a module, a module::test, or a fixture its tests use.
+# test's load or run. Keys: a module or a module::test. They run one after another on one worker
+# (ALONE_GROUP, _FilesAndAlone), each while no other test runs.
 ALONE = {
     "test_cpu.py": "CPU meters: another test's load is in their figures and its programs are flagged as busy",
     "test_hosts_study.py::test_a_remote_access_study_runs_on_two_hosts_over_ssh":
@@ -64,35 +67,118 @@ ALONE = {
         "the link over 80% full with the background's traffic",
     "test_observers.py::test_latency_under_load_and_bytes_on_the_wire": "a round trip under load over 3 x the idle one",
     "test_cli.py::test_adaptive_repetitions_stop_when_the_interval_is_tight": "goodput within 3% after 3 repetitions",
-    "remote_access": "netem's delay within 1.5 ms and PPTP's share of the link, measured under emulation",
-    "site_to_site": "no sample of this VM study may be flagged as disturbed by another run or load",
 }
+ALONE_GROUP = "machine-alone"
 
 
 def _alone(item) -> bool:
-    names = {item.path.name, f"{item.path.name}::{item.originalname}", *item.fixturenames}
-    return bool(names & ALONE.keys())
+    return _alone_id(item.nodeid)
+
+
+def _alone_id(nodeid: str) -> bool:
+    """Whether the test of this id (path::function[parameters]) needs the machine alone."""
+    path, _, test = nodeid.partition("::")
+    name = Path(path).name
+    return bool({name, f"{name}::{test.split('[')[0]}"} & ALONE.keys())
+
+
+class _FilesAndAlone(LoadScopeScheduling):
+    """xdist's scheduling by file (bootstrap.sh: --dist loadfile, the order kept), except that every
+    ALONE test is one unit of its own (ALONE_GROUP)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return ALONE_GROUP if _alone_id(nodeid) else nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return _FilesAndAlone(config, log)
+
+
+# Each boots the VM and runs a study there for minutes: the suite lasts as long as the last of them
+# to start plus its own time. They are handed out first (the longest first) and start as soon as every
+# ALONE test is done (those cannot share the machine with an emulator), LONG_AT_ONCE at a time: four
+# guests at once on 2 cores took longer in all than two and two (load 14: a boot over 120 s, PPTP at
+# half its share of a link); meanwhile their workers wait.
+LONG = (
+    "test_hosts_kernel_seeds.py", "test_hosts_kernel.py", "test_vm_site_to_site.py", "test_vm_remote_access.py")
+LONG_AT_ONCE = 2
+LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them never says they are done)
+
+
+def _in_turn(items: list) -> list:
+    """The order tests are handed to workers in (bootstrap.sh keeps xdist to it): LONG's files, the
+    ALONE tests, the rest as collected, each file's tests together."""
+    collected = {item.path: n for n, item in reversed(list(enumerate(items)))}  # each file's first
+
+    def turn(item) -> tuple[int, int]:
+        return (0 if item.path.name in LONG else 1 if _alone(item) else 2), collected[item.path]
+    return sorted(items, key=turn)
+
+
+def pytest_collection_finish(session):
+    global _ALONE_EXPECTED
+    _ALONE_EXPECTED = sum(map(_alone, session.items))
+
+
+_ALONE_EXPECTED = 0  # this session's ALONE tests (every worker collects them all)
+_LONG_STARTED: set[str] = set()  # the LONG files whose first test this worker has begun
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: waiting for the machine is not the test's time
 def pytest_runtest_protocol(item, nextitem):
-    with _machine(item.config, exclusive=_alone(item)):
+    with _machine(item):
         return (yield)
 
 
 @contextlib.contextmanager
-def _machine(config, exclusive: bool):
+def _machine(item):
     """A readers-writer lock over the suite's parallel workers (none without them): a test that needs
-    the machine alone waits for those running to finish, and no other starts meanwhile (the gate)."""
+    the machine alone waits for those running to finish, and no other starts meanwhile (the gate); a
+    LONG one starts once every ALONE test has ended."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
-    folder = config._tmp_path_factory.getbasetemp().parent  # the session's, shared by its workers
-    with open(folder / "machine.gate", "a") as gate, open(folder / "machine.lock", "a") as lock:
+    folder = item.config._tmp_path_factory.getbasetemp().parent  # the session's, shared by its workers
+    done, exclusive = folder / "alone.done", _alone(item)
+    if item.path.name in LONG:
+        deadline = time.monotonic() + LONG_WAIT_S
+        while _lines(done) < _ALONE_EXPECTED and time.monotonic() < deadline:
+            time.sleep(1)
+    booting = item.path.name in LONG and item.path.name not in _LONG_STARTED  # its first test boots
+    _LONG_STARTED.add(item.path.name)
+    with _long_slot(folder, booting), open(folder / "machine.gate", "a") as gate, \
+            open(folder / "machine.lock", "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            if exclusive:
+                with open(done, "a") as record:
+                    record.write(item.nodeid + "\n")
+
+
+@contextlib.contextmanager
+def _long_slot(folder: Path, long: bool):
+    """One of LONG_AT_ONCE slots, for the test of a LONG file that boots its guest."""
+    if not long:
         yield
+        return
+    while True:
+        for n in range(LONG_AT_ONCE):
+            with open(folder / f"long.slot{n}", "a") as slot:
+                try:
+                    fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                yield
+                return
+        time.sleep(1)
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 # Importing asyncssh looks for an optional library with ctypes.util.find_library, which runs

@@ -21,6 +21,7 @@ import os
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,9 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+import yaml
+
+from vpnlab.plan.study import builtin_studies
 
 PREFIX = f"vlh{os.getpid()}"            # every namespace, file and interface of this test run
 SUBNET = "198.18.0"                    # /24 on the lab's bridge: controller .1, hosts .2, .3 ...
@@ -289,6 +293,75 @@ def built_lab(study_home: bool = False, **options):
         built.teardown()
     assert leftovers() == [], "namespaces or processes of the lab left behind"
     assert default_namespace_snapshot() == before, "the default namespace changed"
+
+
+# -- seed studies from their own files, shortened --------------------------------------------------
+
+def _picked(entries: list[dict], picks: list) -> list[dict]:
+    """The entries at the picked indices, an (index, fields) pick with those fields replaced (in
+    `options` for a VPN)."""
+    chosen = []
+    for pick in picks:
+        index, fields = pick if isinstance(pick, tuple) else (pick, {})
+        entry = dict(entries[index])
+        if "driver" in entry and fields:
+            entry["options"] = {**entry.get("options", {}), **fields}
+        else:
+            entry.update(fields)
+        chosen.append(entry)
+    return chosen
+
+
+def seed_drivers(name: str, cut: dict) -> list[str]:
+    """The drivers of the vpns `cut` picks from seed `name` (of a nested one, the outer)."""
+    return [vpn["driver"] for vpn in _picked(yaml.safe_load(builtin_studies()[name])["vpns"], cut["vpns"])]
+
+
+# A seed's two ends on the lab's first two hosts, by its topology.
+SEED_ENDS = {"remote-access": {"client": "gw-a", "gateway": "gw-b"}, "site-to-site": {"left": "gw-a", "right": "gw-b"}}
+
+
+def seed_hosts(name: str) -> dict[str, str]:
+    """Seed `name`'s ends mapped to the lab's hosts."""
+    return SEED_ENDS[yaml.safe_load(builtin_studies()[name])["topology"]]
+
+
+def seed_cut(name: str, cut: dict) -> list[str]:
+    """The --set assignments that shorten seed `name` as `cut` says: two repetitions, its ends on the
+    lab's hosts (seed_hosts), its links shaped on them, and a subset of its scenarios: entries of the
+    file's own lists by index (`vpns`, `links`, `workloads`), a swept field narrowed to one of its values."""
+    study = yaml.safe_load(builtin_studies()[name])
+    links = [link | {"shape": True} for link in _picked(study["links"], cut["links"])]
+    return ["repetitions=2", f"hosts={json.dumps(seed_hosts(name))}", f"links={json.dumps(links)}",
+            f"vpns={json.dumps(_picked(study['vpns'], cut['vpns']))}",
+            f"workloads={json.dumps(_picked(study['workloads'], cut['workloads']))}"]
+
+
+def stored_scenarios(db: Path) -> dict[tuple[str, str], dict]:
+    """A store's scenarios: (vpn label, workload label) -> driver, status, failure, hosts mapping,
+    notes and where it was measured."""
+    found = _rows(db, "SELECT vpn_label, workload_label, vpn, status, failure, hosts, notes, measured_in FROM scenarios")
+    return {(label, workload): {"vpn": vpn, "status": status, "failure": failure, "hosts": json.loads(hosts or "{}"),
+                                "notes": notes, "measured_in": measured_in}
+            for label, workload, vpn, status, failure, hosts, notes, measured_in in found}
+
+
+def stored_values(db: Path) -> dict[tuple[str, str, str], list[float]]:
+    """A store's samples: (vpn label, workload label, metric) -> its values, one per repetition."""
+    found: dict = {}
+    for label, workload, metric, value in _rows(
+            db, "SELECT sc.vpn_label, sc.workload_label, s.metric, s.value FROM samples s"
+                " JOIN scenarios sc ON sc.id = s.scenario_id ORDER BY s.repetition"):
+        found.setdefault((label, workload, metric), []).append(value)
+    return found
+
+
+def _rows(db: Path, query: str) -> list[tuple]:
+    connection = sqlite3.connect(db)
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
 
 
 @pytest.fixture(scope="module")

@@ -69,8 +69,8 @@ def test_ssl_wireguard_and_pptp_declarations():
     wg = declared("wireguard")
     assert (wg.control, wg.key_exchange, wg.data_cipher) == ("Noise_IKpsk2", "X25519", "ChaCha20-Poly1305")
     assert DRIVERS["wireguard"].negotiated(None, DRIVERS["wireguard"].Options(), "default").values() == wg.values()
-    pptp = declared("pptp", mppe="40", stateful=True)
-    assert (pptp.data_cipher, pptp.data_integrity, pptp.control_cipher) == ("RC4-40 (MPPE stateful)", "none", "none")
+    pptp = declared("pptp", mppe="40")
+    assert (pptp.data_cipher, pptp.data_integrity, pptp.control_cipher) == ("RC4-40 (MPPE stateless)", "none", "none")
     assert declared("none") is None
 
 

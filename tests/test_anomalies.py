@@ -76,6 +76,7 @@ def test_openvpn_carries_its_first_packet_at_once(state, tmp_path, transport, mo
     daemons = time.monotonic() - pki_done[0]  # from starting the daemons to the first packet
     client_log = next(log for _, _, log in tunnel.processes if "client" in log.name).read_text()
     assert "ECONNREFUSED" not in client_log, "the client started before the server listened"
-    # Before the fix: 1.3 s over UDP (3.5 s when the client started first), 2.1 s over TCP.
-    assert daemons < 0.6, f"{daemons:.2f} s from the daemons' start to the first packet ({seconds:.2f} s in all)"
+    # Before the fix: 1.3 s over UDP (3.5 s when the client started first), 2.1 s over TCP; after it
+    # 0.2-0.6 s, up to 0.6 on a machine busy with the suite's VMs: 1.0 still tells the two apart.
+    assert daemons < 1.0, f"{daemons:.2f} s from the daemons' start to the first packet ({seconds:.2f} s in all)"
     tunnel.down()

@@ -187,6 +187,31 @@ def test_the_export_carries_each_pair_beside_the_sample(tmp_path):
     assert "Mesh: each pair" in render(tmp_path) and "2-&gt;0 30, 1-&gt;0 40" in render(tmp_path)
 
 
+def test_a_report_shows_tcp_between_one_pair_beside_all_to_all(tmp_path):
+    """One pair (stored without `pairs`, as before the mesh) and all pairs of the same kind make a
+    categorical sweep over `pairs`: grouped bars, one per pairs, 'one' among them; and the mesh's table."""
+    text = MESH.replace("{kind: ping}", "{kind: tcp}, {kind: tcp, pairs: all}")
+    plan = make_plan(parse_study(text))
+    store = Store.open_dir(tmp_path)
+    run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={}, study_name="m",
+                          study_text=text)
+    for scenario in plan.scenarios:
+        store.add_scenario(scenario)
+        for repetition, value in enumerate((40.0, 42.0, 41.0), 1):
+            store.record_repetition(run, scenario.id, repetition, {"throughput_mbps": value}, {}, [], repetition, 0)
+        store.set_status(scenario.id, "done")
+    store.finish_run(run, "completed")
+    store.close()
+    report = build(tmp_path)
+    assert "throughput_mbps by pairs - tcp on unshaped" in [f.title for f in report.figures]
+    # the mesh's own table: each scenario's figures, a VPN's against no VPN's (here the same: 100%)
+    assert report.mesh_metrics == ["throughput_mbps"]
+    cells = {(m["vpn"], m["workload"]): m["cells"][0] for m in report.mesh_rows}
+    assert cells[("none", "tcp-pairs-all")].startswith("n = 3: 41") and "vs no VPN" not in cells[("none", "tcp")]
+    assert "vs no VPN 100%" in cells[("wireguard", "tcp-pairs-all")], cells
+    assert "Mesh: each VPN against no VPN" in render(tmp_path)
+
+
 @pytest.mark.integration
 def test_a_peer_daemon_killed_mid_measurement_fails_the_repetition(no_leftovers, tmp_path):
     """Peer 2's nebula, killed while peer 1 sends to it, fails the repetition with the daemon's exit."""

@@ -1,6 +1,6 @@
 """Nested tunnels with real traffic: the automatic inner MTU leaves the WAN without IP fragments and
 a wrong one fills it with them (network namespaces). IPComp shrinking text on the WAN needs kernel
-ESP, so the VM: test_vm.py measures it in the same boot as its other site-to-site scenarios.
+ESP, so the VM: test_vm_site_to_site.py measures it in the same boot as its other site-to-site scenarios.
 
 The arithmetic and the options are checked without traffic in test_mtu_ipcomp_units.py."""
 

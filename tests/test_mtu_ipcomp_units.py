@@ -1,6 +1,6 @@
 """IPComp and nested-tunnel MTU without traffic: the options, the FIPS rule, where IPComp may run,
 the configuration each driver writes, and the MTU arithmetic (tests/test_mtu_ipcomp.py measures the MTU,
-tests/test_vm.py IPComp)."""
+tests/test_vm_site_to_site.py IPComp)."""
 
 import pytest
 

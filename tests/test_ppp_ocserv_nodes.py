@@ -1,7 +1,7 @@
 """PPTP, L2TP and ocserv act only through their nodes (issue 33): their private mounts stay private
 on a node that is a host's own network namespace (no `ip netns exec` around them), and ocserv runs
 between real hosts over SSH, its files and programs there, its traffic encrypted on their WAN.
-(PPTP and L2TP need kernel PPP and L2TP, which this kernel lacks: tests/test_vm.py runs them.)"""
+(PPTP and L2TP need kernel PPP and L2TP, which this kernel lacks: tests/test_vm_remote_access.py and test_vm_site_to_site.py run them.)"""
 
 import sqlite3
 import subprocess

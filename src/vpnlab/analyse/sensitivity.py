@@ -8,20 +8,11 @@ samples (far from the rest, or taken while another vpnlab run shared the machine
 from __future__ import annotations
 
 from .. import catalog
-from .analysis import Summary, fmt, relative_text, summarise
+from .analysis import Summary, summarise, summary_text
 from ..plan.judging import stored_settings, values_of
 from ..store import Store
 
 HEADINGS = ["scenario", "metric", "flagged", "with them counted", "with them left out"]
-
-
-def _text(s: Summary | None) -> str:
-    if s is None:
-        return "no sample left"
-    interval = "" if s.ci_low != s.ci_low else f" [{fmt(s.ci_low)}, {fmt(s.ci_high)}]"  # nan: none
-    against = relative_text(s)
-    return (f"n = {s.n}: {fmt(s.centre)}{interval} {s.unit}" + (f"; vs no VPN {against}" if against != "-" else "")
-            + (f"; {s.grade}" if s.grade else ""))
 
 
 def both_ways(store: Store, summaries: dict[str, list[Summary]]) -> tuple[str, list[list[str]]]:
@@ -39,5 +30,5 @@ def both_ways(store: Store, summaries: dict[str, list[Summary]]) -> tuple[str, l
     def find(by_scenario: dict, sid: str, metric: str) -> Summary | None:
         return next((s for s in by_scenario.get(sid, []) if s.metric == metric), None)
 
-    return chosen, [[labels[sid], metric, str(n), _text(find(counted, sid, metric)), _text(find(left_out, sid, metric))]
+    return chosen, [[labels[sid], metric, str(n), summary_text(find(counted, sid, metric)), summary_text(find(left_out, sid, metric))]
                     for (sid, metric), n in sorted(flagged.items(), key=lambda kv: (labels[kv[0][0]], kv[0][1]))]

@@ -28,14 +28,14 @@ MTU = 1400  # what Windows and most PPTP/L2TP set-ups use: room for the encapsul
 HOOKS = ("/etc/ppp/ip-pre-up", "/etc/ppp/ip-up", "/etc/ppp/ip-down", "/etc/ppp/ipv6-up", "/etc/ppp/ipv6-down")
 
 
-def auth_options(gateway: bool, mppe: str | None, stateful: bool = False) -> list[str]:
+def auth_options(gateway: bool, mppe: str | None) -> list[str]:
     """MS-CHAPv2 only (the gateway asks for it, the client offers nothing else), and MPPE at
     the given strength when asked for (PPTP's encryption)."""
     lines = ["auth", "require-mschap-v2"] if gateway else ["noauth", "refuse-pap", "refuse-chap", "refuse-mschap",
                                                           "refuse-eap"]
     if mppe:
         lines += [f"require-mppe-{mppe}", "nomppe-128" if mppe == "40" else "nomppe-40",
-                  "mppe-stateful" if stateful else "nomppe-stateful"]
+                  "nomppe-stateful"]
     else:
         lines += ["nomppe"]
     return lines

@@ -39,7 +39,9 @@ CONTROL_PORT = 1723
 
 class PptpOptions(Options):
     mppe: Literal["128", "40"] = "128"
-    stateful: bool = False  # MPPE stateful mode: the RC4 key changes only every 256 packets (or on loss)
+    # MPPE's stateful mode (the RC4 key changes every 256 packets, not every packet): refused, since pppd
+    # asks for stateless first and accepts the peer's stateless request, so two pppds always settle there
+    stateful: bool = False
 
 
 class Pptp(Driver):
@@ -54,10 +56,13 @@ class Pptp(Driver):
     def check(self, options, profile):
         if profile == "fips":
             return "profile: PPTP has no FIPS 140 configuration (MPPE is RC4; MS-CHAPv2 is MD4 and DES)"
+        if options.stateful:
+            return ("options.stateful: pppd cannot be made to use stateful MPPE (it asks for stateless first and "
+                    "accepts the peer's stateless request, so two pppds always run stateless)")
         return None
 
     def describe(self, options, profile):
-        return f"pptp mppe-{options.mppe}" + (" stateful" if options.stateful else "")
+        return f"pptp mppe-{options.mppe}"
 
     def implementations(self, options):
         return [Implementation("pptpd", features=("ppp",), tools=("pptpd", "pptp", "pppd"))]
@@ -74,7 +79,7 @@ class Pptp(Driver):
         gateway = right.node
         write_etc(env, [gateway, left.node])
         server_options = env.write(gateway, "options.pptpd", "\n".join(
-            [f"name {SERVER_NAME}", *auth_options(True, options.mppe, options.stateful), *COMMON,
+            [f"name {SERVER_NAME}", *auth_options(True, options.mppe), *COMMON,
              f"ifname {names[1]}", f"logfile {tunnel.own_log(gateway, 'pppd-gateway')}"]) + "\n")
         config = env.write(gateway, "pptpd.conf", f"option {server_options}\nlocalip {right.tunnel_ip}\n"
                                                   f"remoteip {left.tunnel_ip}\nlisten {right.underlay_ip}\n")
@@ -86,7 +91,7 @@ class Pptp(Driver):
         gateway.wait_listening(CONTROL_PORT, proc, log)
 
         lines = ["nodetach", f"user {CLIENT_NAME}", f"remotename {SERVER_NAME}",
-                 *auth_options(False, options.mppe, options.stateful), *COMMON,
+                 *auth_options(False, options.mppe), *COMMON,
                  f"ifname {names[0]}", f"logfile {tunnel.own_log(left.node, 'pppd-client')}"]
         # --nobuffer: a GRE packet that follows a lost one goes straight to pppd, as RFC 2637 4.4
         # allows and as the kernel's own PPTP driver does. By default pptp-linux holds it for 0.3 s
@@ -110,10 +115,9 @@ class Pptp(Driver):
     def algorithms(self, options, profile, implementation=""):
         """PPTP's control connection (TCP 1723) is not encrypted; MS-CHAPv2 authenticates and derives
         MPPE's RC4 keys (MD4, SHA-1); the data has no integrity protection."""
-        mode = "stateful" if options.stateful else "stateless"
         return Algorithms(control="PPTP (TCP 1723)", key_exchange="MPPE keys from MS-CHAPv2",
                           authentication="MS-CHAPv2", control_cipher="none", data="GRE + PPP",
-                          data_cipher=f"RC4-{options.mppe} (MPPE {mode})", data_integrity="none",
+                          data_cipher=f"RC4-{options.mppe} (MPPE stateless)", data_integrity="none",
                           source="pptp driver")
 
     def negotiated(self, tunnel, options, profile):

@@ -31,7 +31,7 @@ from .unpacked import CACHE, UnpackError, unpack
 
 QEMU = "qemu-system-x86_64"
 PACKAGE = Path(__file__).resolve().parents[1]  # vpnlab itself, as the guest must find it
-BOOT_TIMEOUT_S = 120  # TCG boots Debian's kernel in 5-10 s here; a hung KVM never prints
+BOOT_TIMEOUT_S = 300  # TCG boots Debian's kernel in 5-10 s here, four guests at once on 2 busy cores took over 120
 KVM_BOOT_TIMEOUT_S = 20
 GUEST_MEMORY_MB = 3072
 READY = "vpnlab-guest: ready"

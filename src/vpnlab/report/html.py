@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 from .. import catalog  # noqa: E402
 from ..analyse import findings, methods, recommend, sensitivity
 from ..analyse.analysed import Analysed, analyse  # noqa: E402
-from ..analyse.analysis import Summary, baseline_of, fmt, relative_text  # noqa: E402
+from ..analyse.analysis import Summary, baseline_of, fmt, relative_text, summary_text  # noqa: E402
 from ..analyse.compare import STUDY_HEADINGS, printed, study_footnotes, study_rows  # noqa: E402
 from .algorithms import table as algorithm_table  # noqa: E402
 from .labels import Labels, for_scenarios as short_labels  # noqa: E402
@@ -36,6 +36,7 @@ from ..machines.provenance import current_wording, machine_lines, measured_where
 from .outputs import Output  # noqa: E402
 from ..store import ScenarioRow, Stored  # noqa: E402
 from ..catalog import KINDS  # noqa: E402
+from ..workloads.base import WorkloadOptions  # noqa: E402
 
 WIDE_CI_PCT = 10.0   # a 95% CI half-width above this share of the mean is marked
 FEW_SAMPLES = 3
@@ -91,6 +92,25 @@ class Report:
     algorithms: object = None                            # "Algorithms per profile" (algorithms.py)
     machines: list = field(default_factory=list)         # what the results came from (machines.py)
     mesh_pairs: list = field(default_factory=list)       # a mesh's pairs, each one's mean (mesh_pair_rows)
+    mesh_rows: list = field(default_factory=list)        # a mesh's figures against no VPN (mesh_rows)
+    mesh_metrics: list = field(default_factory=list)     # ... their columns
+
+
+# What a mesh's reader asks of each VPN: what it carried in all and between its worst pair, the delay
+# under that load, how long a new peer took to join, what the overlay sends while nobody else does.
+MESH_METRICS = ("throughput_mbps", "worst_pair_throughput_mbps", "rtt_under_load_ms", "join_s",
+                "idle_control_bytes_per_s")
+
+
+def mesh_rows(scenarios: list, stat: dict) -> tuple[list[str], list[dict]]:
+    """The MESH_METRICS the study's mesh scenarios measured (the columns), and a row per scenario: each
+    figure with its interval and against no VPN's (Table VI grades only the primary metric)."""
+    meshes = [s for s in sorted(scenarios, key=lambda s: s.idx) if s.topology == "mesh"]
+    columns = [m for m in MESH_METRICS if any((s.id, m) in stat for s in meshes)]
+    rows = [{"vpn": s.vpn_label, "link": s.link_label, "workload": s.workload_label,
+             "cells": [summary_text(stat[(s.id, m)]) if (s.id, m) in stat else "-" for m in columns]}
+            for s in meshes]
+    return columns, rows
 
 
 def mesh_pair_rows(scenarios: list, pairs: list) -> list[dict]:
@@ -278,6 +298,7 @@ def compose(analysed: Analysed, directory: Path) -> Report:
     _interval_figures(report, scenarios, analysed.series)
     _tunnels(report, scenarios, stat)
     report.mesh_pairs = mesh_pair_rows(scenarios, stored.pair_values())
+    report.mesh_metrics, report.mesh_rows = mesh_rows(scenarios, stat)
     used = _recommend(report, scenarios, stat, analysed.family)
     _comparisons(report, scenarios, analysed.family, used)
     report.methods = methods.paragraph(analysed.study_text, report.rules, cpu=analysed.cpu_text)
@@ -474,7 +495,8 @@ def _figures(report: Report, scenarios: list, stat: dict) -> None:
     for (link, kind), members in sorted(groups.items()):
         params = {s.workload_params for s in members}
         decoded = [json.loads(p) for p in params]
-        varying = [k for k in decoded[0] if len({json.dumps(d.get(k)) for d in decoded}) > 1]
+        keys = sorted({k for d in decoded for k in d})  # every one's: a store leaves defaults out (pairs)
+        varying = [k for k in keys if len({json.dumps(d.get(k)) for d in decoded}) > 1]
         grouped = False
         if len(varying) == 1:  # a sweep: lines along a numeric parameter, grouped bars over categories
             grouped = _sweep(report, stat, link, kind, members, varying[0])
@@ -508,6 +530,12 @@ def _one_factor(members: list, param: str, varying: list[str]) -> list:
     return numbers if _numeric([s.params.get(param) for s in numbers]) else subset
 
 
+def _param(s: ScenarioRow, name: str):
+    """A workload parameter of a scenario, a default its store leaves out (`pairs` at one) included."""
+    field = WorkloadOptions.model_fields.get(name)
+    return s.params.get(name, field.default if field else None)
+
+
 def _sweep(report: Report, stat: dict, link: str, kind: str, members: list, param: str) -> bool:
     """The figures of one swept parameter: lines along a number, grouped bars over categories, one line
     (or group) per VPN; True when the grouped bars show the kind's primary metric."""
@@ -524,7 +552,7 @@ def _sweep(report: Report, stat: dict, link: str, kind: str, members: list, para
             summary = stat.get((s.id, metric))
             if summary:
                 unit = summary.unit
-                lines[vpn_of.setdefault(s.shown, s)].append((s.params[param], summary))
+                lines[vpn_of.setdefault(s.shown, s)].append((_param(s, param), summary))
         if lines and numeric:
             report.figures.append(_sweep_figure(f"{metric} versus {param} - {kind} on {link}",
                                                 param, metric, unit, lines, report.labels))

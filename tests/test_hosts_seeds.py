@@ -1,0 +1,50 @@
+"""Seed studies on real hosts: a short version of each seed whose scenarios this machine's kernel can
+carry runs from its own file with `vpnlab run --inventory` on the hosts lab (tests/hosts_harness.py:
+namespaces with their own sshd, real Ansible inventory), every scenario on the hosts, none refused.
+jaha-2014, small-business-2011 and narayan-2008 need PPP, L2TP, kernel ESP or netem:
+test_hosts_kernel.py and test_hosts_kernel_seeds.py run them on hosts inside VM guests."""
+
+import pytest
+
+from hosts_harness import built_lab, seed_cut, seed_drivers, seed_hosts, stored_scenarios, stored_values
+from test_hosts_study import host_is_clean, wait_until
+
+LAB_SUBNET = "198.19.255"  # the hosts' own network, outside the testbed's addresses (as test_hosts_study)
+
+# Picks from each seed's own lists (hosts_harness.seed_cut), and the metric every scenario records
+# twice. taneja: no VPN, strongSwan, OpenVPN with lz4-v2 and OpenVPN inside OpenVPN (its libreswan
+# needs kernel ESP), 4 MB of text by FTP over its 100 Mbit/s link. fave: no VPN, strongSwan, OpenVPN
+# and ocserv (its PPTP needs PPP), 2 s of TCP over its 1 Gbit/s link.
+SEED_CUTS = {
+    "taneja-2019": {"vpns": [0, 2, (3, {"compression": "lz4-v2"}), 4],
+                    "links": [0], "workloads": [(0, {"data": "text", "size": "4M"})], "metrics": ("throughput_mbps",)},
+    "fave-2018": {"vpns": [0, 1, 3, 5], "links": [0],
+                  "workloads": [(0, {"duration_s": 2, "omit_s": 0})], "metrics": ("throughput_mbps",)},
+}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with built_lab(study_home=True, subnet=LAB_SUBNET) as built:
+        yield built
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("seed", list(SEED_CUTS))
+def test_a_shortened_seed_study_runs_with_every_scenario_on_the_hosts(lab, seed):
+    cut = SEED_CUTS[seed]
+    hosts = seed_hosts(seed)
+    out = lab.dir / seed
+    sets = [arg for assignment in seed_cut(seed, cut) for arg in ("--set", assignment)]
+    result = lab.vpnlab("run", seed, *sets, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    scenarios, values = stored_scenarios(out / "results.sqlite"), stored_values(out / "results.sqlite")
+    outer = [s["vpn"].split("-in-")[-1] for s in scenarios.values()]  # a nested one is stored inner-in-outer
+    assert sorted(outer) == sorted(seed_drivers(seed, cut))
+    for key, scenario in scenarios.items():
+        assert (scenario["status"], scenario["failure"], scenario["hosts"], scenario["measured_in"]) == (
+            "done", None, hosts, "host"), (key, scenario)
+        for metric in cut["metrics"]:
+            assert len(values[(*key, metric)]) == 2, (key, metric)
+    for host in lab.hosts.values():
+        assert wait_until(lambda: host_is_clean(host), timeout=10), host.processes()

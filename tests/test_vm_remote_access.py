@@ -1,0 +1,152 @@
+"""The VM backend's remote-access study, in one boot: netem's delay and loss in the guest; PPTP, L2TP
+(with and without IPsec) and libreswan, which need a full kernel; a VPN measured in the VM graded
+against no VPN measured there (its twin); what the guest measured while another run went on, flagged.
+Each test reads the study's results."""
+
+import pytest
+
+from vpnlab.analyse.analysis import summarise
+from vpnlab.catalog import DRIVERS
+from vpnlab.plan.judging import disturbed
+from vpnlab.store import Store
+
+from vm_harness import run_in_vm
+
+
+# Remote access, one boot: netem's delay and loss; PPTP, L2TP (with and without IPsec) and libreswan
+# through a delayed link; PPTP over a shaped link against no VPN, whose baseline runs here and again
+# in the VM (its twin), which grades the VPN. PPTP with MPPE-128 runs only on the shaped link: its
+# proof and overhead are checked there (each scenario under emulation costs about half a minute).
+REMOTE_ACCESS = """
+name: vm-remote-access
+repetitions: 1
+topology: remote-access
+vpns:
+  - driver: none
+  - driver: pptp
+  - {driver: pptp, options: {mppe: "40"}}
+  - driver: l2tp
+  - {driver: l2tp, options: {ipsec: false}}
+  - driver: libreswan
+links:
+  - {name: wan-20ms, delay_ms: 10}
+  - {name: wan-loss, loss_pct: 1}
+  - {name: 2mbit, rate_mbit: 2}
+workloads:
+  - {kind: ping, count: 100, interval_s: 0.02}
+  - {kind: udp, rate_mbit: 2.8, size: 1400, duration_s: 4}
+  - {kind: tcp, duration_s: 4, omit_s: 1, reverse: true}
+"""
+# The UDP stream is 1000 datagrams (2.8 Mbit/s x 4 s / 1400 B), as many as at 1.12 Mbit/s for 10 s.
+REMOTE_ACCESS_KEEP = {
+    ("none", "wan-20ms", "ping"), ("none", "wan-loss", "ping"), ("none", "wan-loss", "udp"),
+    ("none", "2mbit", "tcp"), ("pptp mppe-128", "2mbit", "tcp"),
+    *{(vpn, "wan-20ms", "ping") for vpn in ("pptp mppe-40", "l2tp/ipsec aes128-sha1", "l2tp",
+                                             "libreswan default psk")},
+}
+
+
+def _key(scenario) -> tuple[str, str, str]:
+    return scenario.vpn_label, scenario.link.label, scenario.workload.kind
+
+
+@pytest.fixture(scope="module")
+def remote_access(tmp_path_factory):
+    return run_in_vm(REMOTE_ACCESS, tmp_path_factory.mktemp("vm-remote-access"),
+                     keep=lambda s: _key(s) in REMOTE_ACCESS_KEEP,
+                     host=lambda s: _key(s) == ("none", "2mbit", "tcp"), beside=True)
+
+
+@pytest.mark.integration
+def test_netem_delays_and_loses_in_the_vm(remote_access):
+    values = remote_access.values
+    # netem: 10 ms each way is a 20 ms round trip, never less; an emulated guest adds ~0.5-1.5 ms of its
+    # own, more when the suite's other tests share the machine, but a delay set twice would give 40,
+    # and the link with loss alone adds none
+    rtt_min = values[("none", "wan-20ms", "ping", "rtt_min_ms")]
+    assert 20 <= rtt_min <= 30, rtt_min
+    assert values[("none", "wan-loss", "ping", "rtt_min_ms")] < 10
+    # 1% set one way over 1000 datagrams: 10 expected; fewer than 3 lost by netem has a chance of 0.3%.
+    # Above 3.5% leaves 2.5 points for what a guest starved by a busy machine drops itself
+    loss = values[("none", "wan-loss", "udp", "udp_loss_pct")]
+    assert 0.2 <= loss <= 3.5, loss
+
+
+@pytest.mark.integration
+def test_pptp_l2tp_ipsec_and_libreswan_in_the_vm(remote_access):
+    values, notes = remote_access.values, remote_access.notes
+    libreswan = DRIVERS["libreswan"]
+    # the tunnels: proof passed (status done), overhead as modelled, traffic through; libreswan's
+    # overhead for a 84-byte packet also tells which ESP proposal it negotiated by default
+    default_esp = libreswan.overhead(libreswan.Options(), "default", "kernel", 84)
+    for key, overhead in ((("pptp mppe-128", "2mbit", "tcp"), 44), (("pptp mppe-40", "wan-20ms", "ping"), 44),
+                          (("l2tp/ipsec aes128-sha1", "wan-20ms", "ping"), 84), (("l2tp", "wan-20ms", "ping"), 38),
+                          (("libreswan default psk", "wan-20ms", "ping"), default_esp)):
+        label = key[0]
+        measured = values[(*key, "overhead_bytes")]
+        # PPTP's GRE acknowledgement (4 bytes) rides nearly every packet, not all (pptp.py's model)
+        assert measured == overhead or (label.startswith("pptp") and measured == overhead - 4), (label, measured)
+        if key[2] == "ping":
+            assert values[(*key, "ping_loss_pct")] == 0, label
+        else:  # over the 2 Mbit/s link (its share of no VPN's goodput: the next test)
+            assert values[(*key, "throughput_mbps")] > 1, label
+        assert "measured in a VM" in notes[key]
+    assert "not encrypted" in notes[("l2tp", "wan-20ms", "ping")]
+    assert "not encrypted" not in notes[("l2tp/ipsec aes128-sha1", "wan-20ms", "ping")]
+
+
+@pytest.mark.integration
+def test_what_a_guest_measured_while_another_run_went_on_is_flagged(remote_access):
+    """A guest cannot see other runs (its /run is its own): the host watches the boot and flags what
+    the guest measured meanwhile. Another run's record was there through the whole study. (That a
+    repetition measured while none was there is not flagged: test_store's HostWatch test.)"""
+    assert remote_access.vm_flags and all(disturbed(flags) for flags in remote_access.vm_flags)
+
+
+# PPTP over a shaped link: TCP through it carries about what the link carries.
+#
+# A 2 Mbit/s tbf drops packets whenever TCP overfills its queue. By default pptp-linux then holds
+# every GRE packet that follows a lost one for 0.3 s, in case the missing one arrives late, and TCP
+# sees each hold as a stall: 1.20 Mbit/s towards the client against no VPN's 1.86 (65%). The driver
+# passes them on at once (`pptp --nobuffer`, as RFC 2637 4.4 allows): 1.80 and 1.85 Mbit/s, 98% of
+# no VPN (VM with software emulation, 2 repetitions of 4 s each, on a machine with a load of 5-7).
+#
+# The flow runs from the gateway to the client (`reverse`): that way the receiving GRE end is the
+# client's, which the driver controls. The other way it is pptpd's, whose 0.3 s hold is a constant
+# of PoPToP 1.4.0 with no switch (0.1-0.9 Mbit/s that way before and after): not asserted here.
+#
+# Before the fix PPTP got at most 67% of no VPN this way (4 samples, with and without 10 ms of
+# delay, at a load of 5-7), after it at least 86% (97-98% without delay), and 74% while the suite's
+# four guests shared the 2 cores (load 14): 70% tells the two apart from one 4-second sample each (a
+# busier machine only lowers what the unfixed client gets). PPTP's own ceiling here is 1348 of 1458
+# bytes per frame against no VPN's 1448 of 1514, 97%.
+SHARE = 0.7
+
+
+@pytest.mark.integration
+def test_pptp_carries_tcp_over_a_shaped_link_about_as_well_as_no_vpn(remote_access):
+    goodput = {}
+    for key in (("pptp mppe-128", "2mbit", "tcp"), ("none (in the VM)", "2mbit", "tcp")):
+        values = remote_access.valid_values(key, "throughput_mbps")
+        assert len(values) == 1, (key, values)
+        goodput[key[0]] = values[0]
+    none, pptp = goodput["none (in the VM)"], goodput["pptp mppe-128"]
+    assert none > 1.6, goodput  # the link itself: 95.7% of 2 Mbit/s less what the emulator costs
+    assert pptp >= SHARE * none, goodput
+
+
+@pytest.mark.integration
+def test_a_vpn_measured_in_the_vm_is_graded_against_no_vpn_measured_there(remote_access):
+    base, vpn, twin = ("none", "2mbit", "tcp"), ("pptp mppe-128", "2mbit", "tcp"), ("none (in the VM)", "2mbit", "tcp")
+    assert {k: (remote_access.status[k], remote_access.measured_in[k]) for k in (base, vpn, twin)} == {
+        base: ("done", "host"), vpn: ("done", "vm"), twin: ("done", "vm")}
+    store = Store.open_dir(remote_access.folder)
+    try:
+        rows = {(r.vpn_label, r.link_label, r.workload): r.id for r in store.scenarios()}
+        goodput = next(s for s in summarise(store)[rows[vpn]] if s.metric == "throughput_mbps")
+        value = {k: store.values(rows[k], "throughput_mbps")[0] for k in (base, vpn, twin)}  # one each
+    finally:
+        store.close()
+    # throughput is judged as a share of no VPN: the one measured in the VM, not the one measured here
+    assert goodput.relative == pytest.approx(100 * value[vpn] / value[twin])
+    assert goodput.relative != pytest.approx(100 * value[vpn] / value[base])
