@@ -97,8 +97,8 @@ def pytest_xdist_make_scheduler(config, log):
 # Each boots the VM and runs a study there for minutes: the suite lasts as long as the last of them
 # to start plus its own time. They are handed out first (the longest first) and start as soon as every
 # ALONE test is done (those cannot share the machine with an emulator), LONG_AT_ONCE at a time: four
-# guests at once on 2 cores took longer in all than two and two (load 14: a boot over 120 s, PPTP at
-# half its share of a link); meanwhile their workers wait.
+# guests at once overloaded the 2 cores (load 14: a boot over 120 s, PPTP at half its share of a link,
+# a study past its test's time limit); meanwhile their workers wait.
 LONG = (
     "test_hosts_kernel_seeds.py", "test_hosts_kernel.py", "test_vm_site_to_site.py", "test_vm_remote_access.py")
 LONG_AT_ONCE = 2
@@ -357,4 +357,3 @@ def namespace():
     subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
     yield name
     state.teardown()
-

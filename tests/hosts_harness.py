@@ -356,6 +356,20 @@ def stored_values(db: Path) -> dict[tuple[str, str, str], list[float]]:
     return found
 
 
+def check_seed_store(db: Path, seed: str, cut: dict) -> None:
+    """The store of seed `seed` shortened as `cut` says (seed_cut): the cut's VPNs (of a nested one,
+    the outer), every scenario done on the lab's hosts (none refused, none in the VM backend), each
+    with both repetitions' samples of the cut's `metrics`."""
+    scenarios, values = stored_scenarios(db), stored_values(db)
+    outer = [s["vpn"].split("-in-")[-1] for s in scenarios.values()]  # a nested one is stored inner-in-outer
+    assert sorted(outer) == sorted(seed_drivers(seed, cut))
+    for key, scenario in scenarios.items():
+        assert (scenario["status"], scenario["failure"], scenario["hosts"], scenario["measured_in"]) == (
+            "done", None, seed_hosts(seed), "host"), (key, scenario)
+        for metric in cut["metrics"]:
+            assert len(values[(*key, metric)]) == 2, (key, metric)
+
+
 def _rows(db: Path, query: str) -> list[tuple]:
     connection = sqlite3.connect(db)
     try:

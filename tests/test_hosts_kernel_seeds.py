@@ -1,8 +1,8 @@
 """Seed studies on real hosts with a full kernel (kernel_lab.py: the hosts lab inside one guest of the
 VM backend): a short version of jaha-2014 and narayan-2008, whose scenarios need PPP, L2TP and netem,
 runs from its own file with `vpnlab run --inventory`, every scenario on the hosts, none refused
-(small-business-2011: test_hosts_kernel.py; the others: test_hosts_seeds.py, on this machine's hosts). Run
-as a program (`python test_hosts_kernel_seeds.py WORK`) this file is the guest's side.
+(small-business-2011: test_hosts_kernel.py; the others: test_hosts_seeds.py, on this machine's
+hosts). Run as a program (`python test_hosts_kernel_seeds.py WORK`) this file is the guest's side.
 """
 
 from __future__ import annotations

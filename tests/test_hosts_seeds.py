@@ -6,7 +6,7 @@ test_hosts_kernel.py and test_hosts_kernel_seeds.py run them on hosts inside VM 
 
 import pytest
 
-from hosts_harness import built_lab, seed_cut, seed_drivers, seed_hosts, stored_scenarios, stored_values
+from hosts_harness import built_lab, check_seed_store, seed_cut
 from test_hosts_study import host_is_clean, wait_until
 
 LAB_SUBNET = "198.19.255"  # the hosts' own network, outside the testbed's addresses (as test_hosts_study)
@@ -32,19 +32,10 @@ def lab():
 @pytest.mark.integration
 @pytest.mark.parametrize("seed", list(SEED_CUTS))
 def test_a_shortened_seed_study_runs_with_every_scenario_on_the_hosts(lab, seed):
-    cut = SEED_CUTS[seed]
-    hosts = seed_hosts(seed)
     out = lab.dir / seed
-    sets = [arg for assignment in seed_cut(seed, cut) for arg in ("--set", assignment)]
+    sets = [arg for assignment in seed_cut(seed, SEED_CUTS[seed]) for arg in ("--set", assignment)]
     result = lab.vpnlab("run", seed, *sets, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    scenarios, values = stored_scenarios(out / "results.sqlite"), stored_values(out / "results.sqlite")
-    outer = [s["vpn"].split("-in-")[-1] for s in scenarios.values()]  # a nested one is stored inner-in-outer
-    assert sorted(outer) == sorted(seed_drivers(seed, cut))
-    for key, scenario in scenarios.items():
-        assert (scenario["status"], scenario["failure"], scenario["hosts"], scenario["measured_in"]) == (
-            "done", None, hosts, "host"), (key, scenario)
-        for metric in cut["metrics"]:
-            assert len(values[(*key, metric)]) == 2, (key, metric)
+    check_seed_store(out / "results.sqlite", seed, SEED_CUTS[seed])
     for host in lab.hosts.values():
         assert wait_until(lambda: host_is_clean(host), timeout=10), host.processes()
