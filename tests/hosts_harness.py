@@ -406,6 +406,10 @@ def connect_both(inventory: str):
     return run_id, [SshHost(h, run_id).connect() for h in hosts]
 
 
+# A program that forks a child and leaves it behind when it ends, as pppd's pptp leaves its call manager.
+ORPHANING_SLEEP = "sleep 600 & exec sleep 601"
+
+
 def scenario_live(inventory: str, workdir: Path) -> None:
     """Measure between two hosts, use a namespace on one, wait for the test to cut host a's
     SSH connection, then check a fails cleanly while b works, and close both."""
@@ -428,7 +432,7 @@ def scenario_live(inventory: str, workdir: Path) -> None:
         out["secret_mode"] = left.run(["stat", "-c", "%a", out["secret"]]).stdout.strip()
         left.sysctl(**{"net.ipv4.ip_forward": 1})
         sleeper_a = left.spawn(["sleep", "600"], workdir / "sleep-a.log", what="sleep")
-        sleeper_b = right.spawn(["sleep", "600"], workdir / "sleep-b.log", what="sleep")
+        sleeper_b = right.spawn(["sh", "-c", ORPHANING_SLEEP], workdir / "sleep-b.log", what="sleep")
         out["sleepers"] = {"gw-a": sleeper_a.pid, "gw-b": sleeper_b.pid}
         emit("ready", out)
         sys.stdin.readline()  # the test cuts host a's SSH connection now
@@ -490,6 +494,8 @@ def _after_cut(left, right, sleeper_a, sleeper_b, workdir: Path) -> dict:
     after["b_uname"] = right.run(["uname", "-r"]).stdout.strip()
     right.stop(sleeper_b)
     after["b_sleeper_exit"] = sleeper_b.returncode
+    session = sleeper_b.record["session"]  # what it left behind went with it
+    after["b_session_left"] = right.run(["sh", "-c", f"ps -o stat=,args= -s {session} | grep -v '^Z'; true"]).stdout
     return after
 
 
@@ -503,7 +509,7 @@ def scenario_crash(inventory: str, workdir: Path) -> None:
     left.ip(f"link add vl{run_id}c type veth peer name eth0 netns {inner.namespace}",
             f"addr add 198.18.2.1/30 dev vl{run_id}c")
     sleepers = {"gw-a": left.spawn(["sleep", "600"], workdir / "a.log").pid,
-                "gw-b": right.spawn(["sleep", "600"], workdir / "b.log").pid,
+                "gw-b": right.spawn(["sh", "-c", ORPHANING_SLEEP], workdir / "b.log").pid,
                 "inner": inner.spawn(["sleep", "600"], workdir / "inner.log").pid}
     emit("ready", {"run_id": run_id, "sleepers": sleepers, "link": f"vl{run_id}c"})
     os._exit(3)  # as a crash would: no teardown, no goodbye to the hosts

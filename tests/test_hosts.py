@@ -195,10 +195,11 @@ def test_guard_records_what_a_line_creates():
 
 def test_teardown_script_removes_newest_first_and_only_ours():
     state = HostState("ab12cd", "ctl 1", {"pid": 5, "start": 9}, 0.0, namespaces=["vlab12cd-host-a"],
-                      processes=[{"pid": 10, "start": 100, "what": "a"}, {"pid": 11, "start": 101, "what": "b"}],
+                      processes=[{"pid": 10, "start": 100, "what": "a", "session": 7, "session_start": 90},
+                                 {"pid": 11, "start": 101, "what": "b"}],  # recorded before sessions were
                       links=["vlab12cda"], sysctls={"net.ipv4.ip_forward": "0"}, qdiscs=["eth1"])
     script = state.teardown_script(grace=1.0)
-    assert script.index("stop 11 101 50") < script.index("stop 10 100 50") < script.index("ip netns del")
+    assert script.index("stop 11 101 50 0 0") < script.index("stop 10 100 50 7 90") < script.index("ip netns del")
     assert "ip link del vlab12cda" in script and "sysctl -q -w net.ipv4.ip_forward=0" in script
     assert "tc qdisc del dev eth1 root" in script and script.rstrip().endswith("true")
     assert "rm -rf -- /run/vpnlab/ab12cd" in script
@@ -301,6 +302,7 @@ def check_after_cut(lab, done: dict, run_id: str) -> None:
         assert after[attempt].startswith("HostUnreachable: host gw-a (root@198.18.0.2:22): the SSH connection was lost")
     assert after["a_sleeper_exit"] == 255 and "SSH connection to gw-a was lost" in after["a_sleeper_log"]
     assert after["b_uname"] == os.uname().release and after["b_sleeper_exit"] == -signal.SIGTERM
+    assert after["b_session_left"] == ""  # the child b's sleeper left behind was stopped with it
     assert done["close"] == {"gw-a": "ok", "gw-b": "ok"}  # a's teardown went over a fresh connection
     for host in (a, b):
         assert wait_until(lambda: host_is_clean(host, run_id)), (host.name, host.processes())
@@ -322,7 +324,7 @@ def test_clean_removes_what_a_crashed_controller_left(lab):
     crashed = json.loads(out.splitlines()[0])
     run_id = crashed["run_id"]
     assert a.listdir("/run/vpnlab") == [run_id] and b.listdir("/run/vpnlab") == [run_id]
-    assert wait_until(lambda: len(a.processes()) == 2 and len(b.processes()) == 1)  # the sleeps, orphaned
+    assert wait_until(lambda: len(a.processes()) == 2 and len(b.processes()) == 2)  # the sleeps, orphaned
     assert crashed["link"] in a.links()
     result = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
     assert result.returncode == 0, result.stdout + result.stderr

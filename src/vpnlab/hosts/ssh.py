@@ -45,14 +45,16 @@ echo "$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
 set -- $SSH_CONNECTION; echo "$1 $3"; ip -o route get "$1" | sed -n 's/.* dev \([^ ]*\).*/\1/p'
 """
 
-# A spawned command prints its PID and start time, then waits for "go" until vpnlab has
-# written them into the host's record, so the record exists before the program runs.
-# The record, when it changed, is written by the next command itself before it runs (one round
-# trip, not two): its JSON and path come first, then the command, which runs only once it is saved.
+# A spawned command prints its PID, start time, session and the session leader's start time, then
+# waits for "go" until vpnlab has written them into the host's record, so the record exists before
+# the program runs. The record, when it changed, is written by the next command itself before it
+# runs (one round trip, not two): its JSON and path come first, then the command, which runs only
+# once it is saved.
 SAVE_THEN = ('u=$(umask); umask 077 && printf "%s" "$1" > "$2.tmp" && mv "$2.tmp" "$2" && umask "$u" '
              '&& shift 2 && exec "$@"')
 
-SPAWN_WRAPPER = ('echo "$$ $(sed \'s/.*) //\' /proc/$$/stat | cut -d\' \' -f20)"; '
+SPAWN_WRAPPER = ('f() { sed \'s/.*) //\' "/proc/$1/stat" 2>/dev/null | cut -d\' \' -f"$2"; }; '
+                 's=$(f $$ 4); l=$(f "$s" 20); echo "$$ $(f $$ 20) $s ${l:-0}"; '
                  'read -r go; [ "$go" = go ] || exit 125; exec "$@"')
 
 
@@ -96,8 +98,9 @@ class _EventLoop:
 class RemoteProcess:
     """A process spawned on a host, shaped like subprocess.Popen for code that polls, waits, stops."""
 
-    def __init__(self, host: "SshHost", pid: int, start: int, what: str, done: concurrent.futures.Future):
-        self.host, self.pid, self.start, self.what = host, pid, start, what
+    def __init__(self, host: "SshHost", record: dict, done: concurrent.futures.Future):
+        self.host, self.record = host, record  # the host's record of it: pid, start, what, session
+        self.pid, self.start, self.what = record["pid"], record["start"], record["what"]
         self._done = done  # resolves to the exit status once its output is all in the local log
 
     @property
@@ -360,10 +363,11 @@ class SshHost:
         Path(log_path).write_bytes(b"")  # a fresh log: readiness checks read it
         command = shlex.join(self.command(["sh", "-c", SPAWN_WRAPPER, "sh",
                                            *self.command(argv, namespace=namespace, env=env, become=False)]))
-        channel, pid, start = self._loop.call(self._start(command), CONNECT_TIMEOUT)
-        what = what or str(argv[0])
+        channel, (pid, start, session, session_start) = self._loop.call(self._start(command), CONNECT_TIMEOUT)
+        record = {"pid": pid, "start": start, "what": what or str(argv[0]),
+                  "session": session, "session_start": session_start}
         try:
-            self.record("processes", {"pid": pid, "start": start, "what": what})
+            self.record("processes", record)
             self._save()  # before it runs
         except VpnlabError:
             channel.close()
@@ -371,15 +375,17 @@ class SshHost:
         feed = Path(stdin).read_bytes() if stdin else b""
         self._loop.call(self._release(channel, feed), CONNECT_TIMEOUT)
         done = self._loop.submit(self._copy_output(channel, Path(log_path)))
-        return RemoteProcess(self, pid, start, what, done)
+        return RemoteProcess(self, record, done)
 
     async def _start(self, command: str):
         try:
             channel = await self._conn.create_process(command, stderr=asyncssh.STDOUT, encoding=None)
-            pid, start = (await channel.stdout.readline()).split()
+            shown = [int(n) for n in (await channel.stdout.readline()).split()]
+            if len(shown) != 4:
+                raise ValueError(f"the spawn wrapper printed {shown}")
         except (OSError, asyncssh.Error, ValueError) as exc:
             raise self._unreachable(exc) from exc
-        return channel, int(pid), int(start)
+        return channel, shown
 
     @staticmethod
     async def _release(channel, feed: bytes) -> None:
@@ -407,20 +413,22 @@ class SshHost:
         return channel.returncode
 
     def stop(self, proc: RemoteProcess, grace: float = 3.0) -> None:
-        """SIGTERM, then SIGKILL after `grace` seconds; only if it is still ours. On a lost host
-        this does nothing: the process stays recorded there and `close` removes it."""
+        """SIGTERM, then SIGKILL after `grace` seconds; only if it is still ours; then the same for
+        what it left in its session. On a lost host this does nothing: the process stays recorded
+        there and `close` removes it."""
         if self.lost:
             return
         ticks = max(1, int(grace / 0.02))
         try:
-            self.script(SHELL_FUNCTIONS + f"stop {proc.pid} {proc.start} {ticks}", timeout=grace + 10)
+            self.script(SHELL_FUNCTIONS + f"stop {proc.pid} {proc.start} {ticks} {proc.record['session']} "
+                        f"{proc.record['session_start']}", timeout=2 * grace + 10)
         except HostUnreachable:
             return  # lost meanwhile: as above
         try:
             proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             pass
-        self.forget("processes", {"pid": proc.pid, "start": proc.start, "what": proc.what})
+        self.forget("processes", proc.record)
 
 
 def known_files(policy: HostKeyPolicy) -> list[str]:
