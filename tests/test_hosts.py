@@ -199,7 +199,7 @@ def test_teardown_script_removes_newest_first_and_only_ours():
                                  {"pid": 11, "start": 101, "what": "b"}],  # recorded before sessions were
                       links=["vlab12cda"], sysctls={"net.ipv4.ip_forward": "0"}, qdiscs=["eth1"])
     script = state.teardown_script(grace=1.0)
-    assert script.index("stop 11 101 50 0 0") < script.index("stop 10 100 50 7 90") < script.index("ip netns del")
+    assert script.index("stop 11 101 100 0 0") < script.index("stop 10 100 100 7 90") < script.index("ip netns del")
     assert "ip link del vlab12cda" in script and "sysctl -q -w net.ipv4.ip_forward=0" in script
     assert "tc qdisc del dev eth1 root" in script and script.rstrip().endswith("true")
     assert "rm -rf -- /run/vpnlab/ab12cd" in script

@@ -30,22 +30,25 @@ BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_networ
 
 # Shell functions every remote teardown and stop uses. A process is ours only while its PID
 # still has the start time we recorded (field 22 of /proc/PID/stat, counted after the
-# command name, which may hold spaces); a zombie counts as gone, here and in a session. A spawned program runs in the
-# session sshd made for its channel; what it forked (pppd's pptp, pptp's call manager) stays in
-# that session even once orphaned, so `stop` given the session ends all of it. The session is
-# ours unless its leader's PID now belongs to another session leader (a reused PID).
+# command name, which may hold spaces); a zombie counts as gone, here and in a session.
+# A spawned program runs in the session sshd made for its channel; what it forked (pppd's pptp,
+# pptp's call manager) stays in that session even once orphaned, so `stop` given the session ends
+# all of it. The session is ours unless its leader's PID now belongs to another session leader (a
+# reused PID). `stop` waits by the clock (/proc/uptime, in hundredths of a second), not by a count
+# of checks: each check is itself slow on a busy or emulated host.
 SHELL_FUNCTIONS = r"""
 alive() { want=$2; s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
   [ -n "$s" ] || return 1; set -- $s; [ "$1" != Z ] && [ "${20}" = "$want" ]; }
 members() { ps -o stat= -s "$1" 2>/dev/null | grep -qv '^Z'; }
 ours() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 0
   set -- "$1" "$2" $s; [ "$6" != "$1" ] || [ "${22}" = "$2" ]; }
-stop() { if alive "$1" "$2"; then kill -TERM "$1" 2>/dev/null; n=0
-  while alive "$1" "$2" && [ "$n" -lt "$3" ]; do sleep 0.02; n=$((n + 1)); done
-  alive "$1" "$2" && kill -KILL "$1" 2>/dev/null; n=0
-  while alive "$1" "$2" && [ "$n" -lt 100 ]; do sleep 0.01; n=$((n + 1)); done; fi
-  [ "${4:-0}" -gt 1 ] && ours "$4" "$5" || return 0; pkill -TERM -s "$4"; n=0
-  while members "$4" && [ "$n" -lt "$3" ]; do sleep 0.02; n=$((n + 1)); done
+now() { read -r t _ < /proc/uptime; t=${t%.*}${t#*.}; }
+stop() { if alive "$1" "$2"; then kill -TERM "$1" 2>/dev/null; now; end=$((t + $3))
+  while alive "$1" "$2" && now && [ "$t" -lt "$end" ]; do sleep 0.02; done
+  alive "$1" "$2" && kill -KILL "$1" 2>/dev/null; now; end=$((t + 100))
+  while alive "$1" "$2" && now && [ "$t" -lt "$end" ]; do sleep 0.01; done; fi
+  [ "${4:-0}" -gt 1 ] && ours "$4" "$5" || return 0; pkill -TERM -s "$4"; now; end=$((t + $3))
+  while members "$4" && now && [ "$t" -lt "$end" ]; do sleep 0.05; done
   pkill -KILL -s "$4"; true; }
 """
 
@@ -112,8 +115,7 @@ class HostState:
         """Remove the recorded resources (not the record), newest processes first."""
         q = shlex.quote
         steps = [SHELL_FUNCTIONS]
-        ticks = max(1, int(grace / 0.02))
-        steps += [f"stop {p['pid']} {p['start']} {ticks} {p.get('session', 0)} {p.get('session_start', 0)}"
+        steps += [f"stop {p['pid']} {p['start']} {round(grace * 100)} {p.get('session', 0)} {p.get('session_start', 0)}"
                   for p in reversed(self.processes)]
         steps += [f"ip netns pids {q(ns)} 2>/dev/null | xargs -r kill -KILL 2>/dev/null; "
                   f"ip netns del {q(ns)} 2>/dev/null" for ns in self.namespaces]

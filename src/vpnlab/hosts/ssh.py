@@ -418,9 +418,8 @@ class SshHost:
         there and `close` removes it."""
         if self.lost:
             return
-        ticks = max(1, int(grace / 0.02))
         try:
-            self.script(SHELL_FUNCTIONS + f"stop {proc.pid} {proc.start} {ticks} {proc.record['session']} "
+            self.script(SHELL_FUNCTIONS + f"stop {proc.pid} {proc.start} {round(grace * 100)} {proc.record['session']} "
                         f"{proc.record['session_start']}", timeout=2 * grace + 10)
         except HostUnreachable:
             return  # lost meanwhile: as above
