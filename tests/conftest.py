@@ -108,12 +108,14 @@ LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them
 
 
 def _in_turn(items: list) -> list:
-    """The order tests are handed to workers in (bootstrap.sh keeps xdist to it): LONG's files, the
-    ALONE tests, the rest as collected, each file's tests together."""
+    """The order tests are handed to workers in (bootstrap.sh keeps xdist to it): LONG's files in
+    LONG's order, the ALONE tests, the rest as collected, each file's tests together."""
     collected = {item.path: n for n, item in reversed(list(enumerate(items)))}  # each file's first
 
-    def turn(item) -> tuple[int, int]:
-        return (0 if item.path.name in LONG else 1 if _alone(item) else 2), collected[item.path]
+    def turn(item) -> tuple[int, int, int]:
+        name = item.path.name
+        long = LONG.index(name) if name in LONG else len(LONG)
+        return (0 if name in LONG else 1 if _alone(item) else 2), long, collected[item.path]
     return sorted(items, key=turn)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import default_dispositions, our_namespaces, sample_count
+from test_hosts_study import wait_until
 from vpnlab.testbed.state import STATE_ROOT
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
@@ -169,10 +170,7 @@ def test_sigkill_leftovers_are_cleaned_by_the_next_command(tmp_path, no_leftover
     # claims a stale run by renaming its record before it removes what the record lists)
     for record in records:
         assert f"cleaned run {record.name}" in cleaned or not record.exists(), cleaned
-    deadline = time.monotonic() + 30
-    while our_namespaces() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert our_namespaces() == set()
+    assert wait_until(lambda: our_namespaces() == set(), timeout=30), our_namespaces()
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     assert our_processes() == []
