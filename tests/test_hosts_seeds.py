@@ -34,8 +34,13 @@ def lab():
 def test_a_shortened_seed_study_runs_with_every_scenario_on_the_hosts(lab, seed):
     out = lab.dir / seed
     sets = [arg for assignment in seed_cut(seed, SEED_CUTS[seed]) for arg in ("--set", assignment)]
-    result = lab.vpnlab("run", seed, *sets, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=600)
+    result = lab.vpnlab("run", seed, *sets, "--inventory", lab.inventory, "--out", out, "--no-progress", "--no-report",
+                        timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     check_seed_store(out / "results.sqlite", seed, SEED_CUTS[seed])
+    # the samples only, and the way to the report, which `vpnlab report` then writes from them
+    assert not (out / "report.html").exists() and f"vpnlab report {out}" in " ".join(result.stdout.split())
+    written = lab.vpnlab("report", out)
+    assert written.returncode == 0 and (out / "report.html").exists(), written.stdout + written.stderr
     for host in lab.hosts.values():
         assert wait_until(lambda: host_is_clean(host), timeout=10), host.processes()

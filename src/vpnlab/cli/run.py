@@ -52,6 +52,8 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its estimated duration; create nothing"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted run in this results directory"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
+    report: bool = typer.Option(True, "--report/--no-report", help="end with the summary and report.html (without: "
+                                "the samples only, as for a sitting of a long study; `vpnlab report DIR` writes them)"),
     backend: str = typer.Option("auto", "--backend",
                                 help="auto: a VM only for what this kernel cannot run; netns: all here; vm: all in the VM"),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="PATH=VALUE: change a study field for this run, "
@@ -111,7 +113,10 @@ def run(
         err.print(f"[yellow]interrupted[/]: everything it created is removed; "
                   f"finish later with: vpnlab run --resume {safe(out_dir)}")
         raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
-    _finish(out_dir)
+    if report:
+        _finish(out_dir)
+    else:
+        out.print(safe(f"results: {out_dir} (no report: --no-report; write it with: vpnlab report {out_dir})"))
     if runner.unfinished:
         err.print(f"[yellow]{len(runner.unfinished)} scenario(s) short of their repetitions[/]: their report shows "
                   f"what they have; measure the rest with: vpnlab run --resume {safe(out_dir)}")
