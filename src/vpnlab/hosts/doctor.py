@@ -88,7 +88,9 @@ def locate(tool: Tool) -> str:
 def version_script(commands=None) -> str:
     """For every program vpnlab declares (or those of `commands`) that the host has: its name, a
     tab and its version, found as vpnlab.tools.version finds it here (its own first line naming a
-    version, else its Debian package's version)."""
+    version, else its Debian package's version). The programs are asked all at once: each answer
+    is one short line (written whole), and a slow host (an emulated one takes a second a program)
+    answers in the time of the slowest."""
     q = shlex.quote
     lines = []
     for tool in declared().values():
@@ -97,6 +99,6 @@ def version_script(commands=None) -> str:
         own = (f'v=$(timeout 10 "$p" {shlex.join(tool.version[1:])} 2>&1 | grep -m 1 -E "[0-9]+[.][0-9]+")'
                if tool.version else "v=")
         package = f"dpkg-query -W -f='{tool.package} ${{Version}}' {q(tool.package)} 2>/dev/null"
-        lines.append(f'{locate(tool)} && {{ {own}; [ -n "$v" ] || v=$({package}); '
-                     f'printf "%s\\t%s\\n" {q(tool.command)} "${{v:-unknown}}"; }}')
-    return "\n".join(lines) + "\ntrue\n"
+        lines.append(f'{{ {locate(tool)} && {{ {own}; [ -n "$v" ] || v=$({package}); '
+                     f'printf "%s\\t%s\\n" {q(tool.command)} "${{v:-unknown}}"; }}; }} &')
+    return "\n".join(lines) + "\nwait\n"
