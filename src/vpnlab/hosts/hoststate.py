@@ -89,8 +89,9 @@ class HostState:
     def path(self) -> str:
         return f"{self.directory}/state.json"
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+    def to_json(self, compact: bool = False) -> str:
+        """Readable on the host; `compact`: one line."""
+        return json.dumps(asdict(self), indent=None if compact else 1)
 
     @classmethod
     def from_json(cls, text: str) -> "HostState":

@@ -45,17 +45,19 @@ echo "$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
 set -- $SSH_CONNECTION; echo "$1 $3"; ip -o route get "$1" | sed -n 's/.* dev \([^ ]*\).*/\1/p'
 """
 
-# A spawned command prints its PID, start time, session and the session leader's start time, then
-# waits for "go" until vpnlab has written them into the host's record, so the record exists before
-# the program runs. The record, when it changed, is written by the next command itself before it
-# runs (one round trip, not two): its JSON and path come first, then the command, which runs only
-# once it is saved.
-SAVE_THEN = ('u=$(umask); umask 077 && printf "%s" "$1" > "$2.tmp" && mv "$2.tmp" "$2" && umask "$u" '
-             '&& shift 2 && exec "$@"')
+# The record, when it changed, is written by the next command itself before it runs (one round
+# trip, not two): its JSON and path come first, then the command, which runs only once it is saved.
+SAVE = 'u=$(umask); umask 077 && printf "%s" "$1" > "$2.tmp" && mv "$2.tmp" "$2" && umask "$u"'
+SAVE_THEN = SAVE + ' && shift 2 && exec "$@"'
 
+# A spawned command (its record's path first) prints its PID, start time, session and the session
+# leader's start time, then waits for the record with them in it, one line, writes it and only then
+# runs the program: the record is on the host before the program runs, in the round trip that starts
+# it. Anything but a record (the connection closed) and it never runs.
 SPAWN_WRAPPER = ('f() { sed \'s/.*) //\' "/proc/$1/stat" 2>/dev/null | cut -d\' \' -f"$2"; }; '
                  's=$(f $$ 4); l=$(f "$s" 20); echo "$$ $(f $$ 20) $s ${l:-0}"; '
-                 'read -r go; [ "$go" = go ] || exit 125; exec "$@"')
+                 'r=$1; shift; IFS= read -r j; case $j in "{"*"}") ;; *) exit 125;; esac; '
+                 'set -- "$j" "$r" "$@"; ' + SAVE + ' || exit 125; shift 2; exec "$@"')
 
 
 class HostUnreachable(VpnlabError):
@@ -361,19 +363,16 @@ class SshHost:
         if self.lost:
             raise self._unreachable()
         Path(log_path).write_bytes(b"")  # a fresh log: readiness checks read it
-        command = shlex.join(self.command(["sh", "-c", SPAWN_WRAPPER, "sh",
+        command = shlex.join(self.command(["sh", "-c", SPAWN_WRAPPER, "sh", self.state.path,
                                            *self.command(argv, namespace=namespace, env=env, become=False)]))
         channel, (pid, start, session, session_start) = self._loop.call(self._start(command), CONNECT_TIMEOUT)
         record = {"pid": pid, "start": start, "what": what or str(argv[0]),
                   "session": session, "session_start": session_start}
-        try:
-            self.record("processes", record)
-            self._save()  # before it runs
-        except VpnlabError:
-            channel.close()
-            raise
+        self.record("processes", record)
+        with self._lock:
+            line, self._dirty = self.state.to_json(compact=True), False
         feed = Path(stdin).read_bytes() if stdin else b""
-        self._loop.call(self._release(channel, feed), CONNECT_TIMEOUT)
+        self._loop.call(self._release(channel, line.encode() + b"\n" + feed), CONNECT_TIMEOUT)
         done = self._loop.submit(self._copy_output(channel, Path(log_path)))
         return RemoteProcess(self, record, done)
 
@@ -389,9 +388,9 @@ class SshHost:
 
     @staticmethod
     async def _release(channel, feed: bytes) -> None:
-        """Let the program start and give it its stdin."""
+        """Let the program start (the record, then its stdin)."""
         try:
-            channel.stdin.write(b"go\n" + feed)
+            channel.stdin.write(feed)
             channel.stdin.write_eof()
             await channel.stdin.drain()
         except (OSError, asyncssh.Error):
