@@ -1,8 +1,8 @@
 """Real hosts with a full kernel (kernel_lab.py: the hosts lab inside one guest of the VM backend,
-whose Debian kernel has what this machine's lacks): netem on the hosts' WAN; libreswan (kernel ESP) and
-kernel WireGuard between hosts, each proved encrypted on their WAN with its modelled overhead; a
-shortened small-business-2011 (PPTP over its shaped link with the office background). PPTP and
-L2TP/IPsec between hosts: the seeds' cuts in test_hosts_kernel_seeds.py, checked the same way.
+whose Debian kernel has what this machine's lacks): netem's delay and loss on the hosts' WAN, and
+libreswan (kernel ESP) and kernel WireGuard between hosts over it, each proved encrypted on their WAN
+with its modelled overhead; a shortened jaha-2014 (L2TP/IPsec: PPP, L2TP and kernel ESP, over its
+jittery, lossy link). PPTP between hosts: the seeds' cuts in test_hosts_kernel_seeds.py.
 Run as a program (`python test_hosts_kernel.py WORK`) this file is the guest's side.
 """
 
@@ -19,26 +19,12 @@ from kernel_lab import HOSTS, TIMEOUT_S, boot, case_ran, check_guest_left_nothin
 
 pytestmark = pytest.mark.timeout(TIMEOUT_S)
 
-# netem on the hosts' own WAN interfaces: 10 ms each way is a 20 ms round trip; 2% loss one way
-# over 1000 UDP datagrams (1.12 Mbit/s x 10 s / 1400 B: 100 a second, few enough that a guest starved
-# of CPU by a busy machine seldom drops one itself). No VPN: the link alone.
-SHAPED = """\
-name: hosts-kernel-shaped
-topology: remote-access
-hosts: {client: gw-a, gateway: gw-b}
-repetitions: 1
-order: listed
-vpns: [{driver: none}]
-links: [{name: wan-netem, delay_ms: 10, loss_pct: 2, shape: true}]
-workloads:
-  - {kind: ping, count: 50, interval_s: 0.02}
-  - {kind: udp, rate_mbit: 1.12, size: 1400, duration_s: 10}
-"""
-
-# Each tunnel between the two hosts over a delayed link; ping proves it (encrypted on the hosts'
-# WAN, overhead as modelled) and measures the round trip through it. (PPTP and L2TP/IPsec, which
-# the seeds' cuts run on hosts with the same checks, are not repeated here: a scenario on hosts in
-# an emulated guest costs over a minute.)
+# netem on the hosts' own WAN interfaces, 10 ms and 2% loss each way, and each tunnel between the two
+# hosts over it; 300 pings (3 s) each. No VPN measures the link: a 20 ms round trip, 3.96% of pings
+# lost (a request or its reply). Through a tunnel, ping proves it (encrypted on the hosts' WAN,
+# overhead as modelled) and measures the round trip. (PPTP and L2TP/IPsec, which the seeds' cuts run
+# on hosts with the same checks, are not repeated here: a scenario on hosts in an emulated guest
+# costs a minute or two.)
 TUNNELS = """\
 name: hosts-kernel-tunnels
 topology: remote-access
@@ -46,24 +32,26 @@ hosts: {client: gw-a, gateway: gw-b}
 repetitions: 1
 order: listed
 vpns:
+  - driver: none
   - driver: wireguard
   - driver: libreswan
-links: [{name: wan-10ms, delay_ms: 5, shape: true}]
-workloads: [{kind: ping, count: 20, interval_s: 0.05}]
+links: [{name: wan-netem, delay_ms: 10, loss_pct: 2, shape: true}]
+workloads: [{kind: ping, count: 300, interval_s: 0.01}]
 """
-TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"]]
-# small-business-2011 shortened (hosts_harness.seed_cut): PPTP over its 8 Mbit/s link with its delay,
-# queue and office background (netem and the background on the hosts), an HTTP download twice.
-SMALL_BUSINESS = {"vpns": [1], "links": [0], "workloads": [(0, {"protocol": "http", "data": "random"})],
-                  "metrics": ("throughput_mbps", "background_kbps")}
-CASES = {"shaped": (SHAPED, []), "tunnels": (TUNNELS, []), "seed-small-business-2011": ("small-business-2011", seed_cut("small-business-2011", SMALL_BUSINESS))}
+TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"] if vpn["driver"] != "none"]
+# jaha-2014 shortened (hosts_harness.seed_cut): L2TP/IPsec over its WLAN link (24 Mbit/s, 1 ms with
+# 0.5 ms of jitter, 0.1% loss: netem on the hosts), 20 pings of 64 bytes, twice. Its PPTP is the PPTP
+# of narayan's and small-business's cuts.
+JAHA = {"vpns": [3], "links": [0], "workloads": [(3, {"size": 64, "count": 20})],
+        "metrics": ("rtt_avg_ms", "cpu_vpn_gateway_pct")}
+CASES = {"tunnels": (TUNNELS, []), "seed-jaha-2014": ("jaha-2014", seed_cut("jaha-2014", JAHA))}
 
 
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
     """One boot of the VM for the whole file: the guest runs this file as a program."""
     return boot(tmp_path_factory.mktemp("hosts-kernel"), Path(__file__).resolve(),
-                tuple(dict.fromkeys([*TUNNEL_DRIVERS, *seed_drivers("small-business-2011", SMALL_BUSINESS)])))
+                tuple(dict.fromkeys([*TUNNEL_DRIVERS, *seed_drivers("jaha-2014", JAHA)])))
 
 
 @pytest.mark.integration
@@ -73,27 +61,23 @@ def test_one_guest_holds_the_hosts_and_leaves_nothing(guest):
 
 @pytest.mark.integration
 def test_netem_delays_and_loses_on_the_hosts_wan(guest):
-    case_ran(guest, "shaped")
-    scenarios, values = guest.scenarios("shaped"), guest.values("shaped")
-    assert {k: (s["status"], s["hosts"]) for k, s in scenarios.items()} == {
-        k: ("done", HOSTS) for k in scenarios} and len(scenarios) == 2
-    ping, udp = (next(w for _, w in scenarios if w.startswith(kind)) for kind in ("ping", "udp"))
+    case_ran(guest, "tunnels")
+    found = {label: s for (label, _), s in guest.scenarios("tunnels").items() if s["vpn"] == "none"}
+    assert [(s["status"], s["hosts"]) for s in found.values()] == [("done", HOSTS)], found
+    values = {metric: v[0] for (vpn, _, metric), v in guest.values("tunnels").items() if vpn == "none"}
     # 10 ms each way on each host's WAN interface: never less; an emulated guest adds ~0.5-1.5 ms of its
     # own, more when the suite's other tests share the machine, but a delay set twice would give 40
-    rtt_min = values[("none", ping, "rtt_min_ms")][0]
-    assert 20 <= rtt_min <= 30, rtt_min
-    # 2% set: 20 of 1000 datagrams expected; fewer than 8 lost by netem has a chance of 0.07%. Above
-    # 4.5% leaves 2.5 points for what a starved guest drops itself (2.6% with 1% set at 250 datagrams
-    # a second, with a load of 19 on this machine's 2 cores)
-    loss = values[("none", udp, "udp_loss_pct")][0]
-    assert 0.8 <= loss <= 4.5, loss
+    assert 20 <= values["rtt_min_ms"] <= 30, values
+    # 2% each way: 3.96% of 300 pings, 12 expected; 2 or fewer has a chance of 0.05%, 27 or more of
+    # 0.008%: up to 9% leaves 5 points for what a guest starved by a busy machine drops itself
+    assert 1 <= values["ping_loss_pct"] <= 9, values
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("driver", TUNNEL_DRIVERS)
 def test_a_tunnel_between_hosts_with_a_full_kernel(guest, driver):
     """Through the tunnel between the two hosts, encrypted on their WAN (the scenario's proof), with
-    the modelled overhead, no ping lost, the delay of the shaped link and the gateway's CPU measured."""
+    the modelled overhead, pings through, the delay of the shaped link and the gateway's CPU measured."""
     case_ran(guest, "tunnels")
     found = {label: s for (label, _), s in guest.scenarios("tunnels").items() if s["vpn"] == driver}
     assert len(found) == 1, found
@@ -101,14 +85,14 @@ def test_a_tunnel_between_hosts_with_a_full_kernel(guest, driver):
     assert (scenario["status"], scenario["failure"], scenario["hosts"]) == ("done", None, HOSTS), scenario
     values = {metric: v[0] for (vpn, _, metric), v in guest.values("tunnels").items() if vpn == label}
     check_overhead(driver, [values["overhead_bytes"]], [values["overhead_model_bytes"]])
-    assert values["ping_loss_pct"] == 0
-    assert values["rtt_min_ms"] >= 10  # 5 ms each way on the hosts' WAN
+    assert values["ping_loss_pct"] <= 15  # the link's 3.96% and what a starved guest drops: most got through
+    assert values["rtt_min_ms"] >= 20  # 10 ms each way on the hosts' WAN
     assert "cpu_vpn_gateway_pct" in values
 
 
 @pytest.mark.integration
-def test_a_shortened_small_business_runs_with_every_scenario_on_the_hosts(guest):
-    check_seed_ran(guest, "small-business-2011", SMALL_BUSINESS)
+def test_a_shortened_jaha_runs_with_every_scenario_on_the_hosts(guest):
+    check_seed_ran(guest, "jaha-2014", JAHA)
 
 
 if __name__ == "__main__":

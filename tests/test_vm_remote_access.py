@@ -86,8 +86,9 @@ def test_pptp_l2tp_ipsec_and_libreswan_in_the_vm(remote_access):
         measured = values[(*key, "overhead_bytes")]
         # PPTP's GRE acknowledgement (4 bytes) rides nearly every packet, not all (pptp.py's model)
         assert measured == overhead or (label.startswith("pptp") and measured == overhead - 4), (label, measured)
-        if key[2] == "ping":
-            assert values[(*key, "ping_loss_pct")] == 0, label
+        if key[2] == "ping":  # a link without loss: a guest starved by a busy machine drops one of 100 now and
+            # then (PPTP MPPE-40 in a fresh-clone run of the suite); a tunnel that does not carry loses them all
+            assert values[(*key, "ping_loss_pct")] <= 2, label
         else:  # over the 2 Mbit/s link (its share of no VPN's goodput: the next test)
             assert values[(*key, "throughput_mbps")] > 1, label
         assert "measured in a VM" in notes[key]
