@@ -113,7 +113,7 @@ def boot(folder: Path, program: Path, drivers: tuple[str, ...]) -> GuestRun:
         pytest.fail(f"the VM backend cannot boot here: {problem}")
     work = folder / "work"
     state = RunState.create()
-    # HOME as here: the guest's PID 1 has HOME=/, where matplotlib keeps no font cache for the lab's controller
+    # HOME as here: the guest's PID 1 has HOME=/, which is read-only there (this machine's root, shared)
     env = {"PYTHONPATH": os.environ["PYTHONPATH"], "VPNLAB_EXEC_LOG": str(work / EXEC_LOG), "HOME": str(Path.home())}
     try:
         vm.Guest(state, work, folder / "console.log", drivers=drivers).run(
