@@ -7,7 +7,7 @@ from vpnlab.tools import Tool
 TOOLS = (
     Tool("nft", "nftables"),              # the default namespace's firewall, before and after a run
     Tool("chromium", "chromium"),         # the HTML report, opened in a real browser
-    Tool("ps", "procps"), Tool("pgrep", "procps"), Tool("kill", "procps"),
+    Tool("ps", "procps"), Tool("pgrep", "procps"), Tool("pkill", "procps"), Tool("kill", "procps"),
     Tool("yes", "coreutils"), Tool("sleep", "coreutils"), Tool("true", "coreutils"), Tool("touch", "coreutils"), Tool("uname", "coreutils"),
     Tool("stat", "coreutils"),            # a file's birth time (statx), which Python 3.11 does not read
     Tool("unshare", "util-linux"), Tool("ssh", "openssh-client"), Tool("ssh-keyscan", "openssh-client"),  # the real-hosts harness; the way out an untrusted host key names

@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,8 +15,9 @@ from typer.testing import CliRunner
 from hosts_harness import CONTROLLER_ADDRESS, PYTHON, lab  # noqa: F401  (lab is the fixture)
 from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
-from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line, root_qdisc_device
+from vpnlab.hosts.hoststate import SHELL_FUNCTIONS, HostState, ManagementPath, guard_ip_line, root_qdisc_device
 from vpnlab.hosts.inventory import USER_KNOWN_HOSTS, host_key_policy, limit, load_inventory, select, ssh_options
+from vpnlab.hosts.ssh import SPAWN_WRAPPER
 
 YAML_INVENTORY = """\
 all:
@@ -205,6 +208,57 @@ def test_teardown_script_removes_newest_first_and_only_ours():
     assert "rm -rf -- /run/vpnlab/ab12cd" in script
     with pytest.raises(ValueError):  # a local run's record on that host is its own `vpnlab clean`'s
         HostState.from_json(json.dumps({"run_id": "x", "owner_pid": 1}))
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name: [0] is field 3."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+
+
+def _sh(script: str, *args) -> int:
+    """The hosts' shell functions and `script` run here by sh (from a file: a host runs them as
+    `sh -c`, which the suite's audit of programs run here cannot parse)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh") as file:
+        file.write(SHELL_FUNCTIONS + script)
+        file.flush()
+        return subprocess.run(["sh", file.name, *map(str, args)], timeout=30).returncode
+
+
+def test_the_hosts_shell_functions_stop_a_session_only_while_it_is_ours(tmp_path):
+    """`alive`, `members` and `stop` (run by every remote stop and teardown) read /proc with the
+    shell's own `read`: a command name holding ") " is skipped right, a reused PID (another start
+    time) is left alone, and `stop` ends the leader and what it left in its session."""
+    program = tmp_path / "a) b"  # a command name as /proc shows it: "(a) b)"
+    program.symlink_to(shutil.which("sleep"))
+    leader = subprocess.Popen(["sh", "-c", f'"$0" 60 & exec "$0" 60', program], start_new_session=True)
+    try:
+        assert wait_until(lambda: _stat_fields(leader.pid)[0] != "R" and "a) b" in Path(f"/proc/{leader.pid}/stat").read_text())
+        start = int(_stat_fields(leader.pid)[19])
+        assert _sh('alive "$1" "$2"', leader.pid, start) == 0
+        assert _sh('alive "$1" "$2"', leader.pid, start + 1) == 1 and _sh('alive 999999999 1') == 1
+        assert _sh('members "$1"', leader.pid) == 0 and _sh("members 999999999") == 1
+        assert _sh('stop "$1" "$2" 100 "$1" "$2"', leader.pid, start + 1) == 0  # not ours: nothing stopped
+        assert leader.poll() is None and _sh('members "$1"', leader.pid) == 0
+        assert _sh('stop "$1" "$2" 100 "$1" "$2"', leader.pid, start) == 0
+        assert leader.wait(5) == -signal.SIGTERM
+        assert wait_until(lambda: _sh('members "$1"', leader.pid) == 1)  # the child it left went too
+    finally:
+        subprocess.run(["pkill", "-KILL", "-s", str(leader.pid)])
+        leader.wait()
+
+
+def test_the_spawn_wrapper_reports_its_process_then_runs_it_once_the_record_is_written(tmp_path):
+    record = tmp_path / "state.json"
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(SPAWN_WRAPPER)
+    proc = subprocess.Popen(["sh", wrapper, record, "true"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    pid, start, session, leader_start = map(int, proc.stdout.readline().split())
+    fields = _stat_fields(pid)
+    assert (pid, start, session, leader_start) == (proc.pid, int(fields[19]), proc.pid, int(fields[19]))
+    assert not record.exists()
+    out, _ = proc.communicate('{"processes": []}\n')
+    assert (out, record.read_text(), proc.returncode) == ("", '{"processes": []}', 0)
 
 
 # -- a lab of SSH hosts -----------------------------------------------------------------------

@@ -35,13 +35,16 @@ BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_networ
 # pptp's call manager) stays in that session even once orphaned, so `stop` given the session ends
 # all of it. The session is ours unless its leader's PID now belongs to another session leader (a
 # reused PID). `stop` waits by the clock (/proc/uptime, in hundredths of a second), not by a count
-# of checks: each check is itself slow on a busy or emulated host.
+# of checks: each check is itself slow on a busy or emulated host. /proc is read with the shell's
+# own `read`, never a program: on an emulated host each program started costs a tenth of a second.
 SHELL_FUNCTIONS = r"""
-alive() { want=$2; s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
-  [ -n "$s" ] || return 1; set -- $s; [ "$1" != Z ] && [ "${20}" = "$want" ]; }
-members() { ps -o stat= -s "$1" 2>/dev/null | grep -qv '^Z'; }
-ours() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 0
-  set -- "$1" "$2" $s; [ "$6" != "$1" ] || [ "${22}" = "$2" ]; }
+procstat() { r=; read -r r 2>/dev/null < "/proc/$1/stat"; }
+alive() { want=$2; procstat "$1"; [ -n "$r" ] || return 1
+  set -- ${r##*") "}; [ "$1" != Z ] && [ "${20}" = "$want" ]; }
+members() { m=$1; for f in /proc/[0-9]*/stat; do r=; read -r r 2>/dev/null < "$f" || continue
+  set -- ${r##*") "}; [ "$4" = "$m" ] && [ "$1" != Z ] && return 0; done; return 1; }
+ours() { procstat "$1"; [ -n "$r" ] || return 0
+  set -- "$1" "$2" ${r##*") "}; [ "$6" != "$1" ] || [ "${22}" = "$2" ]; }
 now() { read -r t _ < /proc/uptime; t=${t%.*}${t#*.}; }
 stop() { if alive "$1" "$2"; then kill -TERM "$1" 2>/dev/null; now; end=$((t + $3))
   while alive "$1" "$2" && now && [ "$t" -lt "$end" ]; do sleep 0.02; done

@@ -51,11 +51,13 @@ SAVE = 'u=$(umask); umask 077 && printf "%s" "$1" > "$2.tmp" && mv "$2.tmp" "$2"
 SAVE_THEN = SAVE + ' && shift 2 && exec "$@"'
 
 # A spawned command (its record's path first) prints its PID, start time, session and the session
-# leader's start time, then waits for the record with them in it, one line, writes it and only then
-# runs the program: the record is on the host before the program runs, in the round trip that starts
-# it. Anything but a record (the connection closed) and it never runs.
-SPAWN_WRAPPER = ('f() { sed \'s/.*) //\' "/proc/$1/stat" 2>/dev/null | cut -d\' \' -f"$2"; }; '
-                 's=$(f $$ 4); l=$(f "$s" 20); echo "$$ $(f $$ 20) $s ${l:-0}"; '
+# leader's start time (read with the shell's own `read`: SHELL_FUNCTIONS says why), then waits for the
+# record with them in it, one line, writes it and only then runs the program: the record is on the
+# host before the program runs, in the round trip that starts it. Anything but a record (the
+# connection closed) and it never runs.
+SPAWN_WRAPPER = ('f() { r=; s=; b=; read -r r 2>/dev/null < "/proc/$1/stat"; [ -n "$r" ] || return 0; '
+                 'set -- ${r##*") "}; s=$4; b=${20}; }; '
+                 'f $$; me=$b; f "$s"; echo "$$ $me $s ${b:-0}"; '
                  'r=$1; shift; IFS= read -r j; case $j in "{"*"}") ;; *) exit 125;; esac; '
                  'set -- "$j" "$r" "$@"; ' + SAVE + ' || exit 125; shift 2; exec "$@"')
 
