@@ -525,6 +525,27 @@ def scenario_crash(inventory: str, workdir: Path) -> None:
     os._exit(3)  # as a crash would: no teardown, no goodbye to the hosts
 
 
+def scenario_shell(inventory: str, workdir: Path) -> None:
+    """Commands in a host's long-lived shell, one after another and from several threads at once:
+    what each printed, on which stream, and its exit status."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run_id, (a, b) = connect_both(inventory)
+    try:
+        ran = a.run(["sh", "-c", 'printf "no newline"; printf "to stderr" >&2; exit 3'], check=False)
+        seen = {"first": [ran.stdout, ran.stderr, ran.returncode],
+                "stdin": a.run(["cat"]).stdout,  # the shell's input is the commands after it, not this one's
+                "next": a.run(["echo", "next"]).stdout,
+                "given": a.run(["cat"], input="given input").stdout,  # a channel of its own
+                "bytes": a.read_file("/proc/self/cmdline").split(b"\0")[0].decode()}
+        with ThreadPoolExecutor(4) as pool:  # one in the shell, the others in channels of their own
+            seen["threads"] = list(pool.map(lambda n: a.run(["sh", "-c", f"sleep 0.5; echo {n}"]).stdout, range(4)))
+        emit("done", seen)
+    finally:
+        for host in (a, b):
+            host.close()
+
+
 if __name__ == "__main__":
     scenario, inventory_path, work = sys.argv[1:4]
-    {"live": scenario_live, "crash": scenario_crash}[scenario](inventory_path, Path(work))
+    {"live": scenario_live, "crash": scenario_crash, "shell": scenario_shell}[scenario](inventory_path, Path(work))

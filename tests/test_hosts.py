@@ -309,6 +309,15 @@ def test_doctor_reports_each_host_over_ssh(lab):
 
 
 @pytest.mark.integration
+def test_commands_in_a_hosts_shell_keep_their_own_output_errors_status_and_input(lab):
+    out, err = lab.scenario("shell").communicate(timeout=120)
+    seen = json.loads(out.splitlines()[-1]) if out.strip() else pytest.fail(err)
+    assert seen["first"] == ["no newline", "to stderr", 3]
+    assert (seen["stdin"], seen["next"], seen["given"], seen["bytes"]) == ("", "next\n", "given input", "cat")
+    assert seen["threads"] == ["0\n", "1\n", "2\n", "3\n"]
+
+
+@pytest.mark.integration
 def test_remote_nodes_measure_record_and_survive_losing_a_host(lab):
     a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
     controller = lab.scenario("live")
