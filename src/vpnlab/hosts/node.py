@@ -10,6 +10,7 @@ there and whose changes vanish with the namespace.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -78,8 +79,10 @@ class RemoteNode:
                 self.host.record(*created)
 
     def _batch(self, tool: str, lines) -> None:
+        """The lines go as arguments, not input: a command without input runs in the host's shell
+        (ssh.py), not a channel of its own."""
         where = ["-n", self.namespace] if self.namespace else []
-        self.host.run([tool, *where, "-batch", "-"], input="\n".join(lines) + "\n")
+        self.host.run(["sh", "-c", 'printf "%s\\n" "$@" | ' + shlex.join([tool, *where, "-batch", "-"]), "sh", *lines])
 
     def sysctl(self, **settings) -> None:
         """Set sysctls (-e: a key this kernel lacks is left alone). In the host's own namespace

@@ -146,6 +146,7 @@ class SshHost:
     # -- connection ----------------------------------------------------------
     def attach(self) -> "SshHost":
         """Open the connection only: for looking at the host, not for a run."""
+        self._shell = None  # a shell of a lost connection is gone with it
         self._conn = self._loop.call(self._open(), CONNECT_TIMEOUT + 5)
         return self
 
