@@ -208,6 +208,20 @@ def test_a_vm_guests_repetitions_are_flagged_where_another_run_or_a_busy_program
     assert "programs outside this run took 40% of a core (cc1 30%, make 10%)" in flags[3]
 
 
+def test_an_empty_guest_store_merges_as_nothing_measured(tmp_path):
+    """A guest store a killed sitting left empty (0 bytes: stopped before its tables were made) is
+    taken in by the next --resume as nothing measured, the host's store unchanged."""
+    plan = make_plan(parse_study(STUDY))
+    host = Store.open_dir(tmp_path)
+    run = host.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                         study_name="s", study_text=STUDY)
+    host.add_scenario(plan.scenarios[0], "vm")
+    (tmp_path / "guest.sqlite").write_bytes(b"")
+    assert host.merge(tmp_path / "guest.sqlite", run, "") == []
+    assert [row.status for row in host.scenarios()] == ["pending"]
+    host.close()
+
+
 def test_a_guest_store_from_before_the_as_run_record_merges_and_keeps_what_is_known(tmp_path):
     """A killed sitting's guest store of schema 4 (no as_run) is merged by the next --resume."""
     plan = make_plan(parse_study(STUDY))

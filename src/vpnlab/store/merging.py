@@ -40,6 +40,8 @@ class Merging:
         src.row_factory = sqlite3.Row
         touched = []
         try:
+            if not src.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='scenarios'").fetchone():
+                return touched  # a guest stopped before its store had its tables (an empty file): nothing measured
             with self.db:
                 for sc in src.execute("SELECT * FROM scenarios WHERE status != 'pending'"):
                     if not self.db.execute("SELECT 1 FROM scenarios WHERE id=?", (sc["id"],)).fetchone():
