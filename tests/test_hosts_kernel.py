@@ -1,10 +1,9 @@
 """Real hosts with a full kernel (kernel_lab.py: the hosts lab inside one guest of the VM backend,
 whose Debian kernel has what this machine's lacks): netem's delay and loss on the hosts' WAN, and
-libreswan (kernel ESP) and kernel WireGuard between hosts over it, each proved encrypted on their WAN
-with its modelled overhead; the seeds whose scenarios need PPP, L2TP, kernel ESP or netem, shortened
-and run from their own files with `vpnlab run --inventory`, every scenario on the hosts, none refused:
-jaha-2014 (L2TP/IPsec over its jittery, lossy link) and narayan-2008 (PPTP over its delayed 100 Mbit/s
-link). The other seeds' cuts run on this machine's hosts (test_hosts_seeds.py).
+libreswan (kernel ESP), kernel WireGuard and PPTP (PPP) between hosts over it, each proved encrypted on
+their WAN with its modelled overhead; jaha-2014, whose scenarios need PPP, L2TP,
+kernel ESP and netem, shortened and run from its own file with `vpnlab run --inventory`, every scenario
+on the hosts, none refused (the other seeds' cuts run on this machine's hosts: test_hosts_seeds.py).
 Run as a program (`python test_hosts_kernel.py WORK`) this file is the guest's side.
 """
 
@@ -24,9 +23,8 @@ pytestmark = pytest.mark.timeout(TIMEOUT_S)
 # netem on the hosts' own WAN interfaces, 10 ms and 2% loss each way, and each tunnel between the two
 # hosts over it; 300 pings (3 s) each. No VPN measures the link: a 20 ms round trip, 3.96% of pings
 # lost (a request or its reply). Through a tunnel, ping proves it (encrypted on the hosts' WAN,
-# overhead as modelled) and measures the round trip. (PPTP and L2TP/IPsec, which the seeds' cuts below
-# run on hosts with the same checks, are not repeated here: a scenario on hosts in an emulated guest
-# costs a minute or two.)
+# overhead as modelled) and measures the round trip. (L2TP/IPsec, which jaha's cut below runs on hosts
+# with the same checks, is not repeated here: a scenario on hosts in an emulated guest costs a minute.)
 TUNNELS = """\
 name: hosts-kernel-tunnels
 topology: remote-access
@@ -37,21 +35,18 @@ vpns:
   - driver: none
   - driver: wireguard
   - driver: libreswan
+  - driver: pptp
 links: [{name: wan-netem, delay_ms: 10, loss_pct: 2, shape: true}]
 workloads: [{kind: ping, count: 300, interval_s: 0.01}]
 """
 TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"] if vpn["driver"] != "none"]
-# Seeds shortened (hosts_harness.seed_cut), two repetitions each, with the metrics every one of their
-# scenarios must record twice. jaha-2014: L2TP/IPsec over its WLAN link (24 Mbit/s, 1 ms with 0.5 ms
-# of jitter, 0.1% loss: netem on the hosts), 20 pings of 64 bytes; its PPTP is narayan's. narayan-2008:
-# PPTP at its 8 KB window over its 100 Mbit/s link with 0.47 ms of delay. One guest for all: a boot
-# and a lab cost minutes under emulation, and the suite's other guests (test_vm_*.py) share the
-# machine's 2 cores meanwhile.
+# jaha-2014 shortened (hosts_harness.seed_cut), two repetitions, with the metrics each must record
+# twice: L2TP/IPsec over its WLAN link (24 Mbit/s, 1 ms with 0.5 ms of jitter, 0.1% loss: netem on the
+# hosts), 20 pings of 64 bytes; its PPTP is the tunnels case's. Each `vpnlab run` in an emulated guest
+# spends a minute or two before its first repetition (imports, the inventory, the hosts' probe).
 SEED_CUTS = {
     "jaha-2014": {"vpns": [3], "links": [0], "workloads": [(3, {"size": 64, "count": 20})],
                   "metrics": ("rtt_avg_ms", "cpu_vpn_gateway_pct")},
-    "narayan-2008": {"vpns": [2], "links": [0], "workloads": [(0, {"window": "8K", "duration_s": 4, "omit_s": 1})],
-                     "metrics": ("throughput_mbps",)},
 }
 CASES = {"tunnels": (TUNNELS, []), **{f"seed-{name}": (name, seed_cut(name, cut)) for name, cut in SEED_CUTS.items()}}
 
