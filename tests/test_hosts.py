@@ -387,7 +387,10 @@ def test_clean_removes_what_a_crashed_controller_left(lab):
     crashed = json.loads(out.splitlines()[0])
     run_id = crashed["run_id"]
     assert a.listdir("/run/vpnlab") == [run_id] and b.listdir("/run/vpnlab") == [run_id]
-    assert wait_until(lambda: len(a.processes()) == 2 and len(b.processes()) == 2)  # the sleeps, orphaned
+    # the sleeps, orphaned: the crashed controller's sshd sessions and long-lived shells end once they
+    # see its connection gone (over 5 s once with the suite's guests on the 2 cores)
+    assert wait_until(lambda: len(a.processes()) == 2 and len(b.processes()) == 2, timeout=30), (
+        a.processes(), b.processes())
     assert crashed["link"] in a.links()
     result = lab.vpnlab("hosts", "clean", "--inventory", lab.inventory, "--limit", "lab")
     assert result.returncode == 0, result.stdout + result.stderr
