@@ -337,8 +337,11 @@ def test_remote_nodes_measure_record_and_survive_losing_a_host(lab):
         assert ready["failed"].startswith("CommandError: command failed (exit 1): gw-a: timeout -k 2 10 false")
         assert ready["timed_out"].endswith("timed out after 1 s")
         # recorded on the host before it was created; the secret is 0600 there and only there
-        state = json.loads(a.path(f"/run/vpnlab/{run_id}/state.json").read_text())
-        assert [p["pid"] for p in state["processes"]] == [ready["sleepers"]["gw-a"]]
+        # spawn returns once the sleeper's record is sent; the host writes it, then runs the sleeper
+        record = a.path(f"/run/vpnlab/{run_id}/state.json")
+        assert wait_until(lambda: [p["pid"] for p in json.loads(record.read_text())["processes"]]
+                          == [ready["sleepers"]["gw-a"]], timeout=30), record.read_text()
+        state = json.loads(record.read_text())
         assert state["namespaces"] == [ready["namespace"]] and state["links"] == [ready["veth"]]
         assert state["sysctls"] == {"net.ipv4.ip_forward": "0"} and a.sysctl("net.ipv4.ip_forward") == "1"
         assert ready["secret_mode"] == "600" and a.path(ready["secret"]).stat().st_mode & 0o777 == 0o600
