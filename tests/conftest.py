@@ -100,9 +100,8 @@ def pytest_xdist_make_scheduler(config, log):
 # guests at once overloaded the 2 cores (load 14: a boot over 120 s, PPTP at half its share of a link,
 # a study past its test's time limit); three at once took longer than two (24 min in all: the two
 # longest files at 1330 and 1151 s against 543 and 875 s, and no VPN in a guest at 66% of a 2 Mbit/s
-# link), and so did three once the hosts' guest had shrunk (18 min against 16, and 5 tests failed on
-# the load); meanwhile their workers wait.
-LONG = ("test_vm_remote_access.py", "test_vm_site_to_site.py", "test_hosts_kernel.py", "test_hosts_kernel_seed.py")
+# link); meanwhile their workers wait.
+LONG = ("test_hosts_kernel.py", "test_vm_remote_access.py", "test_vm_site_to_site.py")
 LONG_AT_ONCE = 2
 LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them never says they are done)
 

@@ -1,8 +1,8 @@
 """Seed studies on real hosts: a short version of each seed whose scenarios this machine's kernel can
 carry runs from its own file with `vpnlab run --inventory` on the hosts lab (tests/hosts_harness.py:
 namespaces with their own sshd, real Ansible inventory), every scenario on the hosts, none refused.
-jaha-2014's scenarios need PPP, L2TP, kernel ESP and netem: test_hosts_kernel_seed.py runs its cut
-on hosts inside a VM guest, test_hosts_kernel.py PPTP, libreswan and delays on hosts in another."""
+jaha-2014's scenarios need PPP, L2TP, kernel ESP and netem: test_hosts_kernel.py runs its cut on
+hosts inside a VM guest, and PPTP, libreswan and delays on hosts there."""
 
 import pytest
 
