@@ -95,13 +95,14 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # Each boots the VM and runs a study there for minutes: the suite lasts as long as the last of them
-# to start plus its own time. They are handed out first (the longest first) and start as soon as every
-# ALONE test is done (those cannot share the machine with an emulator), LONG_AT_ONCE at a time: four
-# guests at once overloaded the 2 cores (load 14: a boot over 120 s, PPTP at half its share of a link,
-# a study past its test's time limit); three at once took longer than two (24 min in all: the two
-# longest files at 1330 and 1151 s against 543 and 875 s, and no VPN in a guest at 66% of a 2 Mbit/s
-# link); meanwhile their workers wait.
-LONG = ("test_hosts_kernel.py", "test_vm_remote_access.py", "test_vm_site_to_site.py")
+# to start plus its own time. They are handed out first and start once every ALONE test is done (those
+# cannot share the machine with an emulator), LONG_AT_ONCE at a time, in LONG's order: the hosts' guest
+# last, when the rest of the suite is ending (a fresh-clone run: 412 s there, 15 min 57 s in all; first,
+# with the suite's load, its three cases then took 879 s and the suite 18 min 47 s). Four guests at
+# once overloaded the 2 cores (load 14: a boot over 120 s, PPTP at half its share of a link, a study
+# past its test's time limit); three at once took longer than two (24 min in all once; 18 min against
+# 16 with today's guests, and 5 tests failed on the load); meanwhile their workers wait.
+LONG = ("test_vm_remote_access.py", "test_vm_site_to_site.py", "test_hosts_kernel.py")
 LONG_AT_ONCE = 2
 LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them never says they are done)
 
@@ -119,11 +120,13 @@ def _in_turn(items: list) -> list:
 
 
 def pytest_collection_finish(session):
-    global _ALONE_EXPECTED
+    global _ALONE_EXPECTED, _LONG_COLLECTED
     _ALONE_EXPECTED = sum(map(_alone, session.items))
+    _LONG_COLLECTED = [name for name in LONG if any(item.path.name == name for item in session.items)]
 
 
 _ALONE_EXPECTED = 0  # this session's ALONE tests (every worker collects them all)
+_LONG_COLLECTED: list[str] = []  # this session's LONG files, in LONG's order
 _LONG_STARTED: set[str] = set()  # the LONG files whose first test this worker has begun
 
 
@@ -149,7 +152,7 @@ def _machine(item):
             time.sleep(1)
     booting = item.path.name in LONG and item.path.name not in _LONG_STARTED  # its first test boots
     _LONG_STARTED.add(item.path.name)
-    with _long_slot(folder, booting), open(folder / "machine.gate", "a") as gate, \
+    with _long_slot(folder, item.path.name if booting else None), open(folder / "machine.gate", "a") as gate, \
             open(folder / "machine.lock", "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -163,11 +166,16 @@ def _machine(item):
 
 
 @contextlib.contextmanager
-def _long_slot(folder: Path, long: bool):
-    """One of LONG_AT_ONCE slots, for the test of a LONG file that boots its guest."""
-    if not long:
+def _long_slot(folder: Path, booting: str | None):
+    """One of LONG_AT_ONCE slots, for the test of a LONG file that boots its guest (`booting`, its
+    file's name), taken once every LONG file before it has taken one."""
+    if booting is None:
         yield
         return
+    before = _LONG_COLLECTED[:_LONG_COLLECTED.index(booting)] if booting in _LONG_COLLECTED else []
+    deadline = time.monotonic() + LONG_WAIT_S  # a worker that died before its file began never says so
+    while not all((folder / f"long.started.{name}").exists() for name in before) and time.monotonic() < deadline:
+        time.sleep(1)
     while True:
         for n in range(LONG_AT_ONCE):
             with open(folder / f"long.slot{n}", "a") as slot:
@@ -175,6 +183,7 @@ def _long_slot(folder: Path, long: bool):
                     fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue
+                (folder / f"long.started.{booting}").touch()
                 yield
                 return
         time.sleep(1)
