@@ -37,8 +37,9 @@ BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_networ
 # reused PID). `stop` waits by the clock (/proc/uptime, in hundredths of a second), not by a count
 # of checks: each check is itself slow on a busy or emulated host. /proc is read with the shell's
 # own `read`, never a program: on an emulated host each program started costs a tenth of a second.
+PROCSTAT = r"""procstat() { r=; read -r r 2>/dev/null < "/proc/$1/stat"; }"""  # $r: the line, or empty
 SHELL_FUNCTIONS = r"""
-procstat() { r=; read -r r 2>/dev/null < "/proc/$1/stat"; }
+""" + PROCSTAT + r"""
 alive() { want=$2; procstat "$1"; [ -n "$r" ] || return 1
   set -- ${r##*") "}; [ "$1" != Z ] && [ "${20}" = "$want" ]; }
 members() { m=$1; for f in /proc/[0-9]*/stat; do r=; read -r r 2>/dev/null < "$f" || continue

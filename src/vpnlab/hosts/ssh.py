@@ -34,7 +34,7 @@ from pathlib import Path
 import asyncssh
 
 from ..errors import CommandError, VpnlabError
-from .hoststate import REMOTE_ROOT, RESOURCES, SHELL_FUNCTIONS, HostState, ManagementPath
+from .hoststate import PROCSTAT, REMOTE_ROOT, RESOURCES, SHELL_FUNCTIONS, HostState, ManagementPath
 from .inventory import Host, HostKeyPolicy
 
 CONNECT_TIMEOUT = 15
@@ -60,7 +60,7 @@ SAVE_THEN = SAVE + ' && shift 2 && exec "$@"'
 # record with them in it, one line, writes it and only then runs the program: the record is on the
 # host before the program runs, in the round trip that starts it. Anything but a record (the
 # connection closed) and it never runs.
-SPAWN_WRAPPER = ('f() { r=; s=; b=; read -r r 2>/dev/null < "/proc/$1/stat"; [ -n "$r" ] || return 0; '
+SPAWN_WRAPPER = (PROCSTAT + '; f() { s=; b=; procstat "$1"; [ -n "$r" ] || return 0; '
                  'set -- ${r##*") "}; s=$4; b=${20}; }; '
                  'f $$; me=$b; f "$s"; echo "$$ $me $s ${b:-0}"; '
                  'r=$1; shift; IFS= read -r j; case $j in "{"*"}") ;; *) exit 125;; esac; '
