@@ -321,18 +321,19 @@ def seed_drivers(name: str, cut: dict) -> list[str]:
 SEED_ENDS = {"remote-access": {"client": "gw-a", "gateway": "gw-b"}, "site-to-site": {"left": "gw-a", "right": "gw-b"}}
 
 
-def seed_hosts(name: str) -> dict[str, str]:
-    """Seed `name`'s ends mapped to the lab's hosts."""
-    return SEED_ENDS[yaml.safe_load(builtin_studies()[name])["topology"]]
+def seed_hosts(name: str, cut: dict | None = None) -> dict[str, str]:
+    """Seed `name`'s ends mapped to the lab's hosts: the cut's own `hosts`, or the first two."""
+    return (cut or {}).get("hosts") or SEED_ENDS[yaml.safe_load(builtin_studies()[name])["topology"]]
 
 
 def seed_cut(name: str, cut: dict) -> list[str]:
     """The --set assignments that shorten seed `name` as `cut` says: two repetitions, its ends on the
-    lab's hosts (seed_hosts), its links shaped on them, and a subset of its scenarios: entries of the
-    file's own lists by index (`vpns`, `links`, `workloads`), a swept field narrowed to one of its values."""
+    lab's hosts (seed_hosts: the cut's `hosts`, or the first two), its links shaped on them, and a
+    subset of its scenarios: entries of the file's own lists by index (`vpns`, `links`, `workloads`),
+    a swept field narrowed to one of its values."""
     study = yaml.safe_load(builtin_studies()[name])
     links = [link | {"shape": True} for link in _picked(study["links"], cut["links"])]
-    return ["repetitions=2", f"hosts={json.dumps(seed_hosts(name))}", f"links={json.dumps(links)}",
+    return ["repetitions=2", f"hosts={json.dumps(seed_hosts(name, cut))}", f"links={json.dumps(links)}",
             f"vpns={json.dumps(_picked(study['vpns'], cut['vpns']))}",
             f"workloads={json.dumps(_picked(study['workloads'], cut['workloads']))}"]
 
@@ -366,7 +367,7 @@ def check_seed_store(db: Path, seed: str, cut: dict) -> None:
     assert sorted(outer) == sorted(seed_drivers(seed, cut))
     for key, scenario in scenarios.items():
         assert (scenario["status"], scenario["failure"], scenario["hosts"], scenario["measured_in"]) == (
-            "done", None, seed_hosts(seed), "host"), (key, scenario)
+            "done", None, seed_hosts(seed, cut), "host"), (key, scenario)
         for metric in cut["metrics"]:
             assert len(values[(*key, metric)]) == 2, (key, metric)
         if scenario["vpn"] != "none":

@@ -43,10 +43,12 @@ TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"] if vp
 # jaha-2014 shortened (hosts_harness.seed_cut), two repetitions, with the metrics each must record
 # twice: L2TP/IPsec over its WLAN link (24 Mbit/s, 1 ms with 0.5 ms of jitter, 0.1% loss: netem on the
 # hosts), 20 pings of 64 bytes; its PPTP is the tunnels case's. Each `vpnlab run` in an emulated guest
-# spends a minute or two before its first repetition (imports, the inventory, the hosts' probe).
+# spends a minute or two before its first repetition (imports, the inventory, the hosts' probe): the
+# two cases run at once, each on its own two hosts.
 JAHA = {"vpns": [3], "links": [0], "workloads": [(3, {"size": 64, "count": 20})],
-        "metrics": ("rtt_avg_ms", "cpu_vpn_gateway_pct")}
-CASES = {"tunnels": (TUNNELS, []), "seed-jaha-2014": ("jaha-2014", seed_cut("jaha-2014", JAHA))}
+        "metrics": ("rtt_avg_ms", "cpu_vpn_gateway_pct"), "hosts": {"client": "gw-c", "gateway": "gw-d"}}
+CASES = {"tunnels": (TUNNELS, [], tuple(HOSTS.values())),
+         "seed-jaha-2014": ("jaha-2014", seed_cut("jaha-2014", JAHA), tuple(JAHA["hosts"].values()))}
 
 
 @pytest.fixture(scope="module")
