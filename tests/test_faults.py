@@ -203,6 +203,30 @@ def test_a_signal_while_the_probe_namespace_exists_removes_it(tmp_path, no_lefto
     assert not namespace.exists()
 
 
+HELD = """
+import os, signal, threading
+from vpnlab.run import signals
+signals.install()
+try:
+    with signals.held():
+        sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGTERM))
+        sender.start()
+        sender.join()
+        for _ in range(10 ** 5):  # the main thread runs Python handlers between these
+            pass
+        print("block ended", flush=True)
+except signals.Interrupted as exc:
+    print("raised after it:", exc, flush=True)
+"""
+
+
+def test_a_signal_during_a_held_step_is_raised_once_it_is_over():
+    """signals.held: how a process is started and recorded (or the probe started) with no signal
+    between, here with SIGTERM sent from another thread, which a blocked mask would not stop."""
+    shown = subprocess.run([sys.executable, "-c", HELD], capture_output=True, text=True, timeout=60)
+    assert shown.stdout.splitlines() == ["block ended", "raised after it: SIGTERM"], shown.stderr
+
+
 @pytest.mark.integration
 def test_two_runs_at_once_say_so_and_flag_their_samples(tmp_path, no_leftovers):
     from vpnlab.testbed.state import RunState

@@ -9,6 +9,7 @@ import signal
 import subprocess
 
 from ..catalog import declared
+from ..run.signals import held
 from .features import Capabilities, parse_probe, probe_argv
 from ..testbed.state import PROBE_PREFIX
 from ..tools import find, version
@@ -20,17 +21,21 @@ def probe() -> dict:
     model, cores and kernel pieces. Its namespace is named for this process: `vpnlab clean` removes
     it if the process dies meanwhile."""
     namespace = f"{PROBE_PREFIX}{os.getpid()}"
-    with subprocess.Popen(probe_argv(namespace), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True, start_new_session=True) as shown:
-        try:
-            answer, _ = shown.communicate()
-        except BaseException:
-            # a signal (vpnlab turns it into an exception) ends the probe before its EXIT trap can
-            # remove the namespace: end the probe and its `ip`, then remove it here
+    shown = None
+    try:
+        with held():  # a signal while Popen starts the probe is raised once the probe is ours to end
+            shown = subprocess.Popen(probe_argv(namespace), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, start_new_session=True)
+        answer, _ = shown.communicate()
+    except BaseException:
+        # a signal (vpnlab turns it into an exception) ends the probe before its EXIT trap can
+        # remove the namespace: end the probe and its `ip`, then remove it here
+        if shown is not None:
             os.killpg(shown.pid, signal.SIGKILL)
             shown.wait()
-            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
-            raise
+            shown.stdout.close()
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        raise
     return parse_probe(answer)
 
 

@@ -9,6 +9,7 @@ The handlers are installed before anything is created and stay until the program
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 UNWINDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -26,8 +27,32 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+_held = 0  # `held` blocks open
+_pending: int | None = None  # a signal that came meanwhile
+
+
 def _raise(signum, frame):
+    global _pending
+    if _held:
+        _pending = signum
+        return
     raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def held():
+    """A step not to be cut in two, such as starting a process its caller must then end: a signal
+    meanwhile is raised once the block is over. (Blocking the signal would not do: another thread
+    may take it, and Python runs the handler in the main thread wherever that is.)"""
+    global _held, _pending
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held and _pending is not None:
+            signum, _pending = _pending, None
+            raise Interrupted(signum)
 
 
 def install() -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from ..machines.backend import SLOWDOWN
 from ..errors import CommandError, VpnlabError
+from ..run.signals import held
 from . import netns
 from .state import RunState
 
@@ -124,19 +125,20 @@ class Node:
         log = open(log_path, "wb")  # a fresh log: readiness checks read it
         source = open(stdin, "rb") if stdin else subprocess.DEVNULL
         try:
-            proc = subprocess.Popen(
-                [*self.launcher, *self._wrap(argv)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=source,
-                env={**os.environ, **env} if env else None,
-                start_new_session=True,  # Ctrl-C reaches the tool, which stops its daemons in order
-            )
+            with held():  # started, then recorded: a signal between the two would leave it unseen
+                proc = subprocess.Popen(
+                    [*self.launcher, *self._wrap(argv)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=source,
+                    env={**os.environ, **env} if env else None,
+                    start_new_session=True,  # Ctrl-C reaches the tool, which stops its daemons in order
+                )
+                self.state.add_process(proc.pid, what or str(argv[0]))
         finally:
             log.close()
             if stdin:
                 source.close()
-        self.state.add_process(proc.pid, what or str(argv[0]))
         return proc
 
     def stop(self, proc: subprocess.Popen, grace: float = 3.0) -> None:
