@@ -28,10 +28,15 @@ import execlog  # noqa: E402
 execlog.install()
 
 
+_CONFIG: pytest.Config | None = None
+
+
 def pytest_configure(config):
     """The suite starts hundreds of vpnlab commands: each imports vpnlab and the audit compiled rather
     than compiling them anew, also where PYTHONDONTWRITEBYTECODE keeps Python from saving what it
     compiles (once, before any worker starts)."""
+    global _CONFIG
+    _CONFIG = config
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         import vpnlab
 
@@ -162,7 +167,7 @@ def _machine(item):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
-    folder = item.config._tmp_path_factory.getbasetemp().parent  # the session's, shared by its workers
+    folder = _session_folder()
     done, exclusive = folder / "alone.done", _alone(item)
     if item.path.name in LONG + HEAVY and not exclusive:  # among the ALONE tests, each would hold the next up
         deadline = time.monotonic() + LONG_WAIT_S
@@ -220,6 +225,21 @@ def _favoured():
         yield
     finally:
         os.setpriority(os.PRIO_PROCESS, 0, before)
+
+
+def _session_folder() -> Path:
+    """This test session's folder, shared by its workers (pytest-N)."""
+    base = _CONFIG._tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def kill_run(proc: subprocess.Popen) -> None:
+    """SIGKILL a vpnlab this test started, telling the session's other tests first: what it leaves
+    behind until the next vpnlab command cleans it up (namespaces of a dead run) is this test's, not
+    theirs (their checks for leftovers found one once)."""
+    (_session_folder() / f"killed.{proc.pid}").write_text(str(os.getpid()))
+    proc.kill()
+    proc.wait()
 
 
 def _lines(path: Path) -> int:
@@ -288,7 +308,10 @@ def _foreign(namespace: str) -> bool:
         state = RunState.load(record)
     except (OSError, ValueError, KeyError):
         return False
-    return state.owner_alive() and not _descends_from_us(state.owner_pid)
+    if state.owner_alive():
+        return not _descends_from_us(state.owner_pid)
+    killer = _session_folder() / f"killed.{state.owner_pid}"  # kill_run
+    return killer.exists() and killer.read_text() != str(os.getpid())
 
 
 def default_namespace_snapshot() -> dict[str, str]:

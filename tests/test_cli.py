@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_dispositions, our_namespaces, sample_count
+from conftest import default_dispositions, kill_run, our_namespaces, sample_count
 from test_hosts_study import wait_until
 from vpnlab.testbed.state import STATE_ROOT
 
@@ -156,8 +156,7 @@ def test_interrupt_cleans_up_and_resume_finishes(tmp_path, sig, no_leftovers):
 def test_sigkill_leftovers_are_cleaned_by_the_next_command(tmp_path, no_leftovers):
     proc, out = start_run(LONG, tmp_path)
     time.sleep(1.0)
-    proc.kill()
-    proc.wait()
+    kill_run(proc)
     leftover = our_namespaces()
     assert leftover, "a SIGKILLed run cannot clean up itself; its namespaces should still be there"
     records = [d for d in STATE_ROOT.iterdir() if (d / "state.json").exists()

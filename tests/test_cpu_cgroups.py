@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_dispositions, run_here
+from conftest import default_dispositions, kill_run, run_here
 from vpnlab.run import repetition
 from vpnlab.machines.capabilities import detect
 from vpnlab.errors import TunnelError
@@ -174,8 +174,7 @@ def test_no_cgroup_is_left_after_sigterm_nor_after_a_crash_and_vpnlab_clean(tmp_
     assert [g for g in groups if g.exists()] == [], "cgroups left after SIGTERM"
 
     proc, groups, run_id = _run_until_its_daemons_run(tmp_path, "crash")
-    proc.send_signal(signal.SIGKILL)  # nothing of vpnlab's runs to clean up: its daemons go on in their cgroups
-    proc.wait(timeout=10)
+    kill_run(proc)  # nothing of vpnlab's runs to clean up: its daemons go on in their cgroups
     assert all(g.exists() for g in groups)
     cleaned = subprocess.run([*VPNLAB, "clean"], capture_output=True, text=True, timeout=60)
     # A vpnlab started meanwhile by someone else may be cleaning it (then: "nothing to clean"): until it is done

@@ -152,7 +152,9 @@ def test_tinc_yggdrasil_and_hub_and_spoke_vpns_join_every_peer(no_leftovers, tmp
     assert stored(tmp_path, "SELECT failure FROM repetitions") == [(None,)]
     (raw,), = stored(tmp_path, "SELECT output FROM raw_outputs WHERE tool = 'pairs'")
     pairs = json.loads(raw)
-    assert sorted(pairs) == ["1->0", "2->0"] and all(p["ping_loss_pct"] == 0 for p in pairs.values())
+    # a peer that has not joined loses every ping; under the suite's load SoftEther's hub (a switch in
+    # userspace) lost 1 of 10 once
+    assert sorted(pairs) == ["1->0", "2->0"] and all(p["ping_loss_pct"] <= 10 for p in pairs.values()), pairs
     values = dict(stored(tmp_path, "SELECT metric, value FROM samples"))
     assert values["worst_pair_rtt_avg_ms"] == max(p["rtt_avg_ms"] for p in pairs.values())
     assert values["overhead_bytes"] == values["overhead_model_bytes"] and values["join_s"] > 0

@@ -25,6 +25,7 @@ from vpnlab.plan.scenarios import make_plan
 from vpnlab.store.results_dir import LOCK_NAME, StoreError, check_store, claim, explain
 from vpnlab.store import RESERVE_NAME, DiskFull, Store, free_bytes
 from vpnlab.plan.study import parse_study
+from conftest import kill_run
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
 
@@ -293,8 +294,7 @@ def test_one_run_per_directory_and_a_dead_runs_lock_does_not_block(tmp_path, no_
         assert second.exit_code == 2, second.stderr
         assert f"another vpnlab run (pid {first.pid}) is writing into this directory" in second.stderr
     finally:
-        first.kill()  # SIGKILL: no clean-up, the lock stays in its file but the kernel drops it
-        first.wait()
+        kill_run(first)  # no clean-up, the lock stays in its file but the kernel drops it
     proc = vpnlab("run", "--resume", out, *RUN)
     assert proc.returncode == 0, proc.stderr
     assert len(valid_repetitions(out)) == 2
