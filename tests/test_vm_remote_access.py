@@ -116,24 +116,21 @@ def test_what_a_guest_measured_while_another_run_went_on_is_flagged(remote_acces
 # client's, which the driver controls. The other way it is pptpd's, whose 0.3 s hold is a constant
 # of PoPToP 1.4.0 with no switch (0.1-0.9 Mbit/s that way before and after): not asserted here.
 #
-# Before the fix PPTP got at most 67% of no VPN this way (4 samples, with and without 10 ms of
-# delay, at a load of 5-7), after it at least 86% (97-98% without delay), and 74% while the suite's
-# four guests shared the 2 cores (load 14): 70% tells the two apart from one 4-second sample each (a
-# busier machine only lowers what the unfixed client gets). PPTP's own ceiling here is 1348 of 1458
-# bytes per frame against no VPN's 1448 of 1514, 97%.
-SHARE = 0.7
+# Judged on the best of iperf3's 1-s intervals, against no VPN's measured here (not emulated: what
+# the link carries, 1.90-1.92 Mbit/s at best in every run of the suite). The hold lowers every
+# interval: without --nobuffer the best was 1.40-1.42 (74%; 2 repetitions, an idle machine, and a
+# busier one only lowers it). The suite's load stalls an emulated guest now and then, which lowers
+# some: in its runs the 4-s means fell to 62-66% of no VPN in the VM, with 1.64 and 1.84 at best
+# (86% and 96%), and no VPN's own in the VM once to 1.59 (1.73 at best).
+SHARE = 0.8
 
 
 @pytest.mark.integration
 def test_pptp_carries_tcp_over_a_shaped_link_about_as_well_as_no_vpn(remote_access):
-    goodput = {}
-    for key in (("pptp mppe-128", "2mbit", "tcp"), ("none (in the VM)", "2mbit", "tcp")):
-        values = remote_access.valid_values(key, "throughput_mbps")
-        assert len(values) == 1, (key, values)
-        goodput[key[0]] = values[0]
-    none, pptp = goodput["none (in the VM)"], goodput["pptp mppe-128"]
-    assert none > 1.6, goodput  # the link itself: 95.7% of 2 Mbit/s less what the emulator costs
-    assert pptp >= SHARE * none, goodput
+    link = max(remote_access.intervals(("none", "2mbit", "tcp")))
+    pptp = max(remote_access.intervals(("pptp mppe-128", "2mbit", "tcp")))
+    assert 1.8 < link <= 2, link  # 95.7% of 2 Mbit/s is TCP's goodput in 1514-byte frames
+    assert pptp >= SHARE * link, (pptp, link)
 
 
 @pytest.mark.integration

@@ -12,6 +12,7 @@ from vpnlab.plan.scenarios import add_vm_twins, make_plan, place
 from vpnlab.plan.study import parse_study
 from vpnlab.run.runner import Runner
 from vpnlab.store import Store
+from vpnlab.workloads.iperf import raw_series
 from vpnlab.testbed.state import RunState
 
 from shared_run import held_like_a_test
@@ -52,6 +53,15 @@ class VmRun:
         try:
             sid = next(r.id for r in store.scenarios() if (r.vpn_label, r.link_label, r.workload) == key)
             return store.values(sid, metric)
+        finally:
+            store.close()
+
+    def intervals(self, key: tuple[str, str, str]) -> list[float]:
+        """Mbit/s in each of iperf3's 1-s intervals (after the warm-up) of a scenario's first repetition."""
+        store = Store.open_dir(self.folder)
+        try:
+            sid = next(r.id for r in store.scenarios() if (r.vpn_label, r.link_label, r.workload) == key)
+            return [mbps for _, mbps in raw_series(store.raw_output(sid, 1, "iperf3") or "")]
         finally:
             store.close()
 
