@@ -261,6 +261,25 @@ def test_the_spawn_wrapper_reports_its_process_then_runs_it_once_the_record_is_w
     assert (out, record.read_text(), proc.returncode) == ("", '{"processes": []}', 0)
 
 
+def test_spawn_wrappers_writing_the_record_at_once_all_run(tmp_path):
+    """A host's daemons started together (the background mix's servers) each write the record: each
+    through a file of its own, then renamed (one shared temporary file once left the slower
+    `mv` with nothing to move, and its daemon never ran)."""
+    record = tmp_path / "state.json"
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(SPAWN_WRAPPER)
+    procs = [subprocess.Popen(["sh", wrapper, record, "true"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, start_new_session=True) for _ in range(40)]
+    for proc in procs:
+        proc.stdout.readline()
+    written = [f'{{"processes": [{n}]}}' for n in range(len(procs))]
+    for proc, line in zip(procs, written):  # released one after another, faster than each writes
+        proc.stdin.write(line + "\n")
+        proc.stdin.close()
+    assert [proc.wait(timeout=60) for proc in procs] == [0] * len(procs)
+    assert record.read_text() in written and [p.name for p in tmp_path.iterdir()] == sorted(["state.json", "wrapper.sh"])
+
+
 # -- a lab of SSH hosts -----------------------------------------------------------------------
 
 def wait_until(predicate, timeout=5.0):

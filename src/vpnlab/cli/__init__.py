@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# Loaded before main() installs the signal handlers, as pydantic's core is: a signal raised while a
+# Rust extension initialises makes it panic (a traceback, not exit 143), and the drivers load this one later
+import cryptography.x509  # noqa: F401
 import typer
 
 from .. import version as vpnlab_version

@@ -52,7 +52,8 @@ set -- $SSH_CONNECTION; echo "$1 $3"; ip -o route get "$1" | sed -n 's/.* dev \(
 
 # The record, when it changed, is written by the next command itself before it runs (one round
 # trip, not two): its JSON and path come first, then the command, which runs only once it is saved.
-SAVE = 'u=$(umask); umask 077 && printf "%s" "$1" > "$2.tmp" && mv "$2.tmp" "$2" && umask "$u"'
+# Through a file of the writer's own, renamed: daemons started together write it at once.
+SAVE = 'u=$(umask); umask 077 && printf "%s" "$1" > "$2.$$" && mv "$2.$$" "$2" && umask "$u"'
 SAVE_THEN = SAVE + ' && shift 2 && exec "$@"'
 
 # A spawned command (its record's path first) prints its PID, start time, session and the session
@@ -140,6 +141,7 @@ class SshHost:
         self._shell: asyncssh.SSHClientProcess | None = None  # the long-lived shell commands run in
         self._shell_lock = threading.Lock()  # one command in it at a time; others take a channel each
         self._dirty = False  # the record changed since it was last written on the host
+        self._spawning = 0  # spawns whose record is on its way to the host
         self.sysctls_set: dict[str, str] = {}  # in the host's own namespace, by this run (RemoteNode.sysctl)
         self.run_dirs: set[str] = set()  # recorded folders kept to the run's end, not undone with a testbed
 
@@ -409,8 +411,14 @@ class SshHost:
         self.record("processes", record)
         with self._lock:
             line, self._dirty = self.state.to_json(compact=True), False
+            overlapped, self._spawning = self._spawning > 0, self._spawning + 1
         feed = Path(stdin).read_bytes() if stdin else b""
-        self._loop.call(self._release(channel, line.encode() + b"\n" + feed), CONNECT_TIMEOUT)
+        try:
+            self._loop.call(self._release(channel, line.encode() + b"\n" + feed), CONNECT_TIMEOUT)
+        finally:
+            with self._lock:  # spawns at once may write their records in any order: the next command rewrites it
+                self._spawning -= 1
+                self._dirty = self._dirty or overlapped or self._spawning > 0
         done = self._loop.submit(self._copy_output(channel, Path(log_path)))
         return RemoteProcess(self, record, done)
 
