@@ -104,9 +104,9 @@ def pytest_xdist_make_scheduler(config, log):
 # cannot share the machine with an emulator), LONG_AT_ONCE at a time, in LONG's order, their workers
 # (and so their emulators) at a higher priority (GUEST_NICE). The last to start runs when the rest of the suite is ending:
 # the hosts' guest, whose two cases then have the guest's two CPUs to themselves (it took 412 s there
-# and twice as long at the start). At equal priority, the suite's load starved the guests: PPTP then
-# carried 62% of what no VPN carries through the guest against the 70% asked, and no VPN itself 1.52 of
-# 2 Mbit/s (eight busy loops beside an idle suite leave both at 96-97%). Four guests at once overloaded
+# and twice as long at the start). At equal priority, the suite's load starved the guests: PPTP's
+# 4-s mean through the guest fell to 62% of no VPN's, and no VPN's own to 1.52 of 2 Mbit/s (eight busy
+# loops beside an idle guest leave both at 96-97%). Four guests at once overloaded
 # the 2 cores (load 14: a boot over 120 s, PPTP at half its share of a link, a study past its test's
 # time limit); three at once took longer than two (24 min in all once; 18 min against 16 with today's
 # guests, and 5 tests failed on the load); meanwhile their workers wait.

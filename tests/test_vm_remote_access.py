@@ -129,7 +129,9 @@ SHARE = 0.8
 def test_pptp_carries_tcp_over_a_shaped_link_about_as_well_as_no_vpn(remote_access):
     link = max(remote_access.intervals(("none", "2mbit", "tcp")))
     pptp = max(remote_access.intervals(("pptp mppe-128", "2mbit", "tcp")))
-    assert 1.8 < link <= 2, link  # 95.7% of 2 Mbit/s is TCP's goodput in 1514-byte frames
+    # 95.7% of 2 Mbit/s is TCP's goodput in 1514-byte frames; one 1-s interval may carry more, by what
+    # tbf's bucket held (2.03 once); an unshaped link would carry tens of Mbit/s
+    assert 1.8 < link <= 2.2, link
     assert pptp >= SHARE * link, (pptp, link)
 
 
