@@ -102,14 +102,14 @@ def pytest_xdist_make_scheduler(config, log):
 # Each boots the VM and runs a study there for minutes: the suite lasts as long as the last of them
 # to start plus its own time. They are handed out first and start once every ALONE test is done (those
 # cannot share the machine with an emulator), LONG_AT_ONCE at a time, in LONG's order, their workers
-# (and so their emulators) at a higher priority (GUEST_NICE). The last to start runs when the rest of the suite is ending:
-# the hosts' guest, whose two cases then have the guest's two CPUs to themselves (it took 412 s there
-# and twice as long at the start). At equal priority, the suite's load starved the guests: PPTP's
-# 4-s mean through the guest fell to 62% of no VPN's, and no VPN's own to 1.52 of 2 Mbit/s (eight busy
-# loops beside an idle guest leave both at 96-97%). Four guests at once overloaded
-# the 2 cores (load 14: a boot over 120 s, PPTP at half its share of a link, a study past its test's
-# time limit); three at once took longer than two (24 min in all once; 18 min against 16 with today's
-# guests, and 5 tests failed on the load); meanwhile their workers wait.
+# (and so their emulators) at a higher priority (GUEST_NICE). The last to start runs when the rest of
+# the suite is ending: the hosts' guest, whose two cases then have the guest's two CPUs to themselves
+# (it took 412 s there and twice as long at the start). At equal priority, the suite's load starved
+# the guests: PPTP's 4-s mean through the guest fell to 62% of no VPN's, and no VPN's own to 1.52 of
+# 2 Mbit/s (eight busy loops beside an idle guest leave both at 96-97%). Four guests at once
+# overloaded the 2 cores (load 14: a boot over 120 s, PPTP at half its share of a link, a study past
+# its test's time limit); three at once took longer than two (24 min in all once; 18 min against 16
+# with today's guests, and 5 tests failed on the load); meanwhile their workers wait.
 LONG = ("test_vm_site_to_site.py", "test_vm_remote_access.py", "test_hosts_kernel.py")
 LONG_AT_ONCE = 2
 LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them never says they are done)
@@ -119,8 +119,8 @@ LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them
 # the same priority, carried 66% of no VPN: that one file, whose checks are on throughput, gets more.
 GUEST_NICE = {"test_vm_remote_access.py": -6}
 GUEST_NICE_DEFAULT = -3
-# The rest's longest files are handed out first, longest first (seconds in a fresh-clone run of the
-# suite): the suite ends with the last file to end, and the longest, handed out last (as collected),
+# The rest's longest files are handed out first, longest first (by their seconds in a fresh-clone run
+# of the suite, 90-300 s each): the suite ends with the last file to end, and the longest, handed out last (as collected),
 # ended after the guests (test_tune_live.py, test_vm.py). Like LONG's, they wait for the ALONE tests:
 # each ALONE test waits for the tests running to end, and with these among them the ALONE tests took
 # 8.5 min instead of 2.

@@ -49,19 +49,18 @@ class VmRun:
 
     def valid_values(self, key: tuple[str, str, str], metric: str) -> list[float]:
         """A metric's values over the valid repetitions of one scenario, from the store itself."""
-        store = Store.open_dir(self.folder)
-        try:
-            sid = next(r.id for r in store.scenarios() if (r.vpn_label, r.link_label, r.workload) == key)
-            return store.values(sid, metric)
-        finally:
-            store.close()
+        return self._read(key, lambda store, sid: store.values(sid, metric))
 
     def intervals(self, key: tuple[str, str, str]) -> list[float]:
         """Mbit/s in each of iperf3's 1-s intervals (after the warm-up) of a scenario's first repetition."""
+        return self._read(key, lambda store, sid: [mbps for _, mbps in
+                                                   raw_series(store.raw_output(sid, 1, "iperf3") or "")])
+
+    def _read(self, key: tuple[str, str, str], read):
+        """`read(store, scenario id)` of the scenario keyed (VPN label, link label, workload kind)."""
         store = Store.open_dir(self.folder)
         try:
-            sid = next(r.id for r in store.scenarios() if (r.vpn_label, r.link_label, r.workload) == key)
-            return [mbps for _, mbps in raw_series(store.raw_output(sid, 1, "iperf3") or "")]
+            return read(store, next(r.id for r in store.scenarios() if (r.vpn_label, r.link_label, r.workload) == key))
         finally:
             store.close()
 
