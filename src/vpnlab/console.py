@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import functools
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -12,6 +15,7 @@ from rich.markup import escape
 
 from .store import results_dir
 from .errors import VpnlabError
+from .machines.backend import IN_GUEST
 from .plan.schema import CONTROL
 from .run.signals import Interrupted
 
@@ -22,6 +26,7 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 EXIT_BAD_INPUT = 2
 EXIT_SCENARIOS_FAILED = 1
 EXIT_INTERRUPTED = 130
+EXIT_BUG = 70  # sysexits' EX_SOFTWARE
 
 
 def safe(text, lines: bool = False) -> str:
@@ -35,7 +40,8 @@ def safe(text, lines: bool = False) -> str:
 
 
 def user_errors(func):
-    """Print a VpnlabError as one clear message and exit non-zero, without a traceback."""
+    """How a command ends on an error: bad input, a signal, a full disk as one clear message and
+    its exit code; anything else is a bug, said so in one message with its traceback kept aside."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -50,8 +56,34 @@ def user_errors(func):
         except results_dir.STORAGE_ERRORS as exc:  # a full disk, an unreadable store
             known = results_dir.explain(exc)
             if known is None:
-                raise
+                report_bug(exc)
+                raise typer.Exit(EXIT_BUG) from None
             err.print(f"[bold red]error:[/] {safe(known[0], lines=True)}", highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(known[1])
+        except (typer.Exit, typer.Abort, typer.TyperException):  # typer's own ways out
+            raise
+        except Exception as exc:  # noqa: BLE001  (a bug: whatever it is, one message and its traceback kept)
+            report_bug(exc)
+            raise typer.Exit(EXIT_BUG)
 
     return wrapper
+
+
+def report_bug(exc: BaseException) -> None:
+    """A bug in vpnlab, not in the input: where it happened in one line, its traceback in a new
+    file to attach to a bug report (the command's cleanup has run by then). A guest's temporary
+    files die with it, so there the traceback goes to its log, which the host keeps."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if f"{Path(__file__).parent}/" in f.filename] or frames
+    where = f" at {Path(ours[-1].filename).name}:{ours[-1].lineno} in {ours[-1].name}" if ours else ""
+    text = "".join(traceback.format_exception(exc))
+    kept = "its traceback:\n" + text
+    if not IN_GUEST:
+        try:
+            with tempfile.NamedTemporaryFile("w", prefix="vpnlab-bug-", suffix=".txt", delete=False) as file:
+                file.write(text)
+            kept = f"its traceback is in {file.name}"
+        except OSError:  # no room for it: here rather than nowhere
+            pass
+    err.print(f"[bold red]vpnlab failed on a bug[/] ({type(exc).__name__}: {safe(exc)}{safe(where)}); please "
+              f"report it. {safe(kept, lines=True)}", highlight=False, soft_wrap=True)

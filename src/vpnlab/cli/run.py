@@ -13,7 +13,7 @@ from rich.table import Table
 from ..store import results_dir
 from ..errors import StudyError, VpnlabError
 from ..run.signals import Interrupted
-from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
+from ..console import EXIT_BUG, EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, report_bug, safe, user_errors
 from .common import app, need_root, print_table
 
 
@@ -232,7 +232,8 @@ def _kernels_lack(scenario, pair, hosts) -> str | None:
 
 def _finish(out_dir: Path) -> None:
     """Summary and report; a signal meanwhile leaves the run marked interrupted, with the way to
-    write the report later, never a 'completed' run without its report."""
+    write the report later, never a 'completed' run without its report. A bug in them leaves the
+    measured run as it is and says how to write the report once it is fixed."""
     from ..analyse.analysed import analyse
     from ..report.html import write as write_report
     from ..store import Store
@@ -251,6 +252,10 @@ def _finish(out_dir: Path) -> None:
         err.print(f"[yellow]interrupted[/] while writing the report: every sample is stored; "
                   f"write the report with: vpnlab report {safe(out_dir)}")
         raise typer.Exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001  (a bug in the analysis or the report, after every sample is stored)
+        report_bug(exc)
+        err.print(f"every sample is stored; once it is fixed, write the report with: vpnlab report {safe(out_dir)}")
+        raise typer.Exit(EXIT_BUG) from None
 
 
 def _compact(analysed) -> None:
