@@ -113,6 +113,7 @@ def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
 
 
 @app.command("list")
+@user_errors
 def list_things():
     """VPN drivers with their options, workload kinds, every metric vpnlab can record, built-in studies."""
     from ..catalog import DRIVERS, KINDS, METRICS
