@@ -115,7 +115,7 @@ def test_the_background_mix_runs_between_hosts(lab, tmp_path):  # noqa: F811
 def test_hosts_prepare_installs_the_servers_clients_and_python_modules_they_need():
     here = "hosts: {client: gw-a, gateway: gw-b}\n"
     transfers = study_packages(parse_study(TRANSFERS.replace(here, "")))
-    assert {"nginx-light", "curl", "openssl", "vsftpd", "openssh-server", "openssh-client", "util-linux",
+    assert {"nginx-light", "curl", "vsftpd", "openssh-server", "openssh-client", "util-linux",
             "python3-numpy", "python3-pil"} <= set(transfers)  # datasets.py runs under the host's Python
     assert "dovecot-pop3d" not in transfers
     mixed = set(study_packages(parse_study(BACKGROUND.replace(here, "").replace("    shape: true\n", ""))))

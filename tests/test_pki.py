@@ -1,12 +1,14 @@
 """The per-tunnel PKI (drivers/pki.py): made in memory, each end given only its own key."""
 
 import ipaddress
+import subprocess
+import time
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from vpnlab.drivers.pki import make_pki
+from vpnlab.drivers.pki import CLOCK_SLACK, make_pki
 
 
 def public(pem: bytes) -> bytes:
@@ -47,3 +49,20 @@ def test_an_end_is_given_the_ca_and_its_own_certificate_and_key_only():
         assert written == {"/node/ca.pem": pki.ca, f"/node/{end}.pem": pki.own(end)[0], f"/node/{end}.key": pki.own(end)[1]}
         other = "client" if end == "server" else "server"
         assert pki.own(other)[1] not in written.values()
+
+
+def test_a_client_whose_clock_trails_by_minutes_accepts_the_server_certificate(tmp_path):
+    """A real host's clock may trail the controller's (or a server's): openssl, as curl and the VPN
+    clients check, accepts the chain at a time a few minutes before it was made, not at one beyond
+    the slack."""
+    pki = make_pki("198.18.0.2")
+    (tmp_path / "ca.pem").write_bytes(pki.ca)
+    (tmp_path / "server.pem").write_bytes(pki.server_cert)
+
+    def verify_at(seconds_ago: float) -> int:
+        return subprocess.run(["openssl", "verify", "-attime", str(int(time.time() - seconds_ago)), "-CAfile",
+                               tmp_path / "ca.pem", tmp_path / "server.pem"], capture_output=True).returncode
+
+    slack = CLOCK_SLACK.total_seconds()
+    assert verify_at(slack - 60) == 0
+    assert verify_at(slack + 60) != 0  # the check is real: earlier than the slack, not yet valid

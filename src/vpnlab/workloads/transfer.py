@@ -9,7 +9,7 @@ from typing import Callable, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from ..drivers.pki import OPENSSL
+from ..drivers.pki import make_pki
 from ..errors import MeasurementError
 from ..metrics import declare
 from ..plan.schema import Size, human_size, parse_size
@@ -31,7 +31,7 @@ CURL = Tool("curl", "curl", ("curl", "--version"))
 VSFTPD = Tool("vsftpd", "vsftpd", ("vsftpd", "-v"), path="/usr/sbin/vsftpd")
 SSHD = Tool("sshd", "openssh-server", ("sshd", "-V"), path="/usr/sbin/sshd")
 MKTEMP, RM = Tool("mktemp", "coreutils"), Tool("rm", "coreutils")
-CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL, OPENSSL), "ftp": (VSFTPD, CURL),
+CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL), "ftp": (VSFTPD, CURL),
            "ssh": (SSHD, Tool("scp", "openssh-client"), Tool("ssh", "openssh-client"),  # (scp runs ssh)
                    Tool("ssh-keygen", "openssh-client"), MKTEMP, RM)}
 # What datasets.py, run on the sink by its Python, imports beyond the standard library
@@ -115,19 +115,20 @@ def private_dir(node: Node, name: str) -> str:
     return folder
 
 
-def _self_signed(node: Node, home: str, ip: str) -> tuple[str, str]:
-    """A certificate for `ip` that is its own CA, made on the server's node: (key, certificate)."""
-    key, cert = f"{home}/server.key", f"{home}/server.pem"
-    node.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-              "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=vpnlab-server",
-              "-addext", f"subjectAltName=IP:{ip}"])
-    return key, cert
+def _server_certificate(node: Node, home: str, ip: str) -> tuple[str, str, bytes]:
+    """The server's key and certificate for `ip`, written to its node, and the CA that signed them,
+    for the client. Made here, not by openssl on the node: they start a few minutes back
+    (pki.CLOCK_SLACK), where a certificate made there would start at the server's own clock and a
+    client host whose clock trails it would refuse it as not yet valid."""
+    pki = make_pki(ip)
+    cert, key = pki.own("server")
+    return node.write_file(f"{home}/server.key", key), node.write_file(f"{home}/server.pem", cert, 0o644), pki.ca
 
 
 def _start_nginx(ctx: WorkloadContext, data: str) -> dict:
     sink, ip = ctx.bed.sink, ctx.bed.sink_ip
     home = private_dir(sink, "nginx")
-    key, cert = _self_signed(sink, home, ip)
+    key, cert, ca = _server_certificate(sink, home, ip)
     conf = sink.write_file(f"{home}/nginx.conf", f"""daemon off;
 worker_processes 1;
 pid {home}/nginx.pid;
@@ -147,7 +148,7 @@ http {{
   }}
 }}
 """)
-    return {"argv": ["nginx", "-c", conf, "-p", home], "port": PORTS["http"], "ca": cert}
+    return {"argv": ["nginx", "-c", conf, "-p", home], "port": PORTS["http"], "ca": ca}
 
 
 def _start_vsftpd(ctx: WorkloadContext, data: str) -> dict:
@@ -303,11 +304,11 @@ def _download_command(spec: TransferOptions, ctx: WorkloadContext, info: dict, p
 
 
 def _ca_on_source(ctx: WorkloadContext, info: dict) -> str:
-    """The server's certificate, copied from the sink to the source once per testbed."""
+    """The CA of the server's certificate, written on the source once per testbed."""
     if "ca_on_source" not in info:
         source = ctx.bed.source
         path = f"{source.scratch()}/curl-{source.namespace or source.role}/ca.pem"
-        info["ca_on_source"] = source.write_file(path, ctx.bed.sink.read_file(info["ca"]), 0o644)
+        info["ca_on_source"] = source.write_file(path, info["ca"], 0o644)
     return info["ca_on_source"]
 
 
