@@ -20,7 +20,7 @@ from vpnlab.report import export
 from vpnlab.analyse.analysed import Analysed
 from vpnlab.catalog import KINDS
 from vpnlab.errors import StudyError
-from vpnlab.run.mesh_run import combine, pairs_of
+from vpnlab.run.mesh_run import add_link_shares, combine, pairs_of
 from vpnlab.run.tunnels import answer_deadline
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.report.html import build, render
@@ -129,6 +129,14 @@ def test_all_to_all_tcp_through_a_mesh_stores_every_pair(no_leftovers, tmp_path,
         assert min(each) > 1 and values["throughput_mbps"] == pytest.approx(sum(each))
         assert values["worst_pair_throughput_mbps"] == min(each)
         assert values["throughput_mbps"] < 2 * 3 * 50  # each link carries at most its rate each way
+        for label, own in pairs.items():  # a peer's link carries the 2 flows it sends, the 2 it receives
+            a, b = label.split("->")
+            up = sum(p["throughput_mbps"] for k, p in pairs.items() if k.startswith(f"{a}->"))
+            down = sum(p["throughput_mbps"] for k, p in pairs.items() if k.endswith(f"->{b}"))
+            assert own["link_utilisation_pct"] == pytest.approx(100 * max(up, down) / 50)
+        assert values["link_utilisation_pct"] == min(p["link_utilisation_pct"] for p in pairs.values())
+        if not scenario.vpn.layers:
+            assert values["link_utilisation_pct"] > 80  # no VPN fills the links here
         if scenario.vpn.layers:
             assert 0 < values["join_s"] < 10
             # measured on the pair's WAN links, where the proof of tunnel found nothing in clear
@@ -259,6 +267,20 @@ def test_pairs_and_how_their_values_combine():
     values, _ = combine(KINDS["ping"], ping)
     assert values == {"rtt_avg_ms": 25.0, "ping_loss_pct": 5.0, "worst_pair_rtt_avg_ms": 30.0}
     assert "worst_pair_rtt_avg_ms" not in combine(KINDS["ping"], {"1->2": ping["1->0"]})[0]
+
+
+def test_a_pair_uses_the_share_of_its_busier_link_and_the_mesh_its_least_pair():
+    views = [PairView(None, a, b, None) for a, b in pairs_of("to-one", 3)]  # 1->0 and 2->0 share peer 0's link
+    tcp = {"1->0": Measurement({"throughput_mbps": 6.0}), "2->0": Measurement({"throughput_mbps": 3.0})}
+    add_link_shares(tcp, views, 10)
+    assert [tcp[v.label].values["link_utilisation_pct"] for v in views] == [90.0, 90.0]  # down into peer 0: 9 of 10
+    one = {"1->0": Measurement({"throughput_mbps": 6.0}), "2->1": Measurement({"throughput_mbps": 3.0})}
+    add_link_shares(one, [PairView(None, 1, 0, None), PairView(None, 2, 1, None)], 10)
+    assert one["1->0"].values["link_utilisation_pct"] == 60.0 and one["2->1"].values["link_utilisation_pct"] == 30.0
+    assert combine(KINDS["tcp"], one)[0]["link_utilisation_pct"] == 30.0  # the least pair, not the mean
+    unshaped = {"1->0": Measurement({"throughput_mbps": 6.0})}
+    add_link_shares(unshaped, views[:1], None)
+    assert "link_utilisation_pct" not in unshaped["1->0"].values
 
 
 def test_pings_wait_for_a_reply_as_long_as_the_link_takes():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +32,9 @@ from ..workloads.base import Measurement, WorkloadContext
 
 ONE_PAIR = (1, 2)
 SUMMED_UNITS = ("Mbit/s", "kbit/s", "segments", "count")  # over a mesh's pairs: what all of them carried, lost
+# Over a mesh's pairs, the least: every pair at 90% of its busier link or more means the links, not the
+# peers' CPU, set what the mesh carried (analysis.emulation_bound), which a mean would claim of one slow pair
+LEAST = ("link_utilisation_pct",)
 WARM_UP_PINGS = 5  # per pair: keys, lighthouse look-ups and path-MTU discovery start with a pair's first packet
 
 
@@ -67,6 +71,7 @@ def run_mesh_repetition(scenario, state: RunState, log_dir: Path, arrivals: str 
         loaded = LoadedRtt(measured[0], log_dir) if scenario.kind.loads_path else None  # ping under load
         try:
             results = measure_pairs(scenario, contexts, loaded)
+            add_link_shares(results, measured, scenario.link_as_run.rate_mbit)
             attempt.sample.values, attempt.sample.raw["pairs"] = combine(scenario.kind, results)
             attempt.sample.values |= loaded.finish(None)[0] if loaded else {}
             attempt.sample.flags = sorted({f"pair {label}: {flag}" for label, m in results.items() for flag in m.flags})
@@ -141,15 +146,31 @@ def measure_pairs(scenario, contexts: list[WorkloadContext], loaded: LoadedRtt |
         return {label: future.result() for label, future in futures.items()}
 
 
+def add_link_shares(results: dict[str, Measurement], views: list[PairView], rate_mbit: float | None) -> None:
+    """Each pair's link_utilisation_pct: the goodput its busier WAN link carried, as a share of the link
+    rate. A peer's link carries up what it sends to every measured pair and down what they send it
+    (`all`: N-1 flows each way), so a pair's own goodput alone would understate a full link."""
+    goodputs = {(v.a, v.b): results[v.label].values.get("throughput_mbps") for v in views}
+    if not rate_mbit or None in goodputs.values():
+        return
+    up, down = defaultdict(float), defaultdict(float)
+    for (a, b), mbps in goodputs.items():
+        up[a] += mbps
+        down[b] += mbps
+    for v in views:
+        results[v.label].values["link_utilisation_pct"] = 100 * max(up[v.a], down[v.b]) / rate_mbit
+
+
 def combine(kind, results: dict[str, Measurement]) -> tuple[dict[str, float], str]:
     """The sample's values: each metric summed over the pairs if it is a rate or a count (what the mesh
-    carried in all), else their mean; the primary metric's worst pair as `worst_pair_<metric>`. And every
+    carried in all), the least of them if in LEAST, else their mean; the primary metric's worst pair as `worst_pair_<metric>`. And every
     pair's own values, as JSON (the per-pair samples)."""
     per_pair = {label: m.values for label, m in results.items()}
     values = {}
     for name in {n for v in per_pair.values() for n in v}:
         found = [v[name] for v in per_pair.values() if name in v]
-        values[name] = sum(found) if metric(name).unit in SUMMED_UNITS else sum(found) / len(found)
+        values[name] = (sum(found) if metric(name).unit in SUMMED_UNITS else min(found) if name in LEAST
+                        else sum(found) / len(found))
     primary = kind.primary
     found = [v[primary] for v in per_pair.values() if primary in v]
     if found and len(per_pair) > 1:

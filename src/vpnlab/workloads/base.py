@@ -19,9 +19,10 @@ from ..plan.schema import Strict
 from ..testbed.topology import Testbed
 from ..tools import Tool
 
-# measure.py computes it for every kind that reports a throughput
+# measure/window.py computes it for every kind that reports a throughput, run/mesh_run.py for a mesh
 UTILISATION = declare("link_utilisation_pct", "%", "goodput as a share of the shaped link rate (above 100% only "
-                      "when compression shrinks the data)", True, positive=True, producers="tcp, udp, transfer")
+                      "when compression shrinks the data; in a mesh, each pair's busier link's, the least pair's "
+                      "for the sample)", True, positive=True, producers="tcp, udp, transfer")
 
 
 class WorkloadOptions(Strict):
