@@ -136,7 +136,7 @@ def test_all_to_all_tcp_through_a_mesh_stores_every_pair(no_leftovers, tmp_path,
             assert own["link_utilisation_pct"] == pytest.approx(100 * max(up, down) / 50)
         assert values["link_utilisation_pct"] == min(p["link_utilisation_pct"] for p in pairs.values())
         if not scenario.vpn.layers:
-            assert values["link_utilisation_pct"] > 80  # no VPN fills the links here
+            assert values["link_utilisation_pct"] > 60  # no VPN all but fills them (80-95% in 2 s from a cold start)
         if scenario.vpn.layers:
             assert 0 < values["join_s"] < 10
             # measured on the pair's WAN links, where the proof of tunnel found nothing in clear
@@ -144,6 +144,7 @@ def test_all_to_all_tcp_through_a_mesh_stores_every_pair(no_leftovers, tmp_path,
             assert 0 <= values["idle_control_bytes_per_s"] < 5000  # keepalives and look-ups, not a flood
         else:
             assert "join_s" not in values
+            assert values["idle_control_bytes_per_s"] == 0  # bare IPv4 links are silent (IPv6 start-up is off)
 
 
 TO_ONE = ALL_TO_ALL.replace("vpns: [{driver: none}, VPN]", "vpns: [VPN]").replace(
