@@ -286,7 +286,7 @@ def emulation_bound(row: ScenarioRow, metric: str, utilisation_pct: float | None
     if carried_pct is not None and carried_pct >= LINK_BOUND_PCT:
         return ""
     if utilisation_pct is None:
-        if row.link_rate_mbit:  # (a mesh measures no one link's use)
+        if row.link_rate_mbit:
             return ("measured under software emulation (QEMU TCG) with no measure of how full its link was: the "
                     "emulator's CPU or its per-packet delay may have set it")
         return "measured under software emulation (QEMU TCG) on a link without a rate: the emulator set this rate"
