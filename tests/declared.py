@@ -8,7 +8,8 @@ import re
 import shlex
 
 SHELL_BUILTINS = {"set", "exec", "cd", "export", "shift", "test", "[", "echo", "read", "trap", "wait", "printf",
-                  ":", "{", "}", "!", "if", "then", "fi", "else", "for", "do", "done", "while", "return", "local"}
+                  ":", "{", "}", "!", "if", "then", "fi", "else", "for", "do", "done", "while", "return", "local",
+                  "continue", "break"}
 
 
 def programs(argv: list[str] | str) -> set[str]:

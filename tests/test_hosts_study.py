@@ -306,6 +306,45 @@ def test_a_scenario_the_hosts_kernel_cannot_run_fails_before_it_starts(lab, tmp_
         assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
 
 
+# A program of the host's own that holds a UDP port (a system IPsec daemon would hold 500 and 4500).
+HOLD_UDP_PORT = ("import socket, sys, time\n"
+                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                 "s.bind(('0.0.0.0', int(sys.argv[1])))\n"
+                 "print('bound', flush=True)\n"
+                 "time.sleep(600)\n")
+
+
+@pytest.mark.integration
+def test_a_port_another_program_holds_on_a_host_refuses_the_study_before_anything_is_created(lab, tmp_path):
+    """UDP 500 held on gw-b: the strongSwan scenario is refused (exit 2) naming the host, the port and what
+    to do, before the run: no results directory, nothing on the hosts. Once the port is free, the same
+    study runs."""
+    a, b = lab.hosts["gw-a"], lab.hosts["gw-b"]
+    study, out = tmp_path / "study.yaml", lab.dir / "held-port"
+    study.write_text(RA_STUDY.replace("{driver: wireguard}, {driver: openvpn}", "{driver: strongswan}").replace(
+        "[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: ping, count: 3, interval_s: 0.05}]"))
+    holder = subprocess.Popen(["ip", "netns", "exec", b.namespace, sys.executable, "-c", HOLD_UDP_PORT, "500"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "bound\n"
+        refused = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    finally:
+        holder.kill()  # we started it
+        holder.wait(10)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert ("scenario 1 (strongswan default psk | unshaped | ping-56B) on client gw-a and gateway gw-b: host gw-b: "
+            "UDP 500 is held by another program: stop it, or run on other hosts; `ss -uanp 'sport = :500'` on gw-b "
+            "shows which") in refused.stderr, refused.stderr
+    assert "host gw-a" not in refused.stderr and "scenario 0" not in refused.stderr
+    assert not out.exists()
+    for host in (a, b):
+        assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
+    result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _, scenarios, _ = read_store(out)
+    assert {label: s["status"] for (label, _), s in scenarios.items()} == {"none": "done", "strongswan default psk": "done"}
+
+
 def pair_repetitions(out, host: str) -> list[str]:
     """When each stored repetition of the scenarios on `host` completed."""
     if not (out / "results.sqlite").exists():
@@ -424,3 +463,24 @@ def test_what_a_hosts_kernel_lacks_names_that_host_or_the_pair_when_only_togethe
     why = _kernels_lack(strongswan, pair, hosts)
     assert why.startswith("the kernel cannot run it: client gw-a and gateway gw-b together: strongswan: cannot run")
     assert "kernel needs feature 'esp'" in why and "libipsec needs feature 'tun'" in why
+
+
+def test_a_port_held_on_a_host_refuses_only_the_tunnel_ends_that_bind_it_there(tmp_path):
+    """From what each host's probe answered (set here as it would be): strongSwan binds UDP 500 at both
+    ends, held on gw-b only; OpenVPN's client binds nothing (gw-a's 1194 is no matter); a nested
+    layer's ends are namespaces of their own; a port held over the other protocol is another port."""
+    from vpnlab.hosts.testbed import HostSet
+
+    inventory = tmp_path / "lab.yml"
+    inventory.write_text("all:\n  hosts:\n    gw-a: {ansible_host: 203.0.113.10}\n    gw-b: {ansible_host: 203.0.113.20}\n")
+    study = parse_study(S2S_STUDY.replace(S2S_HOSTS, "hosts: {left: gw-a, right: gw-b}\n").replace(
+        "[{driver: none}, {driver: wireguard}, {driver: openvpn, options: {transport: tcp}}]",
+        "[{driver: none}, {driver: strongswan}, {driver: openvpn}, {driver: openvpn, inner: {driver: strongswan}}, "
+        "{driver: wireguard}]"))
+    hosts = HostSet(study, inventory)
+    hosts.held_ports = {"gw-a": {("udp", 1194)}, "gw-b": {("udp", 500), ("tcp", 51820)}}
+    held = {s.vpn.label: hosts.ports_held(s) for s in make_plan(study).scenarios}
+    assert held.pop("strongswan default psk") == ["host gw-b: UDP 500 is held by another program: stop it, or run "
+                                                  "on other hosts; `ss -uanp 'sport = :500'` on gw-b shows which"]
+    assert set(held) == {"none", "openvpn aes-256-gcm udp", "strongswan default psk in openvpn aes-256-gcm udp",
+                         "wireguard"} and not any(held.values()), held

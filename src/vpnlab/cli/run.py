@@ -181,8 +181,9 @@ def _placed(plan, backend: str, hosts, is_default: bool):
 def _place_on_hosts(plan, hosts):
     """Connect to the study's hosts and check each scenario against its pair: a scenario their
     kernels cannot run (no ESP, PPP, L2TP, netem ...) fails before it starts, with the host that
-    lacks it; a program they lack is an error naming it (`hosts prepare` installs it), as is a study
-    none of whose scenarios can run. The capabilities of the first pair, and the failed ones (id -> why)."""
+    lacks it; a program they lack is an error naming it (`hosts prepare` installs it), as is a port
+    its VPN binds on a host that another program there holds, and a study none of whose scenarios
+    can run. The capabilities of the first pair, and the failed ones (id -> why)."""
     from ..catalog import DRIVERS
     from ..hosts.prepare import TESTBED_TOOLS
     from ..plan.scenarios import check_scenario
@@ -195,24 +196,27 @@ def _place_on_hosts(plan, hosts):
         commands |= background.needs(scenario.link.background) if scenario.link.background else set()
     try:
         caps = hosts.probe(commands)
-        problems, refused = [], {}
+        problems, held, refused = [], [], {}
         for scenario in plan.scenarios:
             pair = hosts.pair_of(scenario)
             if why := _kernels_lack(scenario, pair, hosts):
                 refused[scenario.id] = why
-            elif missing := check_scenario(scenario, caps[hosts.pairs.index(pair)]):
+                continue
+            if missing := check_scenario(scenario, caps[hosts.pairs.index(pair)]):
                 problems.append(f"scenario {scenario.index} ({scenario.label}) on {pair.text} needs: "
                                 + "; ".join(missing))
+            if taken := hosts.ports_held(scenario):
+                held.append(f"scenario {scenario.index} ({scenario.label}) on {pair.text}: " + "; ".join(taken))
         if not problems and len(refused) == len(plan.scenarios):
             problems = [f"scenario {s.index} ({s.label}): {refused[s.id]}" for s in plan.scenarios]
     except BaseException:
         hosts.close()
         raise
-    if problems:
+    if problems or held:
         hosts.close()
-        raise VpnlabError("the hosts cannot run the study as written:\n  " + "\n  ".join(problems)
-                          + "\n(`vpnlab hosts prepare --inventory FILE --study STUDY` installs the packages; "
-                          "`vpnlab hosts doctor` lists what each host has)")
+        hint = ("\n(`vpnlab hosts prepare --inventory FILE --study STUDY` installs the packages; "
+                "`vpnlab hosts doctor` lists what each host has)") if problems else ""
+        raise VpnlabError("the hosts cannot run the study as written:\n  " + "\n  ".join(held + problems) + hint)
     return caps[0], refused
 
 

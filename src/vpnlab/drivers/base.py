@@ -4,8 +4,8 @@ A driver declares everything about its VPN: the programs and Debian packages it 
 kernel modules a VM guest must load for it, what it needs from the kernel (its
 implementations, best first), which options it takes (a pydantic model), whether it is the
 no-VPN baseline. It brings a tunnel up between two sites of a testbed and says how many bytes
-its encapsulation adds to a packet on the wire. `up` returns a Tunnel that knows how to check
-its health and take itself down.
+its encapsulation adds to a packet on the wire, and which ports its daemons bind at each end.
+`up` returns a Tunnel that knows how to check its health and take itself down.
 """
 
 from __future__ import annotations
@@ -80,6 +80,19 @@ class Implementation:
         out = [f"feature '{f}' ({FEATURES.get(f, f)})" for f in self.features if not caps.has(f)]
         out += [f"'{t}' ({caps.hint(t)})" for t in self.tools if not caps.tool(t)]
         return out
+
+
+Port = tuple[str, int]  # ("udp" | "tcp", its number)
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The ports a tunnel's daemons bind (UDP) or listen on (TCP) in its ends' network namespaces:
+    at the gateway end (the right site: the server) and at the client end (the left site; a client
+    that only connects out binds none). ESP and GRE are protocols, not ports: never here."""
+
+    gateway: tuple[Port, ...] = ()
+    client: tuple[Port, ...] = ()
 
 
 @dataclass
@@ -292,6 +305,12 @@ class Driver:
                 return candidate
             reasons.append(f"{candidate.name} needs {', '.join(missing)}")
         raise CapabilityError(f"{self.name}: cannot run here: " + "; ".join(reasons))
+
+    def ports(self, options: Options) -> Ports:
+        """The ports its daemons bind at each end with these options: `up` takes its tunnel's channels
+        on the WAN from them, and a run on real hosts (whose own network namespaces are the WAN's
+        ends) refuses a scenario whose host already holds one."""
+        raise NotImplementedError
 
     # -- run time ----------------------------------------------------------
     def up(self, left: TunnelSite, right: TunnelSite, options: Options, profile: str, env: TunnelEnv) -> Tunnel:

@@ -24,6 +24,9 @@ CHARON = "/usr/lib/ipsec/charon"
 IPSEC_TOOLS = (Tool("charon", "strongswan-charon", path=CHARON),
                Tool("swanctl", "strongswan-swanctl", ("swanctl", "--version")))
 IPSEC_PACKAGES = ("libcharon-extra-plugins", "libstrongswan-standard-plugins", "libstrongswan-extra-plugins")
+# What charon and pluto bind at every end: IKE, and NAT-T's port (IKE, and ESP in UDP, RFC 3948).
+NAT_T = ("udp", 4500)
+IKE_PORTS = (("udp", 500), NAT_T)
 # What kernel ESP needs in the VM guest (no udev there): xfrm, ESP and its accelerated ciphers.
 ESP_MODULES = ("esp4", "xfrm_user", "xfrm_interface", "af_key", "authenc", "authencesn", "gcm", "ccm", "seqiv",
                "echainiv", "cbc", "ecb", "aesni_intel", "ghash_clmulni_intel", "sha1_ssse3", "sha256_ssse3",

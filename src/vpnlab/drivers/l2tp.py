@@ -14,8 +14,8 @@ from typing import Literal
 
 from ..algorithms import Algorithms, merged, read_logs, read_xfrm
 from ..testbed.node import private_run
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
-from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IPSEC_PACKAGES, IPSEC_TOOLS, esp_algorithms
+from .base import Driver, Implementation, Options, Ports, Tunnel, TunnelEnv, route_into
+from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IKE_PORTS, IPSEC_PACKAGES, IPSEC_TOOLS, esp_algorithms
 from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, negotiated_ppp, private_etc,
                   wait_for_link, write_etc)
 from .strongswan import FIPS_IKE, parse_charon_log, start_charons
@@ -58,6 +58,11 @@ class L2tp(Driver):
                                    tools=("xl2tpd", "pppd", "charon", "swanctl"))]
         return [Implementation("xl2tpd", features=("ppp", "l2tp"), tools=("xl2tpd", "pppd"))]
 
+    def ports(self, options):
+        # both xl2tpd (the LNS and the LAC) on L2TP's port, and with IPsec both charons
+        bound = (("udp", L2TP_PORT), *(IKE_PORTS if options.ipsec else ()))
+        return Ports(gateway=bound, client=bound)
+
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         carried = 8 + L2TP_HEADER + PPP_HEADER + inner_len  # UDP + L2TP + PPP + the packet
         if not options.ipsec:
@@ -68,9 +73,8 @@ class L2tp(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         names = (f"pl{env.unique}a", f"pl{env.unique}b")
-        outer = ("esp", None) if options.ipsec else ("udp", L2TP_PORT)
-        control = [("udp", 500), ("udp", 4500)] if options.ipsec else []
-        tunnel = Tunnel(env, outer, MTU, control=control, encrypted=options.ipsec)
+        l2tp, *ike = self.ports(options).gateway  # with IPsec, only ESP and IKE show on the WAN
+        tunnel = Tunnel(env, ("esp", None) if options.ipsec else l2tp, MTU, control=ike, encrypted=options.ipsec)
         if options.ipsec:
             self._ipsec(left, right, options, profile, env, tunnel)
 

@@ -20,9 +20,9 @@ from ..errors import CommandError, TunnelError
 from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool, places
-from .base import Driver, Implementation, Tunnel, TunnelEnv, wait_for
-from .ipsec import (ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IpsecOptions, configured_esp,
-                    esp_algorithms, esp_overhead, fips_problem)
+from .base import Driver, Implementation, Ports, Tunnel, TunnelEnv, wait_for
+from .ipsec import (ESP_MODULES, ESP_TUNABLE, IKE_PORTS, IPCOMP_MODULES, IPCOMP_TUNABLE, NAT_T, IpsecOptions,
+                    configured_esp, esp_algorithms, esp_overhead, fips_problem)
 from .pki import OPENSSL, make_pki
 
 PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
@@ -112,6 +112,9 @@ class Libreswan(Driver):
     def implementations(self, options):
         return [Implementation("kernel", features=("esp",), tools=("pluto", "certutil"))]
 
+    def ports(self, options):
+        return Ports(gateway=IKE_PORTS, client=IKE_PORTS)  # pluto's, at both ends
+
     def esp_proposal(self, options, profile) -> str:
         return configured_esp(options, profile) or DEFAULT_ESP
 
@@ -122,8 +125,8 @@ class Libreswan(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, None)  # None: the path's, as kernel ESP finds it
-        tunnel = Tunnel(env, ("udp", 4500) if options.udp_encap else ("esp", None), mtu=mtu,
-                        control=[("udp", 500), ("udp", 4500)])  # IKE
+        tunnel = Tunnel(env, NAT_T if options.udp_encap else ("esp", None), mtu=mtu,
+                        control=list(self.ports(options).gateway))  # IKE
         remote_access = not left.subnets
         pki = make_pki(right.underlay_ip) if options.auth == "cert" else None
         psk = random_secrets.token_urlsafe(32)

@@ -21,7 +21,7 @@ from ..algorithms import AEAD, Algorithms, read_logs
 from ..errors import TunnelError
 from ..testbed.contract import Node
 from ..tools import Tool
-from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Mesh, Options, Ports, Tunnel, TunnelEnv, route_into, wait_for
 
 NEBULA = Tool("nebula", "nebula", ("nebula", "-version"))
 NEBULA_CERT = Tool("nebula-cert", "nebula", ("nebula-cert", "-version"))
@@ -65,12 +65,17 @@ class Nebula(Driver):
     def implementations(self, options):
         return [Implementation("nebula", features=("tun",), tools=("nebula", "nebula-cert"))]
 
+    def ports(self, options):
+        listen = (("udp", options.port),)  # every node's `listen`, the lighthouse's and the others'
+        return Ports(gateway=listen, client=listen)
+
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         return HEADER
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, DEFAULT_MTU)
-        tunnel = Tunnel(env, ("udp", options.port), mtu)
+        (port,) = self.ports(options).gateway  # its packets on the WAN
+        tunnel = Tunnel(env, port, mtu)
         ends = ((right, left, "b"), (left, right, "a"))  # the lighthouse first: the client needs it
         configs = [_configure(env, site, end, f"vn{env.unique}{end}", None if end == "b" else right, peer, mtu,
                               options) for site, peer, end in ends]
@@ -86,7 +91,8 @@ class Nebula(Driver):
         learn each other's addresses from it and handshake directly (no NAT here: no punching). Every
         peer's certificate is signed before the first starts."""
         mtu = env.mtu(options, DEFAULT_MTU)
-        tunnel = Tunnel(env, ("udp", options.port), mtu)
+        (port,) = self.ports(options).gateway  # its packets on the WAN
+        tunnel = Tunnel(env, port, mtu)
         devices = [f"vn{env.unique}m{k}" for k in range(len(sites))]
         configs = [_configure(env, site, f"p{k}", devices[k], sites[0] if k else None, None, mtu, options)
                    for k, site in enumerate(sites)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Driver, Implementation, Options
+from .base import Driver, Implementation, Options, Ports
 
 
 class NoneOptions(Options):
@@ -20,6 +20,9 @@ class NoVpn(Driver):
 
     def implementations(self, options):
         return [Implementation("routing", features=("netns", "veth"))]
+
+    def ports(self, options):
+        return Ports()  # no daemon
 
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         return 0

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, read_logs
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, wait_for
+from .base import Driver, Implementation, Options, Ports, Tunable, Tunnel, TunnelEnv, wait_for
 from ..testbed.contract import Node
 from ..testbed.node import private_run
 from .pki import OPENSSL, make_pki
@@ -56,6 +56,11 @@ class Ocserv(Driver):
     def implementations(self, options):
         return [Implementation("ocserv", features=("tun",), tools=("ocserv", "openconnect", "openssl"))]
 
+    def ports(self, options):
+        """ocserv's: TLS on TCP, with DTLS its UDP port before it (the data's); openconnect connects out."""
+        tls = ("tcp", PORT)
+        return Ports(gateway=(("udp", PORT), tls) if options.transport == "dtls" else (tls,))
+
     def overhead(self, options, profile, implementation, inner_len):
         # Both profiles negotiate TLS/DTLS 1.2 with AES-GCM: 5 (TLS) or 13 (DTLS) bytes of record
         # header, an 8-byte explicit nonce and a 16-byte tag around AnyConnect's own header.
@@ -70,8 +75,8 @@ class Ocserv(Driver):
         client_pki = pki.install("client", lambda name, data: env.write(left.node, name, data))
         password = random_secrets.token_urlsafe(18)
         config = self._server_config(left, right, dtls, profile, env, server_pki, password)
-        tunnel = Tunnel(env, ("udp" if dtls else "tcp", PORT),
-                        control=[("tcp", PORT)] if dtls else [])  # DTLS keeps the TLS session for control
+        data, *control = self.ports(options).gateway  # DTLS keeps the TLS session for control
+        tunnel = Tunnel(env, data, control=control)
         log = env.log("ocserv")
         proc = right.node.spawn(private_run(["ocserv", "-f", "-c", config], keep=env.folder(right.node)), log,
                                 what="ocserv")

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from ..algorithms import AEAD, Algorithms, cipher_name, fips_approved, group_name, integrity_name, read_logs
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Options, Ports, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 from .pki import OPENSSL, make_pki
 
 # cipher -> (block size in bytes, AEAD?)
@@ -191,10 +191,14 @@ class OpenVpn(Driver):
         encrypted = -(-(4 + plain + 1) // block) * block  # packet-id + payload + PKCS#7 padding
         return outer + opcode + HMAC_BYTES[auth] + block + encrypted - inner_len  # ... + IV
 
+    def ports(self, options):
+        return Ports(gateway=((options.transport, options.port),))  # the client: --nobind, or it connects out
+
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         dev = f"vo{env.unique}"
         mtu = env.mtu(options, None)  # None: OpenVPN's own 1500, with MSS clamped for 1492-byte outer packets
-        tunnel = Tunnel(env, (options.transport, options.port), mtu=mtu or 1500)
+        (server_port,) = self.ports(options).gateway  # its packets on the WAN
+        tunnel = Tunnel(env, server_port, mtu=mtu or 1500)
         pki = make_pki(right.underlay_ip)
         server_pki = pki.install("server", lambda name, data: env.write(right.node, name, data))
         client_pki = pki.install("client", lambda name, data: env.write(left.node, name, data))

@@ -16,7 +16,7 @@ from typing import Literal
 
 from ..algorithms import Algorithms
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, route_into
+from .base import Driver, Implementation, Options, Ports, Tunnel, TunnelEnv, route_into
 from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, negotiated_ppp, private_etc,
                   wait_for_link, write_etc)
 
@@ -67,6 +67,9 @@ class Pptp(Driver):
     def implementations(self, options):
         return [Implementation("pptpd", features=("ppp",), tools=("pptpd", "pptp", "pppd"))]
 
+    def ports(self, options):
+        return Ports(gateway=(("tcp", CONTROL_PORT),))  # pptpd's; the client connects out (GRE is no port)
+
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         # outer IPv4 20 + enhanced GRE 8 + sequence 4 + acknowledgement 4 (piggybacked on nearly
         # every packet while the peer sends too; 4 bytes less on the others) + PPP address/control 2
@@ -75,7 +78,7 @@ class Pptp(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         names = (f"pp{env.unique}a", f"pp{env.unique}b")
-        tunnel = Tunnel(env, ("gre", None), control=[("tcp", CONTROL_PORT)])
+        tunnel = Tunnel(env, ("gre", None), control=list(self.ports(options).gateway))
         gateway = right.node
         write_etc(env, [gateway, left.node])
         server_options = env.write(gateway, "options.pptpd", "\n".join(

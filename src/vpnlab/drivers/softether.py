@@ -30,12 +30,13 @@ from ..errors import TunnelError, VpnlabError
 from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Tunnel, TunnelEnv, wait_for
+from .base import Driver, Implementation, Options, Port, Ports, Tunnel, TunnelEnv, wait_for
 
 SERVER = "/usr/libexec/softether/vpnserver/vpnserver"
 CLIENT = "/usr/libexec/softether/vpnclient/vpnclient"
 CLIENT_ADMIN_PORT = 9931  # the client daemon listens here once it takes commands (vpncmd finds it as "localhost")
-DEFAULT_LISTENERS = (443, 992, 1194, 5555)  # the server's TCP listeners out of the box
+SERVER_ADMIN_PORT = 5555  # the server's listener that vpncmd configures it through ("localhost:5555"), deleted last
+DEFAULT_LISTENERS = (443, 992, 1194, SERVER_ADMIN_PORT)  # the server's TCP listeners out of the box
 # The fixed places SoftEther writes: private, empty ones for each daemon and vpncmd (/run too, by private_run)
 # Its logs go to $1, a folder of the tunnel's on the node (made 0700 and opened before anything hides it).
 PRIVATE_DIRS = ('mkdir -p -m 700 "${1%/*}" "$1" && exec 4<"$1" && shift && mount -t tmpfs vpnlab-softether /var/lib && '
@@ -160,12 +161,12 @@ def server_commands(options: SoftEtherOptions, nic: str, password: str, admin: s
     port = options.port
     return [f"ServerPasswordSet {admin}",
             *([f"ListenerCreate {port}"] if port not in DEFAULT_LISTENERS else []),
-            *(f"ListenerDelete {p}" for p in DEFAULT_LISTENERS if p not in (port, 5555)),
+            *(f"ListenerDelete {p}" for p in DEFAULT_LISTENERS if p not in (port, SERVER_ADMIN_PORT)),
             "ProtoOptionsSet OpenVPN /NAME:Enabled /VALUE:false", "ProtoOptionsSet SSTP /NAME:Enabled /VALUE:false",
             "VpnOverIcmpDnsEnable /ICMP:no /DNS:no", "KeepDisable",
             "Hub DEFAULT", "UserCreate vpnlab /GROUP:none /REALNAME:none /NOTE:none",
             f"UserPasswordSet vpnlab /PASSWORD:{password}", f"BridgeCreate DEFAULT /DEVICE:{nic} /TAP:yes",
-            *(["ListenerDelete 5555"] if port != 5555 else [])]  # the admin connection's own, last
+            *([f"ListenerDelete {SERVER_ADMIN_PORT}"] if port != SERVER_ADMIN_PORT else [])]  # the admin's own, last
 
 
 def client_commands(options: SoftEtherOptions, nic: str, password: str, server: str, routes: bool) -> list[str]:
@@ -243,17 +244,25 @@ class SoftEther(Driver):
     def implementations(self, options):
         return [Implementation("softether", features=("tun",), tools=("vpnserver", "vpnclient", "vpncmd", "unshare"))]
 
+    def ports(self, options):
+        """The server's listener, and each daemon's admin port, which vpncmd configures it through (a
+        held one would answer in its place). Not here: the server's other listeners out of the box, deleted
+        at once (one held only fails to open), and UDP acceleration's ports, chosen at random."""
+        return Ports(gateway=(("tcp", options.port), ("tcp", SERVER_ADMIN_PORT)),
+                     client=(("tcp", CLIENT_ADMIN_PORT),))
+
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         nic = f"s{env.unique}"  # SoftEther names the devices tap_<nic> (server) and vpn_<nic> (client)
         udp = options.transport == "udp"
-        tunnel = SoftEtherTunnel(env, ("udp", None) if udp else ("tcp", options.port), mtu=1500,
-                                 control=[("tcp", options.port)] if udp else [], encrypted=options.encryption,
-                                 client=left.node)
+        listener, server_admin = self.ports(options).gateway
+        (client_admin,) = self.ports(options).client
+        tunnel = SoftEtherTunnel(env, ("udp", None) if udp else listener, mtu=1500, control=[listener] if udp else [],
+                                 encrypted=options.encryption, client=left.node)
         password = random_secrets.token_urlsafe(18)
-        self._start(tunnel, right.node, SERVER, "vpnserver", 5555)
-        vpncmd(right.node, env, "server", ["localhost:5555", "/SERVER"],
+        self._start(tunnel, right.node, SERVER, "vpnserver", server_admin)
+        vpncmd(right.node, env, "server", [f"localhost:{server_admin[1]}", "/SERVER"],
                server_commands(options, nic, password, random_secrets.token_urlsafe(18)))
-        self._start(tunnel, left.node, CLIENT, "vpnclient", CLIENT_ADMIN_PORT)
+        self._start(tunnel, left.node, CLIENT, "vpnclient", client_admin)
         vpncmd(left.node, env, "client", ["localhost", "/CLIENT"],
                client_commands(options, nic, password, right.underlay_ip, bool(left.subnets)))
         for site, peer, dev in ((left, right, f"vpn_{nic}"), (right, left, f"tap_{nic}")):
@@ -270,13 +279,13 @@ class SoftEther(Driver):
         return tunnel
 
     @staticmethod
-    def _start(tunnel: SoftEtherTunnel, node, program: str, what: str, admin_port: int) -> None:
+    def _start(tunnel: SoftEtherTunnel, node, program: str, what: str, admin: Port) -> None:
         log = tunnel.env.log(what)
         tunnel.log_folders.append((node, logs_of(node, tunnel.env, what)))
         proc = node.spawn(["unshare", "--pid", "--fork", "--kill-child", "--mount",
                            *private(node, tunnel.env, what, program, "execsvc")], log, what=what)
         tunnel.processes.append((node, proc, log))
-        wait_for(lambda: node.listening(admin_port), 15, f"{what} to listen", tunnel)
+        wait_for(lambda: node.listening(admin[1]), 15, f"{what} to listen", tunnel)
 
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         """For incompressible data, and over UDP without its random padding (0 to 31 bytes a packet,

@@ -22,9 +22,9 @@ from typing import Literal
 from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, merged, read_logs, read_xfrm
 from ..errors import CommandError, TunnelError
 from ..testbed.node import private_run
-from .base import Driver, Implementation, Tunable, Tunnel, TunnelEnv, wait_for
-from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES, IPSEC_TOOLS,
-                    IpsecOptions, configured_esp, esp_algorithms, esp_overhead, fips_problem)
+from .base import Driver, Implementation, Ports, Tunable, Tunnel, TunnelEnv, wait_for
+from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IKE_PORTS, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES,
+                    IPSEC_TOOLS, NAT_T, IpsecOptions, configured_esp, esp_algorithms, esp_overhead, fips_problem)
 from .pki import make_pki
 
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
@@ -113,6 +113,9 @@ class StrongSwan(Driver):
             return [kernel]
         return [kernel, Implementation("libipsec", features=("tun",), tools=("charon", "swanctl"))]
 
+    def ports(self, options):
+        return Ports(gateway=IKE_PORTS, client=IKE_PORTS)  # charon's socket-default, at both ends
+
     def esp_proposal(self, options, profile) -> str:
         return configured_esp(options, profile) or DEFAULT_ESP
 
@@ -131,9 +134,8 @@ class StrongSwan(Driver):
                 raise TunnelError(f"strongSwan: options.mtu: kernel-libipsec's TUN device carries at most "
                                   f"{LIBIPSEC_MTU} bytes per packet, not {mtu}")
             mtu = LIBIPSEC_MTU  # an automatic MTU above it: smaller packets still fit
-        tunnel = Tunnel(env, ("udp", 4500) if encap else ("esp", None),
-                        mtu=mtu or (LIBIPSEC_MTU if libipsec else None),
-                        control=[("udp", 500), ("udp", 4500)])  # IKE
+        tunnel = Tunnel(env, NAT_T if encap else ("esp", None), mtu=mtu or (LIBIPSEC_MTU if libipsec else None),
+                        control=list(self.ports(options).gateway))  # IKE
         remote_access = not left.subnets
         pki = make_pki(right.underlay_ip) if options.auth == "cert" else None
         psk = "0x" + random_secrets.token_hex(32)

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from ..algorithms import Algorithms, integrity_name, read_logs
 from ..tools import Tool
-from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Mesh, Options, Ports, Tunnel, TunnelEnv, route_into, wait_for
 
 TINCD = Tool("tincd", "tinc", ("tincd", "--version"))
 RSA_BITS = 2048  # tincd -K's default
@@ -105,6 +105,11 @@ class Tinc(Driver):
     def implementations(self, options):
         return [Implementation("tinc", features=("tun",), tools=("tincd",))]
 
+    def ports(self, options):
+        # every tincd, on its host file's Port: the data over UDP, the meta connections over TCP
+        listen = (("udp", options.port), ("tcp", options.port))
+        return Ports(gateway=listen, client=listen)
+
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         block = CIPHERS[options.cipher][0]
         plain = SEQNO + compressed_size(ETHERNET + inner_len, options.compression)
@@ -113,7 +118,7 @@ class Tinc(Driver):
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, None)
-        tunnel = _tunnel(env, options, mtu)
+        tunnel = _tunnel(env, self.ports(options), options, mtu)
         ends = {"b": right, "a": left}
         keys = {end: rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS) for end in ends}
         started = {end: _start(env, tunnel, end, ends, keys, options, mtu, None if end == "b" else "b")
@@ -130,7 +135,7 @@ class Tinc(Driver):
         peer's host file; packet keys go over the meta connections, the data directly between peers
         over UDP. `settle` waits for every path-MTU discovery (each pair's starts with its first packet)."""
         mtu = env.mtu(options, None)
-        tunnel = _tunnel(env, options, mtu)
+        tunnel = _tunnel(env, self.ports(options), options, mtu)
         ends = {f"p{k}": site for k, site in enumerate(sites)}
         keys = {end: rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS) for end in ends}
         started = {}
@@ -222,9 +227,9 @@ def _path_mtu_settled(tunnel: Tunnel, site, there: str, log: Path, peer: str) ->
     return settled
 
 
-def _tunnel(env: TunnelEnv, options: TincOptions, mtu: int | None) -> Tunnel:
-    return Tunnel(env, ("udp", options.port), mtu or 1500, control=[("tcp", options.port)],
-                  encrypted=encrypts(options.cipher))
+def _tunnel(env: TunnelEnv, ports: Ports, options: TincOptions, mtu: int | None) -> Tunnel:
+    data, meta = ports.gateway
+    return Tunnel(env, data, mtu or 1500, control=[meta], encrypted=encrypts(options.cipher))
 
 
 def _start(env: TunnelEnv, tunnel: Tunnel, end: str, ends: dict, keys: dict, options: TincOptions,

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms
 from ..tools import Tool
-from .base import Driver, Implementation, Mesh, Options, Tunable, Tunnel, TunnelEnv, route_into, wait_for
+from .base import Driver, Implementation, Mesh, Options, Ports, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
 HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
@@ -75,6 +75,10 @@ class WireGuard(Driver):
             Implementation("wireguard-go", features=("tun",), tools=("wireguard-go", "wg")),
         ]
 
+    def ports(self, options):
+        listen = (("udp", options.port),)  # every end's `listen-port`, the kernel's socket or wireguard-go's
+        return Ports(gateway=listen, client=listen)
+
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         return HEADER + (-inner_len) % 16  # the plaintext is padded to a multiple of 16 ...
 
@@ -85,7 +89,8 @@ class WireGuard(Driver):
         # Interface names double as wireguard-go socket names, so they must be unique machine-wide.
         names = (f"vw{env.unique}a", f"vw{env.unique}b")
         mtu = env.mtu(options, DEFAULT_MTU)
-        tunnel = Tunnel(env, ("udp", options.port), mtu)
+        (port,) = self.ports(options).gateway  # its packets on the WAN
+        tunnel = Tunnel(env, port, mtu)
         keys = {}
         for site, dev in ((left, names[0]), (right, names[1])):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
@@ -118,7 +123,8 @@ class WireGuard(Driver):
         the last one before it joins."""
         names = [f"vw{env.unique}m{k}" for k in range(len(sites))]
         mtu = env.mtu(options, DEFAULT_MTU)
-        tunnel = Tunnel(env, ("udp", options.port), mtu)
+        (port,) = self.ports(options).gateway  # its packets on the WAN
+        tunnel = Tunnel(env, port, mtu)
         keys = []
         for site, dev in zip(sites, names):
             private = site.node.run(["wg", "genkey"]).stdout.strip()

@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 from ..algorithms import AEAD, Algorithms
 from ..testbed.contract import Node
 from ..tools import Tool
-from .base import Driver, Implementation, Mesh, Options, Tunnel, TunnelEnv, wait_for
+from .base import Driver, Implementation, Mesh, Options, Ports, Tunnel, TunnelEnv, wait_for
 
 VXLAN_PORT = 4789
 VXLAN = 40 + 8 + 8 + 14  # IPv6, UDP, VXLAN header, the inner Ethernet header
@@ -94,9 +94,15 @@ class Yggdrasil(Driver):
     def implementations(self, options):
         return [Implementation("yggdrasil", features=("tun",), tools=("yggdrasil",))]
 
+    def ports(self, options):
+        # The listening node's; the other dials out. Left out: each end's VXLAN socket (UDP 4789), the
+        # kernel's, IPv6-only and shared with the host's own IPv6 VXLAN devices on that port.
+        return Ports(gateway=(("tcp", options.port),))
+
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, DEFAULT_MTU)
-        tunnel = YggdrasilTunnel(env, ("tcp", options.port), mtu)
+        (listener,) = self.ports(options).gateway  # its packets on the WAN
+        tunnel = YggdrasilTunnel(env, listener, mtu)
         configs = self._configs(left, right, options, env, mtu)
         addresses = {}
         for site in (right, left):  # the listener first: the other end then connects at once
@@ -138,7 +144,8 @@ class Yggdrasil(Driver):
         peerings, over which Yggdrasil routes each pair as it finds. The testbed's IPv4 in one VXLAN
         device per peer, every other peer's Yggdrasil address on its flood list (ARP), their MACs learnt."""
         mtu = env.mtu(options, DEFAULT_MTU)
-        tunnel = YggdrasilTunnel(env, ("tcp", options.port), mtu)
+        (listener,) = self.ports(options).gateway  # every peer's: it listens and dials
+        tunnel = YggdrasilTunnel(env, listener, mtu)
         uris = [f"{options.peering}://{site.underlay_ip}:{options.port}" for site in sites]
         configs = [json.loads(site.node.run(["yggdrasil", "-genconf", "-json"]).stdout) for site in sites]
         keys = [config["PublicKey"] for config in configs]

@@ -6,6 +6,7 @@ node       RemoteNode: the testbed's node interface on a host or on a namespace 
 hoststate  the on-host record and teardown script; the guard that keeps the SSH path intact
 prepare    `hosts prepare`: the shipped Ansible playbook (prepare.yml) and the kernel probe
 doctor     `hosts doctor`: per host kernel, CPU, NIC toward the other hosts, tool versions
+ports      the ports a host's own network namespace holds, read before a run
 (the `vpnlab hosts` commands are cli/hosts.py)
 """
 

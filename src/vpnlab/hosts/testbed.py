@@ -25,7 +25,7 @@ import concurrent.futures
 import shlex
 from dataclasses import dataclass, field
 
-from ..catalog import declared
+from ..catalog import DRIVERS, declared
 from ..machines.features import FEATURES, Capabilities, parse_probe, probe_argv
 from ..errors import StudyError, VpnlabError
 from ..testbed.shaping import shape_commands
@@ -35,6 +35,7 @@ from .cpu import HostProc
 from .doctor import locate, version_script
 from .inventory import Host, load_inventory, select
 from .node import RemoteNode
+from .ports import SOCKET_TABLES, held_ports, held_text
 from .ssh import HostUnreachable, SshHost
 
 # The address a host reaches the other at (the inventory may give it as `vpnlab_address`, else
@@ -112,6 +113,11 @@ class HostPair:
         return (f"host {gone[0].host}: the SSH connection was lost; the scenarios on it cannot go on"
                 if gone else None)
 
+    def own_namespaces(self, layout: Layout) -> dict[int, Site]:
+        """The nodes of `layout` that run in a host's own network namespace, the WAN's two ends, each
+        with its host; every other node is a namespace of its own on its neighbour's host."""
+        return {layout.wan: self.left, layout.wan + 1: self.right}
+
     def testbed(self, state, layout: Layout, link, tag: str, direct: bool) -> "RemoteTestbed":
         return RemoteTestbed.build_on(self, state, layout, link, tag, direct)
 
@@ -134,6 +140,7 @@ class HostSet:
         self.pairs = [HostPair([Site(role, self.ssh[pair[role]].host, self.ssh[pair[role]]) for role in roles])
                       for pair in study.hosts]
         self.facts: dict[str, dict] = {}
+        self.held_ports: dict[str, set] = {}  # per host, what its own network namespace holds (ports.py)
 
     @property
     def text(self) -> str:
@@ -144,9 +151,9 @@ class HostSet:
 
     # -- before the run ------------------------------------------------------
     def probe(self, commands: set[str]) -> dict[int, Capabilities]:
-        """Connect to every host and learn what it offers, the versions of `commands` there, and how
-        the hosts of each pair reach each other. Per pair (by its index), what it can run: what both
-        of its hosts can."""
+        """Connect to every host and learn what it offers, the versions of `commands` there, the ports
+        its own network namespace holds, and how the hosts of each pair reach each other. Per pair (by
+        its index), what it can run: what both of its hosts can."""
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(self.ssh))) as pool:
             list(pool.map(lambda ssh: self._probe_host(ssh, commands), self.ssh.values()))
             list(pool.map(lambda site_other: self._probe_path(*site_other),
@@ -174,11 +181,28 @@ class HostSet:
             paths = dict(line.split("\t", 1) for line in ssh.script(tools_script()).stdout.splitlines() if "\t" in line)
             versions = dict(line.split("\t", 1) for line in ssh.script(version_script(commands), timeout=300)
                             .stdout.splitlines() if "\t" in line)
+            self.held_ports[ssh.host.name] = held_ports(ssh.script(SOCKET_TABLES).stdout)
         except (ValueError, KeyError) as exc:
             raise HostUnreachable(f"host {ssh.host}: could not be examined ({exc})") from exc
         self.facts[ssh.host.name] = {"address": ssh.host.address, "kernel": kernel["kernel"],
                                      "cpu_model": kernel["cpu_model"], "cpus": kernel["cpus"],
                                      "features": kernel["features"], "paths": paths, "tools": versions}
+
+    def ports_held(self, scenario) -> list[str]:
+        """What the probed hosts' own network namespaces already hold of the ports the scenario's
+        tunnel ends would bind there, as its user is told (ports.held_text). A layer's end in a
+        namespace of its own (a nested layer's) has ports of its own."""
+        pair = self.pair_of(scenario)
+        layout = Layout.for_topology(scenario.topology, len(scenario.vpn.layers))
+        on_hosts = pair.own_namespaces(layout)
+        held = []
+        for layer, (client, gateway) in zip(scenario.vpn.layers, layout.tunnels):
+            ports = DRIVERS[layer.driver].ports(layer.options)
+            for node, bound in ((client, ports.client), (gateway, ports.gateway)):
+                if node in on_hosts:
+                    host = on_hosts[node].name
+                    held += [(host, port) for port in bound if port in self.held_ports[host]]
+        return [held_text(host, port) for host, port in dict.fromkeys(held)]
 
     @staticmethod
     def _probe_path(site: Site, other: Site) -> None:
@@ -248,7 +272,7 @@ class RemoteTestbed(Testbed):
 
     def _build(self, link, tag: str) -> None:
         layout, wan = self.layout, self.layout.wan
-        ends = {wan: self.pair.left, wan + 1: self.pair.right}
+        ends = self.pair.own_namespaces(layout)
         for n, role in enumerate(layout.roles):
             if n in ends:
                 self.nodes.append(RemoteNode(role, ends[n].ssh))
