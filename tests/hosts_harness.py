@@ -522,11 +522,14 @@ def scenario_crash(inventory: str, workdir: Path) -> None:
     sleepers = {"gw-a": left.spawn(["sleep", "600"], workdir / "a.log").pid,
                 "gw-b": right.spawn(["sh", "-c", ORPHANING_SLEEP], workdir / "b.log").pid,
                 "inner": inner.spawn(["sleep", "600"], workdir / "inner.log").pid}
+    # what each host's record held as the last spawn returned, read before anything else writes it
+    recorded = {host.host.name: [p["pid"] for p in json.loads(host.run(["cat", host.state.path]).stdout)["processes"]]
+                for host in (a, b)}
     # spawn returns once a record is sent; crash only when each host runs what it was sent
     for node, pid in ((left, sleepers["gw-a"]), (right, sleepers["gw-b"]), (inner, sleepers["inner"])):
         while not node.run(["cat", f"/proc/{pid}/cmdline"], check=False).stdout.startswith("sleep"):
             time.sleep(0.1)
-    emit("ready", {"run_id": run_id, "sleepers": sleepers, "link": f"vl{run_id}c"})
+    emit("ready", {"run_id": run_id, "sleepers": sleepers, "recorded": recorded, "link": f"vl{run_id}c"})
     os._exit(3)  # as a crash would: no teardown, no goodbye to the hosts
 
 

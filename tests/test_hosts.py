@@ -17,7 +17,7 @@ from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import SHELL_FUNCTIONS, HostState, ManagementPath, guard_ip_line, root_qdisc_device
 from vpnlab.hosts.inventory import USER_KNOWN_HOSTS, host_key_policy, limit, load_inventory, select, ssh_options
-from vpnlab.hosts.ssh import SPAWN_WRAPPER
+from vpnlab.hosts.ssh import SAVED, SPAWN_WRAPPER
 
 YAML_INVENTORY = """\
 all:
@@ -258,7 +258,7 @@ def test_the_spawn_wrapper_reports_its_process_then_runs_it_once_the_record_is_w
     assert (pid, start, session, leader_start) == (proc.pid, int(fields[19]), proc.pid, int(fields[19]))
     assert not record.exists()
     out, _ = proc.communicate('{"processes": []}\n')
-    assert (out, record.read_text(), proc.returncode) == ("", '{"processes": []}', 0)
+    assert (out, record.read_text(), proc.returncode) == (SAVED + "\n", '{"processes": []}', 0)
 
 
 def test_spawn_wrappers_writing_the_record_at_once_all_run(tmp_path):
@@ -409,6 +409,9 @@ def test_clean_removes_what_a_crashed_controller_left(lab):
     crashed = json.loads(out.splitlines()[0])
     run_id = crashed["run_id"]
     assert a.listdir("/run/vpnlab") == [run_id] and b.listdir("/run/vpnlab") == [run_id]
+    # each spawn returned once its process was in the host's record: none of them lands late, over a later one
+    sleepers = crashed["sleepers"]
+    assert crashed["recorded"] == {"gw-a": [sleepers["gw-a"], sleepers["inner"]], "gw-b": [sleepers["gw-b"]]}, crashed
     # the sleeps, orphaned: the crashed controller's sshd sessions and long-lived shells end once they
     # see its connection gone (over 5 s once with the suite's guests on the 2 cores)
     assert wait_until(lambda: len(a.processes()) == 2 and len(b.processes()) == 2, timeout=30), (

@@ -39,6 +39,7 @@ from .inventory import Host, HostKeyPolicy
 
 CONNECT_TIMEOUT = 15
 TIMEOUT_MARGIN = 15  # the remote `timeout` ends a command; this catches a host that stopped answering
+SAVE_TIMEOUT_S = 60  # writing the record: a tmpfs file, but the host may be busy or emulated
 GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # OpenSSH reads it besides the user's files
 
 # Run first on every connection: the sshd process serving it (the first sshd ancestor), whose
@@ -50,22 +51,20 @@ echo "$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
 set -- $SSH_CONNECTION; echo "$1 $3"; ip -o route get "$1" | sed -n 's/.* dev \([^ ]*\).*/\1/p'
 """
 
-# The record, when it changed, is written by the next command itself before it runs (one round
-# trip, not two): its JSON and path come first, then the command, which runs only once it is saved.
-# Through a file of the writer's own, renamed: daemons started together write it at once.
+# The record (its JSON, then its path), written through a file of the writer's own, renamed.
 SAVE = 'u=$(umask); umask 077 && printf "%s" "$1" > "$2.$$" && mv "$2.$$" "$2" && umask "$u"'
-SAVE_THEN = SAVE + ' && shift 2 && exec "$@"'
+SAVED = "vpnlab: record saved"  # what a spawn wrapper prints once the record with its process is on the host
 
 # A spawned command (its record's path first) prints its PID, start time, session and the session
 # leader's start time (read with the shell's own `read`: SHELL_FUNCTIONS says why), then waits for the
-# record with them in it, one line, writes it and only then runs the program: the record is on the
-# host before the program runs, in the round trip that starts it. Anything but a record (the
-# connection closed) and it never runs.
+# record with them in it, one line, writes it, says so (SAVED) and only then runs the program: the
+# record is on the host before the program runs, in the round trip that starts it. Anything but a
+# record (the connection closed) and it never runs.
 SPAWN_WRAPPER = (PROCSTAT + '; f() { s=; b=; procstat "$1"; [ -n "$r" ] || return 0; '
                  'set -- ${r##*") "}; s=$4; b=${20}; }; '
                  'f $$; me=$b; f "$s"; echo "$$ $me $s ${b:-0}"; '
                  'r=$1; shift; IFS= read -r j; case $j in "{"*"}") ;; *) exit 125;; esac; '
-                 'set -- "$j" "$r" "$@"; ' + SAVE + ' || exit 125; shift 2; exec "$@"')
+                 'set -- "$j" "$r" "$@"; ' + SAVE + f' || exit 125; echo "{SAVED}"; shift 2; exec "$@"')
 
 
 class HostUnreachable(VpnlabError):
@@ -141,7 +140,10 @@ class SshHost:
         self._shell: asyncssh.SSHClientProcess | None = None  # the long-lived shell commands run in
         self._shell_lock = threading.Lock()  # one command in it at a time; others take a channel each
         self._dirty = False  # the record changed since it was last written on the host
-        self._spawning = 0  # spawns whose record is on its way to the host
+        # One write of the record at a time, each landed before the next is sent: writes reach the host
+        # by several ways (its long-lived shell, a channel, a spawn's own), and an older one landing last
+        # would leave out what the newer one recorded (a crash then leaks it).
+        self._record_lock = threading.Lock()
         self.sysctls_set: dict[str, str] = {}  # in the host's own namespace, by this run (RemoteNode.sysctl)
         self.run_dirs: set[str] = set()  # recorded folders kept to the run's end, not undone with a testbed
 
@@ -244,18 +246,12 @@ class SshHost:
             timeout: float | None = 120, input: str | bytes | None = None, env: dict | None = None,
             binary: bool = False) -> subprocess.CompletedProcess:
         """Run a command on the host and wait for it (CommandError on failure or timeout). A change
-        to the record is written on the host first, in the same round trip."""
+        to the record is written on the host first."""
         shown = [f"{self.host.name}:", *self.command(argv, namespace=namespace, env=env, timeout=timeout)]
-        with self._lock:
-            record, self._dirty = (self.state.to_json() if self._dirty else None), False
-        saving = ["sh", "-c", SAVE_THEN, "sh", record, self.state.path] if record else []
-        full = self.command([*saving, *argv], namespace=namespace, env=env, timeout=timeout)
+        self._write_record()
+        full = self.command(argv, namespace=namespace, env=env, timeout=timeout)
         wait = None if timeout is None else timeout + TIMEOUT_MARGIN
-        try:
-            proc = self._exec(shlex.join(full), input, wait, binary)
-        except HostUnreachable:
-            self._dirty = self._dirty or bool(record)
-            raise
+        proc = self._exec(shlex.join(full), input, wait, binary)
         if timeout is not None and proc.returncode == 124:
             raise CommandError(shown, -1, "", f"timed out after {timeout} s")
         if check and proc.returncode != 0:
@@ -353,7 +349,25 @@ class SshHost:
         """Write the record on the host now."""
         with self._lock:
             self._dirty = True
-        self.run(["true"])
+        self._write_record()
+
+    def _write_record(self) -> None:
+        """If the record changed, write it on the host and wait until it is there."""
+        with self._record_lock:
+            with self._lock:
+                record, self._dirty = (self.state.to_json() if self._dirty else None), False
+            if record is None:
+                return
+            try:
+                saved = self._exec(shlex.join(self.command(["sh", "-c", SAVE, "sh", record, self.state.path])),
+                                   None, SAVE_TIMEOUT_S, False)
+            except HostUnreachable:
+                self._dirty = True
+                raise
+            if saved.returncode != 0:
+                self._dirty = True
+                raise CommandError([f"{self.host.name}:", "write the record", self.state.path], saved.returncode,
+                                   saved.stdout, saved.stderr)
 
     # -- namespaces, files -----------------------------------------------------
     def add_namespace(self, name: str) -> None:
@@ -408,17 +422,13 @@ class SshHost:
         channel, (pid, start, session, session_start) = self._loop.call(self._start(command), CONNECT_TIMEOUT)
         record = {"pid": pid, "start": start, "what": what or str(argv[0]),
                   "session": session, "session_start": session_start}
-        self.record("processes", record)
-        with self._lock:
-            line, self._dirty = self.state.to_json(compact=True), False
-            overlapped, self._spawning = self._spawning > 0, self._spawning + 1
         feed = Path(stdin).read_bytes() if stdin else b""
-        try:
-            self._loop.call(self._release(channel, line.encode() + b"\n" + feed), CONNECT_TIMEOUT)
-        finally:
-            with self._lock:  # spawns at once may write their records in any order: the next command rewrites it
-                self._spawning -= 1
-                self._dirty = self._dirty or overlapped or self._spawning > 0
+        with self._record_lock:
+            self.record("processes", record)
+            with self._lock:
+                line, self._dirty = self.state.to_json(compact=True), False
+            if not self._loop.call(self._release(channel, line.encode() + b"\n" + feed), CONNECT_TIMEOUT):
+                self._dirty = True  # not written there: it never ran, and the next command writes the record
         done = self._loop.submit(self._copy_output(channel, Path(log_path)))
         return RemoteProcess(self, record, done)
 
@@ -433,14 +443,15 @@ class SshHost:
         return channel, shown
 
     @staticmethod
-    async def _release(channel, feed: bytes) -> None:
-        """Let the program start (the record, then its stdin)."""
+    async def _release(channel, feed: bytes) -> bool:
+        """Let the program start (the record, then its stdin); whether the wrapper wrote the record."""
         try:
             channel.stdin.write(feed)
             channel.stdin.write_eof()
             await channel.stdin.drain()
+            return (await channel.stdout.readline()).rstrip(b"\n") == SAVED.encode()
         except (OSError, asyncssh.Error):
-            pass  # the connection is gone: the copy of its output ends at once and says so
+            return False  # the connection is gone: the copy of its output ends at once and says so
 
     async def _copy_output(self, channel, log_path: Path) -> int:
         """Copy the process's output into the local log until it ends; its exit status."""
