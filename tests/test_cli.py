@@ -14,7 +14,7 @@ import pytest
 
 from conftest import default_dispositions, kill_run, our_namespaces, sample_count
 from test_hosts_study import wait_until
-from vpnlab.testbed.state import STATE_ROOT
+from vpnlab.testbed.state import CLAIM, STATE_ROOT
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
 
@@ -166,9 +166,12 @@ def test_sigkill_leftovers_are_cleaned_by_the_next_command(tmp_path, no_leftover
 
     cleaned = vpnlab("clean").stdout
     # the next vpnlab command cleans them: this one, or one another test started meanwhile (each
-    # claims a stale run by renaming its record before it removes what the record lists)
+    # claims a stale run by renaming its record, `<id>.cleaning-<its pid>`, before it removes what the
+    # record lists; the record may be listed above as already claimed)
     for record in records:
-        assert f"cleaned run {record.name}" in cleaned or not record.exists(), cleaned
+        run_id = record.name.split(CLAIM)[0]
+        assert f"cleaned run {run_id}" in cleaned or wait_until(
+            lambda: not any(STATE_ROOT.glob(f"{run_id}*")), timeout=30), (cleaned, list(STATE_ROOT.iterdir()))
     assert wait_until(lambda: our_namespaces() == set(), timeout=30), our_namespaces()
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
