@@ -7,6 +7,7 @@ fail to bind a held one late, with an obscure log; the run refuses its scenario 
 from __future__ import annotations
 
 from ..drivers.base import Port
+from ..testbed.netns import LISTEN_TCP, sockets
 
 # Each table after a line naming it, copied with the shell's own `read` (no program started: on an
 # emulated host each costs a tenth of a second). A host without IPv6 has no udp6 or tcp6.
@@ -17,19 +18,16 @@ for table in udp udp6 tcp tcp6; do
   while read -r line; do echo "$line"; done < "/proc/net/$table"
 done
 """
-TCP_LISTEN = "0A"  # the `st` column of a listening TCP socket
 
 
 def held_ports(tables: str) -> set[Port]:
     """The ports SOCKET_TABLES's output shows held: every UDP socket's, on any address, and every
     listening TCP socket's. A TCP connection's own port is not held: a daemon listens beside it."""
-    held, proto = set(), ""
-    for line in tables.splitlines():
-        fields = line.split()
-        if fields[:1] == ["=="]:
-            proto = fields[1].removesuffix("6")
-        elif len(fields) > 3 and fields[0].endswith(":") and (proto == "udp" or fields[3] == TCP_LISTEN):
-            held.add((proto, int(fields[1].rsplit(":", 1)[1], 16)))  # local address:port, in hex
+    held = set()
+    for section in tables.split("== ")[1:]:
+        name, _, table = section.partition("\n")
+        proto = name.strip().removesuffix("6")
+        held |= {(proto, port) for port, state in sockets(table) if proto == "udp" or state == LISTEN_TCP}
     return held
 
 

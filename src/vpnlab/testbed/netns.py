@@ -80,15 +80,16 @@ def sysctl(namespace: str, settings: dict[str, object]) -> None:
     _inside(namespace, write)
 
 
+def sockets(table: str) -> list[tuple[int, str]]:
+    """The sockets of a /proc/net/{tcp,udp}[6] table (its heading line first): (local port, state)."""
+    rows = (line.split() for line in table.splitlines()[1:])
+    return [(int(fields[1].rsplit(":", 1)[1], 16), fields[3]) for fields in rows if len(fields) > 3]
+
+
 def listening(namespace: str, port: int, udp: bool = False) -> bool:
     """Does a socket in the namespace listen on `port` (TCP) or is one bound to it (UDP)?"""
     protocol, state = ("udp", UNCONNECTED_UDP) if udp else ("tcp", LISTEN_TCP)
-    for table in (protocol, protocol + "6"):
-        for line in read_net(namespace, table).splitlines()[1:]:
-            fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
-                return True
-    return False
+    return any((port, state) in sockets(read_net(namespace, table)) for table in (protocol, protocol + "6"))
 
 
 def ipv4_address_once_up(namespace: str, device: str) -> str | None:
