@@ -120,10 +120,10 @@ LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them
 GUEST_NICE = {"test_vm_remote_access.py": -6}
 GUEST_NICE_DEFAULT = -3
 # The rest's longest files are handed out first, longest first (by their seconds in a fresh-clone run
-# of the suite, 90-300 s each): the suite ends with the last file to end, and the longest, handed out last (as collected),
-# ended after the guests (test_tune_live.py, test_vm.py). Like LONG's, they wait for the ALONE tests:
-# each ALONE test waits for the tests running to end, and with these among them the ALONE tests took
-# 8.5 min instead of 2.
+# of the suite, 90-300 s each): the suite ends with the last file to end, and the longest, handed out
+# last (as collected), ended after the guests (test_tune_live.py, test_vm.py). Like LONG's, they wait
+# for the ALONE tests: each ALONE test waits for the tests running to end, and with these among them
+# the ALONE tests took 8.5 min instead of 2.
 HEAVY = ("test_drivers.py", "test_hosts_seeds.py", "test_cli.py", "test_tune_live.py", "test_faults.py",
          "test_overlay_drivers.py", "test_hosts_workloads.py", "test_report.py", "test_mesh.py",
          "test_cpu_cgroups.py", "test_bad_input.py")

@@ -70,7 +70,8 @@ def test_a_report_command_that_fails_on_a_bug_exits_70_without_a_traceback(tmp_p
     proc = subprocess.run([sys.executable, "-c", BROKEN_REPORT, str(results)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == EXIT_BUG, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr and "KeyError" in proc.stderr and "results.py:" in proc.stderr, proc.stderr  # the deepest frame in vpnlab
+    assert "Traceback" not in proc.stderr and "KeyError" in proc.stderr, proc.stderr
+    assert "results.py:" in proc.stderr, proc.stderr  # where: the deepest frame in vpnlab (the report command)
     kept = traceback_file(proc.stderr)
     try:
         assert "a scenario the report did not expect" in kept.read_text()

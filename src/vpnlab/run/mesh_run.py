@@ -163,8 +163,8 @@ def add_link_shares(results: dict[str, Measurement], views: list[PairView], rate
 
 def combine(kind, results: dict[str, Measurement]) -> tuple[dict[str, float], str]:
     """The sample's values: each metric summed over the pairs if it is a rate or a count (what the mesh
-    carried in all), the least of them if in LEAST, else their mean; the primary metric's worst pair as `worst_pair_<metric>`. And every
-    pair's own values, as JSON (the per-pair samples)."""
+    carried in all), the least of them if in LEAST, else their mean; the primary metric's worst pair as
+    `worst_pair_<metric>`. And every pair's own values, as JSON (the per-pair samples)."""
     per_pair = {label: m.values for label, m in results.items()}
     values = {}
     for name in {n for v in per_pair.values() for n in v}:
