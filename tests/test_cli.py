@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_dispositions, kill_run, our_namespaces, sample_count
+from conftest import default_dispositions, kill_run, orphans_of_other_tests, our_namespaces, sample_count
 from test_hosts_study import wait_until
 from vpnlab.testbed.state import CLAIM, STATE_ROOT
 
@@ -52,9 +52,11 @@ def our_processes() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid=,ppid=,comm="], capture_output=True, text=True).stdout
     parents = {int(pid): int(ppid) for pid, ppid, _ in (line.split(None, 2) for line in out.splitlines())}
 
+    others = orphans_of_other_tests()
+
     def ours(pid: int) -> bool:
         if parents.get(pid) == 1:
-            return True                          # an orphan: its vpnlab is gone without stopping it
+            return pid not in others             # an orphan: its vpnlab is gone without stopping it
         while pid in parents and pid > 1:
             if pid == os.getpid():
                 return True
