@@ -345,6 +345,41 @@ def test_a_port_another_program_holds_on_a_host_refuses_the_study_before_anythin
     assert {label: s["status"] for (label, _), s in scenarios.items()} == {"none": "done", "strongswan default psk": "done"}
 
 
+@pytest.mark.integration
+def test_a_port_taken_on_a_host_after_the_probe_is_named_in_the_failure(lab, tmp_path):
+    """UDP 51820 taken on gw-b once the run has begun (after the probe that would have refused it):
+    WireGuard's repetitions fail there late, and each failure says which port on which host another
+    program took, and how to see which."""
+    b = lab.hosts["gw-b"]
+    study, out = tmp_path / "study.yaml", lab.dir / "taken-port"
+    study.write_text(RA_STUDY.replace(", {driver: openvpn}", "").replace(
+        "[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: ping, count: 40, interval_s: 0.05}]"))
+    run = subprocess.Popen(lab.controller_argv(sys.executable, "-m", "vpnlab", "run", study, "--inventory",
+                                               lab.inventory, "--out", out, "--no-progress"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = None
+    try:
+        # the store is made after the probe, and the first scenario (no VPN, 2 s of pings) runs before WireGuard's
+        assert wait_until(lambda: (out / "results.sqlite").exists() or run.poll() is not None, timeout=120)
+        holder = subprocess.Popen(["ip", "netns", "exec", b.namespace, sys.executable, "-c", HOLD_UDP_PORT, "51820"],
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "bound\n"
+        stdout, stderr = run.communicate(timeout=300)
+    finally:
+        for proc in (run, holder):  # we started them
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert run.returncode == 1, stdout + stderr  # a scenario failed
+    _, scenarios, _ = read_store(out)
+    assert scenarios[("none", "unshaped")]["status"] == "done"
+    wireguard = scenarios[("wireguard", "unshaped")]
+    assert wireguard["status"] == "failed", wireguard
+    assert ("since the run began, host gw-b: UDP 51820 is held by another program: stop it, or run on other hosts; "
+            "`ss -uanp 'sport = :51820'` on gw-b shows which") in wireguard["failure"], wireguard["failure"]
+    assert "host gw-a" not in wireguard["failure"]
+
+
 def pair_repetitions(out, host: str) -> list[str]:
     """When each stored repetition of the scenarios on `host` completed."""
     if not (out / "results.sqlite").exists():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import shlex
+import subprocess
 from dataclasses import dataclass, field
 
 from ..catalog import DRIVERS, declared
@@ -203,6 +204,17 @@ class HostSet:
                     host = on_hosts[node].name
                     held += [(host, port) for port in bound if port in self.held_ports[host]]
         return [held_text(host, port) for host, port in dict.fromkeys(held)]
+
+    def ports_taken(self, scenario) -> list[str]:
+        """ports_held, read afresh on the scenario's hosts: what another program took there since the
+        probe, after a repetition failed (a daemon that could not bind fails late and obscurely).
+        Nothing if a host cannot be read now: the failure's own reason stands."""
+        try:
+            for site in self.pair_of(scenario).sites:
+                self.held_ports[site.name] = held_ports(site.ssh.script(SOCKET_TABLES).stdout)
+        except (VpnlabError, subprocess.SubprocessError):
+            return []
+        return self.ports_held(scenario)
 
     @staticmethod
     def _probe_path(site: Site, other: Site) -> None:

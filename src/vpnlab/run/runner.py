@@ -393,6 +393,8 @@ class Runner:
         attempt = repetition(scenario, state, log_dir, arrivals_seed(self.plan.study.seed, round_no, scenario), pair)
         if self._stopping.is_set():
             return  # interrupted: not a sample, nor a failure (`--resume` measures it)
+        if attempt.failure and pair and not pair.lost and (taken := self.hosts.ports_taken(scenario)):
+            attempt.failure += "\n  since the run began, " + "\n  ".join(taken)
         for note in attempt.notes:
             store.add_note(scenario.id, note)
         values = attempt.sample.values
