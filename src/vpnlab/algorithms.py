@@ -106,11 +106,6 @@ def fips_approved(name: str) -> bool:
     return not any(bad in name for bad in NOT_FIPS)
 
 
-def not_fips(algorithms: Algorithms) -> list[str]:
-    """The fields whose algorithm FIPS 140 does not approve: 'key exchange X25519'."""
-    return [f"{HEADINGS[k]} {v}" for k, v in algorithms.values().items() if not fips_approved(v)]
-
-
 # --- names, as the software prints them, to one vocabulary ----------------------------------------
 
 _GROUPS = {"CURVE_25519": "X25519", "X25519": "X25519", "CURVE_448": "X448", "X448": "X448",

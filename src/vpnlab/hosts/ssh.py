@@ -374,11 +374,6 @@ class SshHost:
         self.record("namespaces", name)
         self.run(["sh", "-c", 'ip netns add "$1" && ip -n "$1" link set lo up', "sh", name])
 
-    def remove_namespace(self, name: str) -> None:
-        q = shlex.quote(name)
-        self.script(f"ip netns pids {q} 2>/dev/null | xargs -r kill -KILL; ip netns del {q}")
-        self.forget("namespaces", name)
-
     def put_file(self, path: str, content: str | bytes, mode: int = 0o644) -> str:
         """Write a file on the host, recorded first; created with `mode`, never wider."""
         self.record("files", path)
@@ -397,11 +392,6 @@ class SshHost:
         steps += [f"printf %s {base64.b64encode(content).decode()} | base64 -d > {q(path)} && chmod {mode:o} {q(path)}"
                   for path, content in files.items()]
         self.script(" && ".join(steps))
-
-    def put_secret(self, name: str, content: str | bytes) -> str:
-        """A key or password: mode 0600 from its creation, in the run's 0700 directory on tmpfs,
-        removed with the run. Returns its path on the host."""
-        return self.put_file(f"{self.secrets_dir}/{name}", content, 0o600)
 
     def read_file(self, path: str) -> bytes:
         return self.run(["cat", "--", path], binary=True).stdout
