@@ -47,10 +47,6 @@ class VmRun:
             self.values[(vpn, link, workload, metric)] = value
         db.close()
 
-    def valid_values(self, key: tuple[str, str, str], metric: str) -> list[float]:
-        """A metric's values over the valid repetitions of one scenario, from the store itself."""
-        return self._read(key, lambda store, sid: store.values(sid, metric))
-
     def intervals(self, key: tuple[str, str, str]) -> list[float]:
         """Mbit/s in each of iperf3's 1-s intervals (after the warm-up) of a scenario's first repetition."""
         return self._read(key, lambda store, sid: [mbps for _, mbps in
