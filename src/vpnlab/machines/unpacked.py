@@ -50,3 +50,17 @@ def unpack(package: str, folder: Path, after: Callable[[Path], None] | None = No
 
 def package_folder(package: str) -> Path:
     return CACHE / "packages" / package
+
+
+def provide(package: str, installed: Path) -> Path | None:
+    """The root a package's files live under: "/" when `installed` (one of its files) is there,
+    else its unpacked copy, unpacking it now. None when neither can be had."""
+    if installed.exists():
+        return Path("/")
+    folder = package_folder(package)
+    if not (folder / installed.relative_to("/")).exists():
+        try:
+            unpack(package, folder)
+        except (UnpackError, subprocess.CalledProcessError, OSError):
+            return None
+    return folder
