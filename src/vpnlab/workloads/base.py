@@ -29,7 +29,7 @@ class WorkloadOptions(Strict):
     """Base of a kind's options; each kind narrows `kind` to its own name."""
 
     kind: str
-    pairs: Literal["one", "all", "to-one"] = Field("one", description="in a mesh: between peers 0 and 1 (one), "
+    pairs: Literal["one", "all", "to-one"] = Field("one", description="in a mesh: from peer 1 to peer 2 (one), "
                                                    "between every ordered pair at once (all), or from every other "
                                                    "peer to peer 0 at once (to-one)")
 
