@@ -13,8 +13,8 @@ from statsmodels.stats.multitest import multipletests
 
 from vpnlab.analyse.recommend import singled_out
 from vpnlab.analyse.stats import (difference_ms, holm, min_attainable_p, min_attainable_p_paired, paired_log_ratio,
-                          rank_test, repetitions_needed, secondary_tests, tost_log_ratio, verdict,
-                          welch_log_ratio)
+                          rank_test, ratio_of_means, repetitions_needed, secondary_tests, tost_log_ratio,
+                          verdict, welch_log_ratio)
 
 SIZES = [3, 5, 10]
 
@@ -105,6 +105,28 @@ def test_percentage_points_interval_on_bursty_loss_undercovers(n):
 
     coverage = difference_coverage(lambda: (bursty(1.0), bursty(2.0)), 0.3)
     assert 0.85 <= coverage < 0.93
+
+
+@pytest.mark.parametrize("n", [6, 10])
+@pytest.mark.parametrize("paired", [True, False])
+def test_fiellers_interval_covers_the_ratio_of_means(n, paired):
+    """Known truth: mean B / mean A = 3 (normal values; A's spread 30% of its mean, B's 90%, correlated
+    0.5 when paired), 4000 studies: Fieller's interval covers it about 95% of the time (exact for
+    paired normal values; Welch's df at the estimate when unpaired, a little conservative at n = 6).
+    Measured: paired 95.3% and 95.1%, unpaired 96.3% and 95.3% (n = 6 and 10)."""
+    rng = np.random.default_rng(70 + n + 2 * paired)
+    cov = [[0.09, 0.5 * 0.3 * 0.9 * paired], [0.5 * 0.3 * 0.9 * paired, 0.81]]
+    results = [ratio_of_means(d[:, 0], d[:, 1], paired=paired) for d in rng.multivariate_normal([1, 3], cov, (4000, n))]
+    assert all(r.low is not None for r in results) and "Fieller" in results[0].method
+    upper = 0.97 if (n, paired) == (6, False) else 0.96  # Welch's df: conservative at small n
+    # 95% less 1 point: about three binomial standard errors of 4000 studies (0.34 points)
+    assert 0.94 <= np.mean([r.low <= 3 <= r.high for r in results]) <= upper
+
+
+def test_fiellers_interval_is_unbounded_where_as_mean_is_not_clearly_above_zero():
+    result = ratio_of_means([0.0, 0.1, 0.0, 0.2], [0.5, 0.7, 0.6, 0.4])
+    assert result.estimate == pytest.approx(0.55 / 0.075) and result.low is None and "not clearly above zero" in result.note
+    assert ratio_of_means([0.0, 0.0], [1.0, 2.0]).estimate is None
 
 
 def test_paired_data_need_one_value_per_round_on_each_side():
