@@ -40,6 +40,20 @@ def test_hedges_g_known_value():
     assert hedges_g(np.array([1.0, 2, 3]), np.array([3.0, 4, 5])) == pytest.approx(1.6)
 
 
+@pytest.mark.parametrize("n", [6, 10])
+def test_hedges_g_is_about_unbiased_where_cohens_d_is_not(n):
+    """Known truth d = 1 (normal values, equal spreads), 20000 samples of n a side: the mean of Hedges'
+    g is d within Monte Carlo error (measured 1.003 at n = 6, 1.006 at 10), while Cohen's d (g without
+    the correction) runs clearly high (1.086, 1.050)."""
+    rng = np.random.default_rng(50 + n)
+    a, b = rng.normal(0, 1, (20000, n)), rng.normal(1, 1, (20000, n))
+    g = np.array([hedges_g(x, y) for x, y in zip(a, b)])
+    cohens_d = g / (1 - 3 / (4 * 2 * n - 9))
+    error = 3 * g.std() / math.sqrt(len(g))  # three standard errors of the mean of 20000 (0.014 at n = 6)
+    assert abs(g.mean() - 1) <= error
+    assert cohens_d.mean() - 1 > error
+
+
 def test_mann_whitney_on_separated_samples():
     result = compare([1, 2, 3, 4], [5, 6, 7, 8])
     assert result["mannwhitney_p"] == pytest.approx(stats.mannwhitneyu([5, 6, 7, 8], [1, 2, 3, 4]).pvalue)

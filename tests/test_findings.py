@@ -439,6 +439,109 @@ def test_half_the_seeds_effect_is_called_a_smaller_effect():
     assert twice.count("same direction, larger effect") / len(twice) >= 0.95
 
 
+# --- verdicts on a difference B - A (a metric that can be zero), against known truth -----------------
+
+WRONG_WAY = ("reproduced", "same direction, smaller effect", "same direction, larger effect", "contradicted")
+
+
+def difference_finding(fid: str, direction: str = "higher", seed_ratio: float | None = None) -> findings.Finding:
+    return findings.Finding(id=fid, quote="q", where="w", seed="s", direction=direction, seed_ratio=seed_ratio,
+                            a={"vpn": "x", "workload": "udp"}, b={"vpn": "y", "workload": "udp"})
+
+
+def jitter_pair(rng, rounds: int, ratio: float = 1.0, added: float = 0.0, round_cv: float = 0.2):
+    """Jitter-like values (ms) of A and B: A's mean 1 ms, B's `ratio` times it plus `added`; gamma noise
+    with a 30% coefficient of variation around a round factor of mean 1 both sides share."""
+    s = math.sqrt(math.log1p(round_cv ** 2))
+    shared = np.exp(rng.normal(-s * s / 2, s, rounds))
+    a = shared * rng.gamma(1 / 0.09, 0.09, rounds)
+    return a, ratio * shared * rng.gamma(1 / 0.09, 0.09, rounds) + added
+
+
+def judged_together(pairs: list, compared: list, paired: bool, metric: str = "udp_jitter_ms") -> dict:
+    """The `compared` findings judged by RULE (findings.decide) on their (A, B) values: by round, or
+    with no rounds (Welch)."""
+    out = []
+    for finding, (a, b) in zip(compared, pairs):
+        rounds = range(len(a)) if paired else [None] * len(a)
+        j = findings.Judgement(finding, "inconclusive", "", metric=metric)
+        findings._test(j, list(zip(rounds, a)), list(zip(rounds, b)))
+        out.append(j)
+    findings.decide(out)
+    return {j.finding.id: j for j in out}
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_verdicts_on_a_difference_rarely_find_one_that_is_not_there(paired):
+    """Known truth, B's jitter the same as A's in three findings, 3000 simulated studies of 6 rounds: a
+    verdict either way is false; Holm keeps the family's false verdicts to 5% (Welch, ignoring the
+    shared round factor, keeps them well under it)."""
+    rng = np.random.default_rng(41)
+    compared = [difference_finding("up"), difference_finding("down", "lower"), difference_finding("up-too")]
+    false = []
+    for _ in range(3000):
+        v = judged_together([jitter_pair(rng, 6) for _ in compared], compared, paired)
+        assert all(j.scale == "difference" for j in v.values())
+        false.append(any(j.verdict in WRONG_WAY for j in v.values()))
+    # 5% plus two binomial standard errors of 3000 studies (0.8 points)
+    assert np.mean(false) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 3000)
+
+
+def test_verdicts_on_sparse_loss_rarely_find_a_difference_that_is_not_there():
+    """Known truth: both sides lose 0.1% of 1000 datagrams per repetition (most repetitions lose 0 to 2:
+    many ties and zero differences); 4000 simulated studies of 6 rounds, a verdict either way is false."""
+    rng, finding = np.random.default_rng(42), difference_finding("loss-up")
+    false = []
+    for _ in range(4000):
+        a, b = (rng.binomial(1000, 0.001, 6) / 10 for _ in range(2))
+        false.append(judged_together([(a, b)], [finding], True, "udp_loss_pct")["loss-up"].verdict in WRONG_WAY)
+    # 5% plus two binomial standard errors of 4000 studies (0.7 points)
+    assert np.mean(false) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 4000)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_the_rounds_an_inconclusive_difference_asks_for_detect_it_about_80_percent_of_the_time(paired):
+    """A 20000-round pilot (its spread all but known) with no difference is inconclusive and asks for n
+    rounds per side to detect a difference of 10% of A's mean (the floor for a difference B - A); 2000
+    simulated studies of n rounds with B = A + 0.1 ms (A's mean 1 ms, the same spread) find it
+    significant, B above A, about 80% of the time; half as many rounds, clearly less often."""
+    rng, finding = np.random.default_rng(43 + paired), difference_finding("up")
+    pilot = judged_together([jitter_pair(rng, 20000)], [finding], paired)["up"]
+    assert pilot.verdict == "inconclusive" and "difference of 10% of A's mean" in pilot.reason
+    n = pilot.rounds_needed
+
+    def detected(rounds, studies):
+        found = [judged_together([jitter_pair(rng, rounds, added=0.1)], [finding], paired)["up"]
+                 for _ in range(studies)]
+        return np.mean([j.holm_p < 0.05 and j.estimate > 0 for j in found])
+
+    # 80% less 2.5 binomial standard errors of 2000 studies (0.9 points); above: planning on log(1.1)
+    # rather than 0.1 and the spread's 80% upper bound ask for rounds that give about 84%
+    assert 0.78 <= detected(n, 2000) <= 0.9
+    assert detected(n // 2, 500) < 0.7
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_a_difference_read_as_a_ratio_reproduces_the_seeds_size_at_about_the_intervals_coverage(paired):
+    """Known truth: B's jitter 3 times A's, as the seed found, every difference significant (10 rounds,
+    no round factor: the sides vary apart), 3000 simulated studies. 'reproduced' (the seed's B/A inside
+    the 95% interval of B/A, widened by the 2% margin) comes at least at the interval's coverage, as on
+    the ratio scale. Measured: 96.3% paired, 96.7% unpaired with Fieller's interval; B - A's interval
+    divided by A's mean, as if A's mean were known, gave 90.4% and 90.2%."""
+    rng, finding = np.random.default_rng(44), difference_finding("up", seed_ratio=3.0)
+    verdicts = [judged_together([jitter_pair(rng, 10, ratio=3.0, round_cv=0.0)], [finding], paired)["up"].verdict
+                for _ in range(3000)]
+    # 95% less two binomial standard errors of 3000 studies (0.8 points); the margin's widening adds a little
+    assert 0.95 - 2 * math.sqrt(0.05 * 0.95 / 3000) <= verdicts.count("reproduced") / len(verdicts) <= 0.99
+    assert set(verdicts) <= {"reproduced", "same direction, smaller effect", "same direction, larger effect"}
+
+def test_a_difference_from_an_a_near_zero_reproduces_the_direction_alone():
+    # A's loss is mostly zero: no bounded interval of B/A, so the seed's size cannot be judged
+    a, b = [0.0, 0.1, 0.0, 0.0, 0.2, 0.0], [1.0, 1.2, 0.9, 1.1, 1.0, 1.05]
+    j = judged_together([(a, b)], [difference_finding("up", seed_ratio=3.0)], True, "udp_loss_pct")["up"]
+    assert j.holm_p < 0.05 and j.verdict == "reproduced"
+    assert "no interval of B/A above zero (A's mean is not clearly above zero" in j.reason and "direction alone" in j.reason
+
 def test_a_calibration_is_shown_but_not_a_check(tmp_path):
     study = STUDY.replace("    graded: throughput\n", "    graded: throughput\n    calibration: the link was set from it\n", 1)
     result = judged(generated_store(tmp_path, study=study))

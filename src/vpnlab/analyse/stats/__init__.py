@@ -6,7 +6,7 @@ rank tests.
 """
 
 from .adaptive import SteinPlan, guarded_stein_interval, stein_interval, stein_total_n
-from .comparisons import Comparison, difference_ms, one_sided_p, paired_log_ratio, welch_log_ratio
+from .comparisons import Comparison, difference_ms, one_sided_p, paired_log_ratio, ratio_of_means, welch_log_ratio
 from .decisions import Verdict, repetitions_needed, spread_upper_bound, verdict
 from .grades import Grade, band, grade_range
 from .intervals import Interval, interval, log_interval, mean_interval
@@ -19,6 +19,6 @@ __all__ = [
     "Comparison", "Equivalence", "Grade", "Interval", "SecondaryTest", "SteinPlan", "Verdict",
     "band", "difference_ms", "grade_range", "holm", "interval", "log_interval", "loss_interval",
     "mean_interval", "min_attainable_p", "min_attainable_p_paired", "one_sided_p", "outlier_flags",
-    "paired_log_ratio", "rank_test", "repetitions_needed", "secondary_tests", "spread_upper_bound",
+    "paired_log_ratio", "rank_test", "ratio_of_means", "repetitions_needed", "secondary_tests", "spread_upper_bound",
     "guarded_stein_interval", "stein_interval", "stein_total_n", "tost_log_ratio", "verdict", "welch_log_ratio",
 ]

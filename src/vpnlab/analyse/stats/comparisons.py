@@ -13,12 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._dist import no_spread, t_quantile, t_two_sided_p, t_upper_p
-from .intervals import IDENTICAL
+from .intervals import IDENTICAL, Interval
 
 PAIRED_LOG = "paired t test on log(B/A) per round; ratio of geometric means"
 WELCH_LOG = "Welch t test on log values; ratio of geometric means"
 PAIRED_DIFF = "paired t test on B - A per round"
 WELCH_DIFF = "Welch t test on B - A"
+FIELLER = "Fieller's interval of mean B / mean A"
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,35 @@ def difference_ms(a_by_round, b_by_round, paired: bool = True, level: float = 0.
     """What B adds to A in the data's unit (ms for latency and jitter): the mean of per-round
     differences B - A with its paired t interval, or Welch's interval when the data are unpaired."""
     return _compare(a_by_round, b_by_round, paired=paired, log=False, level=level)
+
+
+def ratio_of_means(a_by_round, b_by_round, paired: bool = True, level: float = 0.95) -> Interval:
+    """mean B / mean A with Fieller's interval, for values that can be zero (no ratio of geometric
+    means): the ratios R at which the t test of mean(B - R A) = 0 does not reject, per round (n - 1 df)
+    or with Welch's variances (df at the estimate). Unlike 1 + (B - A)'s interval / mean A, it counts
+    the uncertainty of A's mean. No interval (low and high None) where A's mean is not clearly above
+    zero: the set of such R is then unbounded."""
+    a, b = sample_arrays(a_by_round, b_by_round, paired, log=False)
+    method = f"{FIELLER}, {'paired per round' if paired else 'Welch'}"
+    n = min(len(a), len(b))
+    if n < 2 or not a.mean() > 0:
+        return Interval(None, None, None, n, level, method, "under two values a side, or A's mean at or below zero")
+    mean_a, mean_b = float(a.mean()), float(b.mean())
+    ratio = mean_b / mean_a
+    if paired:
+        cov = np.cov(a, b, ddof=1) / len(a)
+        var_a, cov_ab, var_b, df = cov[0, 0], cov[0, 1], cov[1, 1], len(a) - 1
+    else:
+        var_a, var_b, cov_ab = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b), 0.0
+        spread = var_b + ratio ** 2 * var_a   # Welch-Satterthwaite df of mean_b - ratio * mean_a
+        df = spread ** 2 / (var_b ** 2 / (len(b) - 1) + ratio ** 4 * var_a ** 2 / (len(a) - 1)) if spread else 1
+    t2 = t_quantile(df, (1 + level) / 2) ** 2
+    # (mean_b - R mean_a)^2 <= t^2 var(mean_b - R mean_a): a quadratic in R, bounded when its R^2 term is positive
+    quad, half_lin, const = mean_a ** 2 - t2 * var_a, mean_a * mean_b - t2 * cov_ab, mean_b ** 2 - t2 * var_b
+    if quad <= 0:
+        return Interval(ratio, None, None, n, level, method, "A's mean is not clearly above zero: no bounded interval")
+    root = math.sqrt(max(half_lin ** 2 - quad * const, 0.0))
+    return Interval(ratio, (half_lin - root) / quad, (half_lin + root) / quad, n, level, method)
 
 
 def one_sided_p(comparison: Comparison) -> tuple[float | None, float | None]:
