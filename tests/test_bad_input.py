@@ -283,10 +283,14 @@ def test_bad_study_is_refused_before_anything_starts(case, outcomes, tmp_path, m
 
 
 def test_only_declared_programs_ran(outcomes):
-    """Hands what the module's runs executed to the suite's check (the conftest fixture)."""
-    if outcomes["log"].exists() and execlog.log_path:
-        with open(execlog.log_path, "a") as log:
-            log.write(outcomes["log"].read_text())
+    """Hands what the module's runs executed to the suite's check (the conftest fixture), once the
+    log shows it recorded them: at least every vpnlab command the fixture started."""
+    assert outcomes["log"].exists(), "the runs' programs were not recorded: nothing would be checked"
+    recorded = outcomes["log"].read_text()
+    started = [argv for argv in map(json.loads, recorded.splitlines()) if argv[1:4] == ["-m", "vpnlab", "run"]]
+    assert len(started) == len(outcomes["results"]), started
+    with open(execlog.log_path, "a") as log:
+        log.write(recorded)
 
 
 def test_a_valid_study_at_the_limits_passes(tmp_path):

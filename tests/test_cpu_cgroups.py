@@ -44,6 +44,9 @@ def our_cgroups(run_id: str) -> list[Path]:
 
 
 def test_each_tunnel_end_is_counted_in_its_own_cgroup_on_its_own_core(tmp_path, no_leftovers):
+    accounting = this_machine()
+    if accounting.method == "ticks":  # vpnlab's fallback: nothing here to compare the cgroups with
+        pytest.skip(f"no cgroup CPU accounting on this machine: {accounting.why_not}")
     plan = run_here(parse_study(STUDY), tmp_path)
     store = Store.open_dir(tmp_path)
     single, nested = plan.scenarios
@@ -53,11 +56,8 @@ def test_each_tunnel_end_is_counted_in_its_own_cgroup_on_its_own_core(tmp_path, 
     notes = {sc.id: sc.notes for sc in store.scenarios()}
     assert {sc.id: sc.status for sc in store.scenarios()} == {single.id: "done", nested.id: "done"}
     store.close()
-    method = this_machine().method
     for sid, record in records.items():
-        assert record["method"] == method
-        if method == "ticks":
-            continue
+        assert record["method"] == accounting.method
         for side in ("client", "gateway"):
             cgroup_s, ticks_s = record["cgroup_s"][side], record["ticks_s"][side]
             assert cgroup_s > 0.05, record  # wireguard-go carried a TCP stream for 2 s

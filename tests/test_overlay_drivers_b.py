@@ -144,15 +144,17 @@ def test_a_softether_worker_restarted_by_its_watchdog_is_a_broken_tunnel(state, 
 @pytest.mark.parametrize("name", ["softether", "yggdrasil"])
 def test_two_at_once_share_nothing(state, name, tmp_path):
     """Two tunnels of the same VPN up at the same time on this machine (as two runs would be): each
-    daemon's fixed paths are private, so both carry traffic."""
+    daemon's fixed paths are private, so both carry traffic, each across its own WAN encrypted."""
     beds = [Testbed.build(state, Layout.for_topology("remote-access", 1), Link(rate_mbit=100), tag=tag)
             for tag in ("t", "u")]
     tunnels = []
     for bed, folder in zip(beds, ("a", "b")):
         (tmp_path / folder).mkdir()
         tunnels.append(up(state, bed, name, tmp_path / folder)[2])
-    for bed in beds:
-        bed.source.run(["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", bed.sink_ip])
+    for bed, tunnel, folder in zip(beds, tunnels, ("a", "b")):
+        proof = prove(bed, tunnel.channels, bed.tunnel_sites(0)[0].underlay_ip, tmp_path / folder / "p.pcap")
+        assert proof.ok, (folder, proof.problems)
+        assert not proof.marker_in_clear and proof.outer_packets == proof.packets > 0, folder
     assert all(tunnel.health() is None for tunnel in tunnels)
     for tunnel in tunnels:
         tunnel.down()

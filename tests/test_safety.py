@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -403,12 +402,12 @@ def test_a_fifo_study_or_inventory_is_refused_at_once(tmp_path):
     os.mkfifo(fifo)
     hosts_study = tmp_path / "hosts.yaml"
     hosts_study.write_text(PLAIN + "hosts: {client: a, gateway: b}\n")
-    started = time.monotonic()
+    # a read of the FIFO would block for ever (no writer): each call's timeout fails the test then
     for command in (["run", fifo, "--dry-run"], ["run", fifo], ["doctor", fifo]):
         refused(vpnlab(*command, timeout=60), f"{fifo}: not a regular file (a FIFO)")
     refused(vpnlab("run", hosts_study, "--inventory", fifo, "--dry-run", timeout=60),
             f"inventory {fifo}: not a regular file or directory (a FIFO)")
-    assert time.monotonic() - started < 60 and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
 
 
 def test_doctor_checks_backend_as_run_does(tmp_path):

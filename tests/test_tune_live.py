@@ -1,7 +1,8 @@
 """A real race on the namespace testbed: OpenVPN with three ciphers over UDP and TCP, WireGuard and
-strongSwan on a 50 Mbit/s link, through the real CLI. It ends within its budget, drops losers it
-measured with real tunnels, leaves a normal store (`show`, `stats` read it), and its winner's
-settings, read back from what a user pastes, bring a tunnel up that carries traffic encrypted.
+strongSwan on a 50 Mbit/s link, through the real CLI. It stops by its rules (no round begun once the
+rounds so far projected the next past its budget), drops losers it measured with real tunnels,
+leaves a normal store (`show`, `stats` read it), and its winner's settings, read back from what a
+user pastes, bring a tunnel up that carries traffic encrypted.
 
 The race optimises the bytes on the WAN per byte delivered (lower is better) for 1200-byte UDP
 datagrams at 2 Mbit/s: what each VPN's framing and transport cost on the wire. Throughput on this
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -29,6 +31,8 @@ from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import TunnelEnv
 from vpnlab.run.proof import prove
+from vpnlab.tune.race import BUDGET, EQUIVALENT, ONE_LEFT
+from vpnlab.tune.runner import OUT_OF_TIME
 
 pytestmark = pytest.mark.integration
 
@@ -58,41 +62,61 @@ def vpnlab(*args: str) -> subprocess.CompletedProcess:
 def raced(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tune-live")
     (folder / "spec.yaml").write_text(SPEC)
-    started = time.monotonic()
     done = vpnlab("tune", str(folder / "spec.yaml"), "--out", str(folder / "out"), "--no-progress")
-    return folder / "out", done, time.monotonic() - started
+    return folder / "out", done
 
 
-def test_the_race_ends_within_its_budget_and_drops_losers_it_measured(raced):
-    out, done, _ = raced
+def round_ends_s(db) -> dict[int, float]:
+    """Each round: seconds from the run's start to its last repetition's end."""
+    (started,), = db.execute("SELECT started_at FROM runs").fetchall()
+    ends = db.execute("SELECT round, MAX(completed_at) FROM repetitions GROUP BY round").fetchall()
+    return {r: (datetime.fromisoformat(at) - datetime.fromisoformat(started)).total_seconds() for r, at in ends}
+
+
+def assert_stopped_by_its_rules(db, design: dict, notes: str) -> int:
+    """The stop stored on the baseline, and no round started once the rounds so far projected the
+    next past the budget (tune/runner.py's rule); the rounds run."""
+    ends = round_ends_s(db)
+    rounds = max(ends)
+    assert sorted(ends) == list(range(1, rounds + 1)) and rounds <= design["max_rounds"], ends
+    for k in range(1, rounds):  # round k + 1 started: the projection after round k was within budget
+        assert ends[k] * (1 + 1 / k) <= design["budget_s"], (k, ends)
+    stop = re.search(r"the race ended after round (\d+): (.+)", notes)
+    assert stop and int(stop[1]) == rounds and stop[2] in (ONE_LEFT, EQUIVALENT, BUDGET), notes
+    if stop[2] == BUDGET and rounds < design["max_rounds"]:
+        assert OUT_OF_TIME in notes, notes  # stopped by the projection, not by the rounds it planned
+    return rounds
+
+
+def test_the_race_stops_by_its_rules_and_drops_losers_it_measured(raced):
+    out, done = raced
     assert done.returncode == 0, done.stdout + done.stderr
     db = sqlite3.connect(out / "results.sqlite")
-    (started, finished), = db.execute("SELECT started_at, finished_at FROM runs").fetchall()
-    spent = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
-    assert spent <= BUDGET_S, spent
+    design = json.loads((out / "race.json").read_text())
+    assert design["budget_s"] == BUDGET_S
     rows = db.execute("SELECT vpn_label, notes, (SELECT count(*) FROM repetitions r WHERE r.scenario_id = s.id"
                       " AND COALESCE(r.failure, '') = '') FROM scenarios s").fetchall()
     dropped = {label: reps for label, notes, reps in rows if "dropped by the race after round" in notes}
     kept = {label: reps for label, notes, reps in rows if label != "none" and label not in dropped}
     assert dropped, rows
     assert kept and max(dropped.values()) <= min(kept.values())
-    assert "the race ended after round" in dict((label, notes) for label, notes, _ in rows)["none"]
+    rounds = assert_stopped_by_its_rules(db, design, dict((label, notes) for label, notes, _ in rows)["none"])
     said = (out / "answer.txt").read_text()
     assert "The race ended after" in said and "of no VPN (95% interval" in said and "Dropped:" in said
     assert "beyond the 1% margin" in said
     assert (out / "race.png").stat().st_size > 5000
-    print(f"race: {spent:.0f} s, dropped {dropped}, kept {kept}\n{said}")
+    print(f"race: {rounds} rounds, dropped {dropped}, kept {kept}\n{said}")
 
 
 def test_show_and_stats_read_the_races_store(raced):
-    out, _, _ = raced
+    out, _ = raced
     for command in ("show", "stats"):
         done = vpnlab(command, str(out))
         assert done.returncode == 0 and "openvpn" in done.stdout, done.stderr
 
 
 def test_the_winners_pasted_settings_bring_a_tunnel_up(raced, state, tmp_path):
-    out, _, _ = raced
+    out, _ = raced
     said = (out / "answer.txt").read_text()
     study = sqlite3.connect(out / "results.sqlite").execute("SELECT study_text FROM runs").fetchone()[0]
     winner = said.split("\n1. ", 1)[1].split(":", 1)[0]
