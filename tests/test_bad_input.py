@@ -287,8 +287,9 @@ def test_only_declared_programs_ran(outcomes):
     log shows it recorded them: at least every vpnlab command the fixture started."""
     assert outcomes["log"].exists(), "the runs' programs were not recorded: nothing would be checked"
     recorded = outcomes["log"].read_text()
-    started = [argv for argv in map(json.loads, recorded.splitlines()) if argv[1:4] == ["-m", "vpnlab", "run"]]
-    assert len(started) == len(outcomes["results"]), started
+    recorded_argvs = {tuple(argv) for argv in map(json.loads, recorded.splitlines())}
+    missing = [proc.args for proc in outcomes["results"].values() if tuple(map(str, proc.args)) not in recorded_argvs]
+    assert not missing, f"started but not recorded: {missing}"
     with open(execlog.log_path, "a") as log:
         log.write(recorded)
 

@@ -17,5 +17,13 @@ def _record(event, args):
         log.write(line)
 
 
+_installed = False
+
+
 def install() -> None:
-    sys.addaudithook(_record)
+    """Once per process: a pytest worker loads this by sitecustomize and again by conftest.py, and
+    two hooks logged each program twice."""
+    global _installed
+    if not _installed:
+        sys.addaudithook(_record)
+        _installed = True

@@ -70,6 +70,14 @@ def _outer_matches(ip: dpkt.ip.IP, outer: tuple[str, int | None]) -> bool:
 Channel = tuple[str, int | None]  # ("udp"|"tcp"|"esp"|"gre", port)
 
 
+def _ends_a_write(ip) -> bool:
+    """Could this packet carry one probe whole? In a TCP stream, a daemon that fell behind (a busy
+    machine) writes several probes at once: the stream cuts them into full segments, and only a
+    write's last segment has PSH. Those full segments are not a probe's length (seen in a suite run:
+    SoftEther over TCP measured 472 B of overhead, two full segments against two single probes)."""
+    return not isinstance(ip.data, dpkt.tcp.TCP) or bool(ip.data.flags & dpkt.tcp.TH_PUSH)
+
+
 def analyse(pcaps: list[Path], marker: bytes, channels: list[Channel] | None, src_ip: str,
             encrypted: bool = True) -> Proof:
     """Read the WAN captures. `channels` are the tunnel's own, its data channel first; None for no VPN.
@@ -91,11 +99,14 @@ def analyse(pcaps: list[Path], marker: bytes, channels: list[Channel] | None, sr
             in_clear = in_clear or seen
         if channels and any(_outer_matches(ip, c) for c in channels):
             outer_packets += 1
-            if _outer_matches(ip, channels[0]) and ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN:
+            if _outer_matches(ip, channels[0]) and ip.src == _ip_bytes(src_ip) and ip.len > PROBE_INNER_LEN \
+                    and _ends_a_write(ip):
                 lengths[ip.len] += 1
     overhead = None
     if lengths:
-        overhead = lengths.most_common(1)[0][0] - PROBE_INNER_LEN
+        length, count = lengths.most_common(1)[0]
+        if count >= 2 or channels[0][0] != "tcp":  # in a stream, a length seen once may be a merged write's tail
+            overhead = length - PROBE_INNER_LEN
     proof = Proof(in_clear, packets, outer_packets, overhead)
     if channels is None:
         if not in_clear:
