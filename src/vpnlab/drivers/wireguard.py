@@ -13,9 +13,6 @@ from ..tools import Tool
 from .base import Driver, Implementation, Mesh, Options, Ports, Tunable, Tunnel, TunnelEnv, route_into, wait_for
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
-# A socket is waited for until it accepts, not until it exists: wireguard-go binds it (the file
-# appears) before it listens, and a `wg` refused in between unlinks it and falls back to the kernel
-# ("Unable to modify interface: Protocol not supported", seen in a suite run).
 HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
 DEFAULT_MTU = 1420  # wg-quick's: 1500 less the header over IPv6
 USERSPACE_VARIABLE = "WG_QUICK_USERSPACE_IMPLEMENTATION"  # wg-quick runs this program instead of the kernel's
@@ -99,16 +96,7 @@ class WireGuard(Driver):
             private = site.node.run(["wg", "genkey"]).stdout.strip()
             public = site.node.run(["wg", "pubkey"], input=private + "\n").stdout.strip()
             keys[dev] = (env.write(site.node, f"{dev}.key", private + "\n"), public)
-            if env.implementation == "kernel":
-                site.node.ip(f"link add {dev} type wireguard")
-            else:
-                tunnel.leave(site.node, SOCKET_DIR / f"{dev}.sock")  # a killed wireguard-go leaves it behind
-                log = env.log(f"wireguard-go-{site.node.role}")
-                proc = site.node.spawn(["wireguard-go", dev], log, env={"WG_PROCESS_FOREGROUND": "1"}, what="wireguard-go")
-                tunnel.processes.append((site.node, proc, log))
-        if env.implementation != "kernel":
-            wait_for(lambda: all(site.node.accepts(SOCKET_DIR / f"{dev}.sock") for site, dev in zip((left, right), names)),
-                     10, "wireguard-go control sockets", tunnel)
+            self._interface(site.node, dev, env, tunnel)
         for site, peer, dev, peer_dev in ((left, right, names[0], names[1]), (right, left, names[1], names[0])):
             allowed = ",".join([f"{peer.tunnel_ip}/32", *([peer.prefix] if peer.prefix else [])])
             argv = ["wg", "set", dev, "private-key", keys[dev][0], "listen-port", options.port,
@@ -151,7 +139,9 @@ class WireGuard(Driver):
 
     @staticmethod
     def _interface(node, dev: str, env: TunnelEnv, tunnel: Tunnel) -> None:
-        """The kernel's interface, or wireguard-go's once its control socket accepts."""
+        """The kernel's interface, or wireguard-go's once its control socket accepts: wireguard-go binds it
+        (the file appears) before it listens, and a `wg` refused in between unlinks it and falls back to
+        the kernel ("Unable to modify interface: Protocol not supported", seen in a suite run)."""
         if env.implementation == "kernel":
             node.ip(f"link add {dev} type wireguard")
             return
