@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
 import pytest
 import yaml
 
@@ -287,6 +286,7 @@ def built_lab(study_home: bool = False, **options):
     try:
         built.build()
         if study_home:
+            import matplotlib  # here: a guest's program (kernel_lab.py) imports this module under emulation
             shutil.copytree(matplotlib.get_cachedir(), built.home / ".cache" / "matplotlib", dirs_exist_ok=True)
         yield built
     finally:
@@ -557,3 +557,20 @@ def scenario_shell(inventory: str, workdir: Path) -> None:
 if __name__ == "__main__":
     scenario, inventory_path, work = sys.argv[1:4]
     {"live": scenario_live, "crash": scenario_crash, "shell": scenario_shell}[scenario](inventory_path, Path(work))
+
+
+def host_is_clean(host) -> bool:
+    """No process but sshd, no record, namespace, link, address or qdisc of a run left on the host,
+    its sysctls as they were."""
+    qdiscs = sh("ip", "netns", "exec", host.namespace, "tc", "qdisc", "show", "dev", "eth0").stdout
+    links = [line.split(": ")[1] for line in host.links().splitlines()]
+    return (host.processes() == {} and host.listdir("/run/vpnlab") == [] and host.listdir("/run/netns") == []
+            and not [name for name in links if name.startswith("vl")] and host.addresses() == [f"{host.address}/24"]
+            and "tbf" not in qdiscs and host.sysctl("net.ipv4.ip_forward") == "0")
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.05)
+    return predicate()

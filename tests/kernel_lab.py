@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from declared import programs
-from hosts_harness import Lab, check_seed_store, leftovers, seed_hosts, stored_scenarios, stored_values
-from test_hosts_study import host_is_clean, wait_until
+from hosts_harness import (Lab, check_seed_store, host_is_clean, leftovers, seed_hosts, stored_scenarios, stored_values,
+                           wait_until)
 from vpnlab.machines import vm
 from vpnlab.plan.study import builtin_studies
 from vpnlab.testbed.state import RunState

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import default_dispositions, kill_run, orphans_of_other_tests, our_namespaces, sample_count
-from test_hosts_study import wait_until
+from hosts_harness import wait_until
 from vpnlab.testbed.state import CLAIM, STATE_ROOT
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]

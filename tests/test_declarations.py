@@ -11,6 +11,7 @@ from pathlib import Path
 from vpnlab.machines import capabilities
 from vpnlab import catalog
 from vpnlab.catalog import DRIVERS, KINDS
+from vpnlab.tools import find
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,6 +41,12 @@ def test_recorded_versions_are_versions():
         assert name in versions, f"{name} is declared but not found here: {tools[name].hint}"
         assert re.search(r"\d+\.\d+", versions[name]), (name, versions[name])
         assert "failed" not in versions[name], (name, versions[name])
+    # a program without a version flag gets its package's version, asked of dpkg with the others at once
+    coreutils = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "coreutils"], capture_output=True, text=True)
+    assert versions["env"] == versions["nproc"] == f"coreutils {coreutils.stdout}"
+    # ansible, installed with vpnlab, from its distribution's metadata: what the program itself says
+    said = subprocess.run([find(tools["ansible-playbook"]), "--version"], capture_output=True, text=True, check=True)
+    assert re.search(r"core ([^]]+)]", said.stdout)[1] in versions["ansible-playbook"]
 
 
 def test_metric_registry_is_consistent_and_the_readme_table_is_generated_from_it():

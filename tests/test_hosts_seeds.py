@@ -6,8 +6,7 @@ hosts inside a VM guest, and PPTP, libreswan and delays on hosts there."""
 
 import pytest
 
-from hosts_harness import built_lab, check_seed_store, seed_cut
-from test_hosts_study import host_is_clean, wait_until
+from hosts_harness import built_lab, check_seed_store, host_is_clean, seed_cut, wait_until
 
 LAB_SUBNET = "198.19.255"  # the hosts' own network, outside the testbed's addresses (as test_hosts_study)
 

@@ -7,12 +7,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 from typer.testing import CliRunner
 
-from hosts_harness import built_lab, sh
+from hosts_harness import built_lab, host_is_clean, wait_until
 from vpnlab.plan import overrides
 from vpnlab.cli import app
 from vpnlab.cli.run import load_study_arg
@@ -158,23 +157,6 @@ def lab():
     of their own that the testbed's addresses do not overlap; all of it removed afterwards."""
     with built_lab(study_home=True, names=("gw-a", "gw-b", "gw-c", "gw-d"), subnet=LAB_SUBNET) as built:
         yield built
-
-
-def host_is_clean(host) -> bool:
-    """No process but sshd, no record, namespace, link, address or qdisc of a run left on the host,
-    its sysctls as they were."""
-    qdiscs = sh("ip", "netns", "exec", host.namespace, "tc", "qdisc", "show", "dev", "eth0").stdout
-    links = [line.split(": ")[1] for line in host.links().splitlines()]
-    return (host.processes() == {} and host.listdir("/run/vpnlab") == [] and host.listdir("/run/netns") == []
-            and not [name for name in links if name.startswith("vl")] and host.addresses() == [f"{host.address}/24"]
-            and "tbf" not in qdiscs and host.sysctl("net.ipv4.ip_forward") == "0")
-
-
-def wait_until(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.05)
-    return predicate()
 
 
 def read_store(out):

@@ -10,7 +10,7 @@ import matplotlib
 import pytest
 
 from hosts_harness import lab  # noqa: F401  (the fixture: two SSH "hosts" in namespaces)
-from test_hosts_study import host_is_clean, wait_until
+from hosts_harness import host_is_clean, wait_until
 from vpnlab.hosts.prepare import study_packages
 from vpnlab.plan.study import parse_study
 

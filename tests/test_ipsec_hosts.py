@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import recorded_algorithms
-from hosts_harness import built_lab, sh
-from test_hosts_study import LAB_SUBNET, host_is_clean, read_store, wait_until
+from hosts_harness import built_lab, host_is_clean, sh, wait_until
+from test_hosts_study import LAB_SUBNET, read_store
 from vpnlab.catalog import DRIVERS
 
 STUDY = """\

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import recorded_algorithms
-from hosts_harness import built_lab
-from test_hosts_study import LAB_SUBNET, host_is_clean, wait_until
+from hosts_harness import built_lab, host_is_clean, wait_until
+from test_hosts_study import LAB_SUBNET
 from test_tunnels import build, iperf_through
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import Tunnel, TunnelEnv, wait_for

@@ -79,7 +79,8 @@ def test_libreswan_is_found_installed_or_unpacked(monkeypatch, tmp_path):
     assert tools.find(tool) is None
     pluto.write_text("#!/bin/sh\necho Libreswan 4.10\n")
     assert tools.find(tool) == str(pluto)
-    assert tools.version(dataclasses.replace(tool, version=("pluto", "--version")), str(pluto)) == "Libreswan 4.10"
+    asked = dataclasses.replace(tool, version=("pluto", "--version"))
+    assert tools.versions({"pluto": (asked, str(pluto))}) == {"pluto": "Libreswan 4.10"}
 
 
 def test_merge_takes_a_guest_store_once(tmp_path):

@@ -87,7 +87,7 @@ def locate(tool: Tool) -> str:
 
 def version_script(commands=None) -> str:
     """For every program vpnlab declares (or those of `commands`) that the host has: its name, a
-    tab and its version, found as vpnlab.tools.version finds it here (its own first line naming a
+    tab and its version, found as vpnlab.tools.versions finds it here (its own first line naming a
     version, else its Debian package's version). The programs are asked all at once: each answer
     is one short line (written whole), and a slow host (an emulated one takes a second a program)
     answers in the time of the slowest."""

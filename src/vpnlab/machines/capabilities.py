@@ -12,7 +12,7 @@ from ..catalog import declared
 from ..run.signals import held
 from .features import Capabilities, parse_probe, probe_argv
 from ..testbed.state import PROBE_PREFIX
-from ..tools import find, version
+from ..tools import find, versions
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,14 +61,8 @@ def this_machine() -> dict:
 def tool_versions(commands: set[str] | None = None) -> dict[str, str]:
     """The version of each program (default: every declared one found here), stored with
     every run: the tool's own version line, else its Debian package's version."""
-    found = {}
-    for name, tool in declared().items():
-        if commands is not None and name not in commands:
-            continue
-        path = find(tool)
-        if path:
-            found[name] = version(tool, path)
-    return found
+    wanted = {name: tool for name, tool in declared().items() if commands is None or name in commands}
+    return versions({name: (tool, path) for name, tool in wanted.items() if (path := find(tool))})
 
 
 # The distribution kernel the VM boots has every one of these (Debian builds them as modules).

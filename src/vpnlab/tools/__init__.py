@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from ..machines import unpacked
@@ -89,9 +90,24 @@ def places(tool: Tool) -> tuple[str, ...]:
 _VERSION = re.compile(r"\d+\.\d+")
 
 
-def version(tool: Tool, path: str) -> str:
-    """The first line of the tool's own version output if it names a version, else its
-    Debian package's version (some daemons have no version flag that works offline)."""
+def versions(found: dict[str, tuple[Tool, str]]) -> dict[str, str]:
+    """The version of each found program (name: its Tool and path): its own first line naming a
+    version, else its Debian package's version (some daemons have no version flag that works
+    offline). The packages are asked of dpkg at once: one query a program took half a second of
+    every run (13 programs come from coreutils)."""
+    own = {name: own_version(tool, path) for name, (tool, path) in found.items()}
+    packages = package_versions({tool.package for name, (tool, _) in found.items() if not own[name]})
+    return {name: own[name] or packages.get(tool.package, "unknown") for name, (tool, _) in found.items()}
+
+
+def own_version(tool: Tool, path: str) -> str | None:
+    """What the program says of its version, or None. One installed with vpnlab is asked of its
+    distribution's metadata: starting ansible's Python to print it took 0.35 s a program."""
+    if tool.python and Path(path).parent == Path(sys.executable).parent:
+        try:
+            return f"{tool.package} {metadata.version(tool.package)}"
+        except metadata.PackageNotFoundError:
+            pass
     if tool.version:
         try:
             proc = subprocess.run([path, *tool.version[1:]], capture_output=True, text=True, timeout=10)
@@ -100,9 +116,21 @@ def version(tool: Tool, path: str) -> str:
                     return line.strip()
         except (OSError, subprocess.TimeoutExpired):
             pass
-    return package_version(tool.package) or "unknown"
+    return None
 
 
-def package_version(package: str) -> str | None:
-    proc = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
-    return f"{package} {proc.stdout.strip()}" if proc.returncode == 0 and proc.stdout.strip() else None
+def package_versions(packages: set[str]) -> dict[str, str]:
+    """'package version' of each of these Debian packages that is installed."""
+    if not packages:
+        return {}
+    try:
+        proc = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Version}\\n", *sorted(packages)],
+                              capture_output=True, text=True)
+    except OSError:  # not a Debian system
+        return {}
+    found = {}
+    for line in proc.stdout.splitlines():
+        package, _, installed = line.partition(" ")
+        if installed.strip():
+            found.setdefault(package, f"{package} {installed.strip()}")
+    return found
