@@ -360,7 +360,8 @@ def no_leftovers():
     before_ns = our_namespaces()
     before = default_namespace_snapshot()
     yield
-    assert _settled(lambda: our_namespaces() - before_ns) == set(), "namespaces left behind"
+    left = _settled(lambda: our_namespaces() - before_ns)
+    assert not left, f"namespaces left behind: {sorted(left)}"
     assert default_namespace_snapshot() == before, "the default namespace changed"
 
 
