@@ -23,7 +23,7 @@ from conftest import our_namespaces
 from vpnlab.errors import StudyError
 from vpnlab.plan.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
 from vpnlab.plan.study import MAX_FILE_BYTES, MAX_SCENARIOS, load_study, parse_study
-from vpnlab.testbed.state import PROBE_PREFIX, STATE_ROOT
+from vpnlab.testbed.state import CLAIM, PROBE_PREFIX, STATE_ROOT
 
 BASE = "name: t\nvpns: [{driver: none}, {driver: wireguard}]\n"
 PING = BASE + "workloads: [{kind: ping}]\n"
@@ -215,7 +215,8 @@ def _foreign(name: str, our_pids: set[int]) -> bool:
     one of a run with state under the default state root, or another process's probe."""
     if name.startswith(PROBE_PREFIX):
         return name.removeprefix(PROBE_PREFIX) not in {str(p) for p in our_pids}
-    runs = os.listdir(STATE_ROOT) if STATE_ROOT.is_dir() else []
+    # a dead run's record is renamed <id>.cleaning-<pid> while another vpnlab removes its namespaces
+    runs = {record.partition(CLAIM)[0] for record in os.listdir(STATE_ROOT)} if STATE_ROOT.is_dir() else set()
     return any(name.startswith(f"vl{run}-") for run in runs)
 
 
