@@ -19,3 +19,13 @@ def test_probes_a_busy_tcp_tunnel_wrote_at_once_do_not_count_as_one_probes_lengt
     options = softether.Options(transport="tcp")
     assert proof.overhead_bytes == softether.overhead(options, "default", "", PROBE_INNER_LEN) == 96
     assert not proof.marker_in_clear and proof.outer_packets > 0
+
+
+def test_a_capture_without_the_marker_says_it_may_have_fallen_behind():
+    """Without a VPN the marker must be on the WAN. In jaha-2014's run in the emulated guest, tcpdump was
+    stopped with packets its filter had taken still unread (3 captured of 6): the reason names that too."""
+    folder = DATA / "proof-softether-tcp-merged"
+    proof = analyse([folder / "proof.pcap", folder / "proof-right.pcap"], ABSENT_MARKER, None, "198.19.0.1")
+    assert not proof.ok and proof.problems == [
+        "the marker sent without a VPN was not seen on the WAN: the capture does not work, "
+        "or fell behind (a busy machine: tcpdump stopped before it had read every packet)"]

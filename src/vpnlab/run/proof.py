@@ -110,7 +110,8 @@ def analyse(pcaps: list[Path], marker: bytes, channels: list[Channel] | None, sr
     proof = Proof(in_clear, packets, outer_packets, overhead)
     if channels is None:
         if not in_clear:
-            proof.problems.append("the marker sent without a VPN was not seen on the WAN: the capture does not work")
+            proof.problems.append("the marker sent without a VPN was not seen on the WAN: the capture does not work, "
+                                  "or fell behind (a busy machine: tcpdump stopped before it had read every packet)")
     else:
         if in_clear:
             proof.problems.append("the marker crossed the WAN in clear: traffic bypassed the tunnel")
