@@ -360,12 +360,12 @@ def no_leftovers():
     before_ns = our_namespaces()
     before = default_namespace_snapshot()
     yield
-    left = _settled(lambda: our_namespaces() - before_ns)
+    left = settled(lambda: our_namespaces() - before_ns)
     assert not left, f"namespaces left behind: {sorted(left)}"
     assert default_namespace_snapshot() == before, "the default namespace changed"
 
 
-def _settled(found, within: float = 30.0):
+def settled(found, within: float = 30.0):
     """What `found()` returns once it is empty or `within` seconds have passed: with workers in
     parallel, a run another worker's test killed on purpose (a fault) has a dead owner, so its
     namespaces look like anybody's until that test cleans them up a moment later."""

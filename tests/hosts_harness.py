@@ -554,11 +554,6 @@ def scenario_shell(inventory: str, workdir: Path) -> None:
             host.close()
 
 
-if __name__ == "__main__":
-    scenario, inventory_path, work = sys.argv[1:4]
-    {"live": scenario_live, "crash": scenario_crash, "shell": scenario_shell}[scenario](inventory_path, Path(work))
-
-
 def host_is_clean(host) -> bool:
     """No process but sshd, no record, namespace, link, address or qdisc of a run left on the host,
     its sysctls as they were."""
@@ -574,3 +569,9 @@ def wait_until(predicate, timeout=5.0):
     while time.monotonic() < deadline and not predicate():
         time.sleep(0.05)
     return predicate()
+
+
+if __name__ == "__main__":
+    scenario, inventory_path, work = sys.argv[1:4]
+    {"live": scenario_live, "crash": scenario_crash, "shell": scenario_shell}[scenario](inventory_path, Path(work))
+

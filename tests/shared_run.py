@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import execlog
-from conftest import LIBRARY_PROBES, _declared, _settled, default_namespace_snapshot, our_namespaces
+from conftest import LIBRARY_PROBES, _declared, default_namespace_snapshot, our_namespaces, settled
 from declared import programs
 
 
@@ -33,6 +33,6 @@ def held_like_a_test(folder: Path):
             ran |= programs(json.loads(line))
     undeclared = sorted(ran - _declared() - LIBRARY_PROBES)
     assert not undeclared, f"programs run but declared nowhere (add them where they are used, or to tests/needs.py): {undeclared}"
-    left = _settled(lambda: our_namespaces() - before_ns)  # as no_leftovers: another test's killed run
+    left = settled(lambda: our_namespaces() - before_ns)  # as no_leftovers: another test's killed run
     assert not left, f"namespaces left behind: {sorted(left)}"
     assert default_namespace_snapshot() == before, "the default namespace changed"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _settled, default_dispositions, kill_run, orphans_of_other_tests, our_namespaces, sample_count
+from conftest import default_dispositions, kill_run, orphans_of_other_tests, our_namespaces, sample_count, settled
 from hosts_harness import wait_until
 from vpnlab.testbed.state import CLAIM, STATE_ROOT
 
@@ -77,7 +77,7 @@ def test_bad_study_exits_nonzero_and_creates_nothing(tmp_path):
     assert "workloads[0].windw: unknown field" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
-    assert _settled(lambda: our_namespaces() - before) == set()  # another test's killed run may come and go
+    assert settled(lambda: our_namespaces() - before) == set()  # another test's killed run may come and go
 
 
 def test_missing_study_file(tmp_path):
