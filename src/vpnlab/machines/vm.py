@@ -26,6 +26,7 @@ from pathlib import Path
 from ..catalog import DRIVERS
 from ..errors import VpnlabError
 from ..files import tail
+from ..run import sessions
 from ..run.signals import held
 from ..testbed.state import RunState
 from .unpacked import CACHE, UnpackError, unpack
@@ -291,8 +292,7 @@ class Guest:
                 "-device", "virtio-rng-pci"]
         self.console_log.write_bytes(b"")
         with held():  # started, then recorded: a signal between the two would leave it unseen
-            proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+            proc = sessions.start([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             self.state.add_process(proc.pid, "qemu")
         started = time.monotonic()
         boot_limit = KVM_BOOT_TIMEOUT_S if accel == "kvm" else BOOT_TIMEOUT_S

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from ..machines.backend import SLOWDOWN
 from ..errors import CommandError, VpnlabError
+from ..run import sessions
 from ..run.signals import held
 from . import netns
 from .state import RunState
@@ -126,14 +127,8 @@ class Node:
         source = open(stdin, "rb") if stdin else subprocess.DEVNULL
         try:
             with held():  # started, then recorded: a signal between the two would leave it unseen
-                proc = subprocess.Popen(
-                    [*self.launcher, *self._wrap(argv)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=source,
-                    env={**os.environ, **env} if env else None,
-                    start_new_session=True,  # Ctrl-C reaches the tool, which stops its daemons in order
-                )
+                proc = sessions.start([*self.launcher, *self._wrap(argv)], stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=source, env={**os.environ, **env} if env else None)
                 self.state.add_process(proc.pid, what or str(argv[0]))
         finally:
             log.close()
