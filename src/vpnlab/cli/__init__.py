@@ -1,4 +1,9 @@
-"""The `vpnlab` command line: one module per group of commands, all on one typer app."""
+"""The `vpnlab` command line: one module per group of commands, all on one typer app.
+
+Each command imports the parts of vpnlab it runs inside its own function, not at the top of its
+module: every command's module is loaded to build the app, and the whole pipeline takes 1.5 s of
+CPU to import (hosts/ alone starts some 30 programs, as asyncssh looks for liboqs), where
+`vpnlab --help` takes 0.3 s. Nothing below cli/ imports cli/, so this dodges no cycle."""
 
 from __future__ import annotations
 
