@@ -22,7 +22,7 @@ finally:
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroups")
 @pytest.mark.parametrize("nice", [0, 7])
 def test_a_process_in_a_session_of_its_own_has_the_callers_nice(nice):
-    out = subprocess.run([sys.executable, "-c", STARTER], preexec_fn=lambda: os.nice(nice),
+    out = subprocess.run([sys.executable, "-c", STARTER], preexec_fn=lambda: os.setpriority(os.PRIO_PROCESS, 0, nice),
                          capture_output=True, text=True, check=True).stdout.split("\n")
     started, caller = out[0].split(), out[1].split()
     assert started[0] != caller[0], out  # a group of its own
