@@ -25,6 +25,7 @@ from pathlib import Path
 import dpkt
 
 from ..errors import VpnlabError
+from ..testbed.contract import Node, Process
 from ..testbed.topology import Testbed
 
 PROBE_PAYLOAD = 1000          # UDP payload bytes: inner IP packet of 1028 bytes
@@ -165,8 +166,9 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
         for node, capture, _ in captures:
             node.stop(capture)
     proof = analyse(pcaps, marker, channels, underlay_src or bed.address(0, 0), encrypted)
-    proof.problems += [f"the {('left', 'right')[side]} WAN end's capture had not read every packet after "
-                       f"{CATCH_UP_S:.0f} s (a busy machine): the proof would be incomplete" for side in behind]
+    proof.problems += [f"the {('left', 'right')[side]} WAN end's capture had not read every packet when it was "
+                       f"stopped (a busy machine for {CATCH_UP_S:.0f} s, or it ended): the proof would be incomplete"
+                       for side in behind]
     return proof
 
 
@@ -177,7 +179,7 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
 LEARN_S, CATCH_UP_S = 2, 10
 
 
-def _asleep_in(node, capture) -> str | None:
+def _asleep_in(node: Node, capture: Process) -> str | None:
     """The system call (its number) the capture sleeps in now; None if it is not asleep."""
     try:
         stat = node.read_file(f"/proc/{capture.pid}/stat").decode()
@@ -187,11 +189,11 @@ def _asleep_in(node, capture) -> str | None:
     return call if stat.rsplit(")", 1)[-1].split()[0] == "S" else None
 
 
-def _settled(node, capture, within_s: float, wanted: str | None = None) -> str | None:
+def _settled(node: Node, capture: Process, within_s: float, wanted: str | None = None) -> str | None:
     """Wait until the capture sleeps in one system call (`wanted`, if given) twice 10 ms apart: that
-    call, or None if it has not within `within_s`."""
+    call, or None if it has not within `within_s` or has ended."""
     deadline, last = time.monotonic() + within_s, None
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and capture.poll() is None:
         call = _asleep_in(node, capture)
         if call is not None and call == last and wanted in (None, call):
             return call
