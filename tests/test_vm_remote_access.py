@@ -122,7 +122,7 @@ def test_what_a_guest_measured_while_another_run_went_on_is_flagged(remote_acces
 # busier one only lowers it). The suite's load stalls an emulated guest now and then, which lowers
 # some: in its runs the 4-s means fell to 62-66% of no VPN in the VM, with 1.64 and 1.84 at best
 # (86% and 96%), and 1.56 once (79%), and no VPN's own in the VM once to 1.59 (1.73 at best). That was
-# while the guest's priority did nothing (conftest's GUEST_NICE): now it gets four shares of the cores.
+# while the guest's priority did nothing (conftest's GUEST_NICE): now it gets two shares of the cores.
 SHARE = 0.8
 
 
