@@ -82,6 +82,9 @@ class Ocserv(Driver):
                                 what="ocserv")
         tunnel.processes.append((right.node, proc, log))
         wait_for(lambda: right.node.listening(PORT), 15, "ocserv to listen", tunnel)
+        # Its workers hand each login to sec-mod, which starts beside the listener: a client that comes
+        # sooner is cut off mid-handshake (under load: "error connecting to sec-mod socket")
+        wait_for(lambda: "sec-mod initialized" in tunnel.read_log(log), 15, "ocserv's sec-mod to start", tunnel)
 
         client = left.node
         ready = f"{env.folder(client)}/client-ready"
