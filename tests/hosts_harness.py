@@ -574,4 +574,3 @@ def wait_until(predicate, timeout=5.0):
 if __name__ == "__main__":
     scenario, inventory_path, work = sys.argv[1:4]
     {"live": scenario_live, "crash": scenario_crash, "shell": scenario_shell}[scenario](inventory_path, Path(work))
-
