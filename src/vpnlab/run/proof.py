@@ -25,7 +25,7 @@ from pathlib import Path
 import dpkt
 
 from ..errors import VpnlabError
-from ..testbed.contract import Node, Process
+from ..testbed.idle import wait_asleep
 from ..testbed.topology import Testbed
 
 PROBE_PAYLOAD = 1000          # UDP payload bytes: inner IP packet of 1028 bytes
@@ -156,12 +156,12 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
                 if capture.poll() is not None or time.monotonic() > deadline:
                     raise VpnlabError(f"tcpdump did not start on the WAN: {log.read_text(errors='replace').strip()}")
                 time.sleep(0.05)
-        idle = [_settled(node, capture, LEARN_S) for node, capture, _ in captures]
+        idle = [wait_asleep(node, capture, LEARN_S) for node, capture, _ in captures]
         bed.source.run([bed.source.python, "-c", SEND_PROBES, marker.hex(), bed.sink_ip, PROBES, PROBE_PAYLOAD,
                         PROBE_PORT], timeout=30)
         time.sleep(0.1)  # let the last probes and their answers reach the captures
         behind = [side for side, ((node, capture, _), call) in enumerate(zip(captures, idle))
-                  if call is not None and _settled(node, capture, CATCH_UP_S, call) is None]
+                  if call is not None and wait_asleep(node, capture, CATCH_UP_S, call) is None]
     finally:
         for node, capture, _ in captures:
             node.stop(capture)
@@ -177,26 +177,3 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
 # left. Stopped before that, tcpdump loses what it had not read (a busy machine: 3 of 6 once). Where
 # that call cannot be learnt (no /proc/<pid>/syscall), the captures are stopped as they are.
 LEARN_S, CATCH_UP_S = 2, 10
-
-
-def _asleep_in(node: Node, capture: Process) -> str | None:
-    """The system call (its number) the capture sleeps in now; None if it is not asleep."""
-    try:
-        stat = node.read_file(f"/proc/{capture.pid}/stat").decode()
-        call = node.read_file(f"/proc/{capture.pid}/syscall").decode().split()[0]
-    except (OSError, VpnlabError, IndexError):
-        return None  # it ended (its log says why), the node is gone, or this kernel does not say
-    return call if stat.rsplit(")", 1)[-1].split()[0] == "S" else None
-
-
-def _settled(node: Node, capture: Process, within_s: float, wanted: str | None = None) -> str | None:
-    """Wait until the capture sleeps in one system call (`wanted`, if given) twice 10 ms apart: that
-    call, or None if it has not within `within_s` or has ended."""
-    deadline, last = time.monotonic() + within_s, None
-    while time.monotonic() < deadline and capture.poll() is None:
-        call = _asleep_in(node, capture)
-        if call is not None and call == last and wanted in (None, call):
-            return call
-        last = call
-        time.sleep(0.01)
-    return None
