@@ -308,20 +308,23 @@ def _descends_from_us(pid: int) -> bool:
 
 def _foreign(namespace: str) -> bool:
     """Does this namespace belong to a live vpnlab that this test session did not start?"""
-    from vpnlab.testbed.state import PROBE_PREFIX, STATE_ROOT, RunState
+    from vpnlab.testbed.state import CLAIM, PROBE_PREFIX, STATE_ROOT, RunState
 
     for prefix in (PROBE_PREFIX, "vlh"):  # a capability probe; the fake hosts of tests/hosts_harness.py
         owner = namespace[len(prefix):].split("-", 1)[0]
         if namespace.startswith(prefix) and owner.isdigit():
             return Path(f"/proc/{owner}").exists() and not _descends_from_us(int(owner))
-    record = STATE_ROOT / namespace[2:].split("-", 1)[0]
-    try:
-        state = RunState.load(record)
-    except (OSError, ValueError, KeyError):
-        return False
-    if state.owner_alive():
-        return not _descends_from_us(state.owner_pid)
-    return _killed_by_another_test(state.owner_pid)
+    run_id = namespace[2:].split("-", 1)[0]
+    # its record, or the same renamed by the vpnlab command tearing it down (a killed run's, cleaned)
+    for record in [STATE_ROOT / run_id, *STATE_ROOT.glob(f"{run_id}{CLAIM}*")]:
+        try:
+            state = RunState.load(record)
+        except (OSError, ValueError, KeyError):
+            continue
+        if state.owner_alive():
+            return not _descends_from_us(state.owner_pid)
+        return _killed_by_another_test(state.owner_pid)
+    return False
 
 
 def _killed_by_another_test(owner_pid: int) -> bool:

@@ -32,6 +32,11 @@ from ..testbed.topology import TunnelSite
 from ..tools import Tool
 
 
+# Ends a line of a driver's settings that states what an unset option leaves to the software (its
+# default), so that the line is written out for the user yet reads back as unset.
+UNSET = "# unset: the default"
+
+
 class Options(NumbersAreNumbers):
     """Base for a driver's options: unknown keys are errors, a number is never true/false."""
 
@@ -280,7 +285,8 @@ class Driver:
                                "options": options.model_dump(mode="json", exclude_defaults=True)}, sort_keys=False)
 
     def from_settings(self, text: str) -> Options:
-        """The options `settings` wrote (the inverse, for the fragment this driver writes)."""
+        """The options `settings` wrote (the inverse, for the fragment this driver writes; a line it
+        marks UNSET states a default the option leaves to the software, and reads back as unset)."""
         data = yaml.safe_load(text)
         try:
             return self.Options.model_validate((data or {}).get("options") or {})
