@@ -81,7 +81,7 @@ def compressed_size(length: int, level: int) -> int:
 class Tinc(Driver):
     name = "tinc"
     summary = "tinc 1.0 (RSA meta connection, CBC + truncated HMAC over UDP): cipher, digest, compression"
-    tools = (TINCD,)
+    tools = (TINCD, Tool("kill", "procps"))  # kill: a node dump where /proc does not say what tincd does
     Options = TincOptions
     mesh = "full"
 
@@ -233,7 +233,7 @@ class Tincd:
 def _path_mtu_settled(tunnel: Tunnel, tincd: Tincd, peer: str) -> bool:
     """Has this end's path-MTU discovery towards the peer settled (min = max)? Asks for a new node
     dump for the next look: tinc 1.0 writes it from its SIGUSR2 handler, allocating as it goes, so
-    the signal goes only while tincd sleeps in its idle call (one landing mid-malloc corrupts the heap:
+    the signal goes only while tincd sleeps in its idle call (one landing mid-malloc can corrupt the heap:
     in one of ~10 suite runs tincd died of 'malloc assertion failure in sysmalloc' in a dump)."""
     settled = any(name == peer and int(low) == int(high) > 0
                   for name, *_, low, high in _NODE.findall(last_dump(tunnel.read_log(tincd.log))))
