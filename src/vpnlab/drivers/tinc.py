@@ -242,7 +242,9 @@ def _path_mtu_settled(tunnel: Tunnel, tincd: Tincd, peer: str) -> bool:
         if tincd.idle_call is None:
             node.run(["kill", "-s", "USR2", str(tincd.proc.pid)], check=False, timeout=10)
         elif not signal_when_asleep_in(node, tincd.proc.pid, tincd.idle_call, "USR2", DUMP_WAIT_S):
-            tincd.idle_call = wait_asleep(node, tincd.proc, IDLE_LEARN_S)  # learnt while it slept elsewhere?
+            # learnt while it slept elsewhere? (kept if it is not seen asleep now: a busy machine is when
+            # an unguarded signal is likeliest to land mid-malloc)
+            tincd.idle_call = wait_asleep(node, tincd.proc, IDLE_LEARN_S) or tincd.idle_call
     return settled
 
 
