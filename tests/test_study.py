@@ -106,6 +106,29 @@ def test_all_problems_reported_at_once():
     assert "links[0].rate_mbit" in message and "workloads[0].streams" in message
 
 
+def test_a_missing_section_is_reported_with_the_other_sections_problems():
+    message = errors_of(MINIMAL.replace("workloads: [{kind: tcp}]\n", "").replace("driver: wireguard", "driver: wg")
+                        .replace("rate_mbit: 8", "rate_mbit: [8, -1]"))
+    assert "workloads: Field required" in message
+    assert "vpns[1].driver: unknown VPN driver 'wg'" in message
+    assert "links[0].rate_mbit" in message
+
+
+def test_a_section_faulted_at_the_top_level_is_not_reported_twice():
+    message = errors_of(MINIMAL.replace("links: [{rate_mbit: 8}]", "links: [7]").replace("kind: tcp", "kind: nope"))
+    assert message.count("links[0]") == 1 and "workloads[0]" in message
+
+
+def test_a_huge_sweep_in_an_invalid_file_is_not_expanded():
+    sweep = "[" + ", ".join(str(n) for n in range(1, 200)) + "]"  # 199 x 199 links: more than MAX_SCENARIOS
+    text = (MINIMAL.replace("name: t\n", "").replace("rate_mbit: 8", f"rate_mbit: {sweep}, delay_ms: {sweep}")
+            .replace("[1, ", "[-1, ", 1)
+            .replace("kind: tcp", "kind: tcp, streams: 0"))
+    message = errors_of(text)
+    assert "name: Field required" in message and "workloads[0].streams" in message
+    assert "links[0]" not in message
+
+
 @pytest.mark.parametrize("text,expected", [("64K", 65536), ("1M", 1048576), (8192, 8192), ("1.5k", 1536)])
 def test_parse_size(text, expected):
     assert parse_size(text) == expected

@@ -490,9 +490,28 @@ def _load(text: str, source: str) -> "_StudyFile":
     try:
         top = _StudyFile.model_validate(raw)
     except ValidationError as exc:
-        raise _invalid(source, validation_problems(exc, "")) from exc
+        problems = validation_problems(exc, "")
+        raise _invalid(source, problems + _entry_problems(raw, problems)) from exc
     _check_size(top, source)
     return top
+
+
+def _entry_problems(raw: dict, found: list[str]) -> list[str]:
+    """For a file whose top level is invalid (`found`): the problems of each section's entries, so
+    that one report lists them all. A section `found` already faults is left at that, as is one
+    whose sweeps alone would expand past MAX_SCENARIOS."""
+    problems: list[str] = []
+    checks = {"vpns": (_vpn_sweeps, lambda entries: _vpns(entries, problems)),
+              "links": (_sweeps, lambda entries: _expand("links", entries, Link.model_validate, problems)),
+              "workloads": (_sweeps, lambda entries: _expand("workloads", entries, WORKLOAD_ADAPTER.validate_python,
+                                                             problems))}
+    for section, (sweeps, check) in checks.items():
+        entries = raw.get(section)
+        if not isinstance(entries, list) or any(p.startswith((f"{section}:", f"{section}[")) for p in found):
+            continue
+        if sum(math.prod(max(n, 1) for _, n in sweeps(entry)) for entry in entries) <= MAX_SCENARIOS:
+            check(entries)
+    return problems
 
 
 def _invalid(source: str, problems: list[str]) -> StudyError:
