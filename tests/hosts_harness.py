@@ -554,6 +554,19 @@ def scenario_shell(inventory: str, workdir: Path) -> None:
             host.close()
 
 
+def scenario_idle(inventory: str, workdir: Path) -> None:
+    """idle_checks.observe on host a, through the node contract over SSH."""
+    from idle_checks import observe
+    from vpnlab.hosts.node import RemoteNode
+
+    run_id, (a, b) = connect_both(inventory)
+    try:
+        emit("done", observe(RemoteNode("left", a), workdir))
+    finally:
+        for host in (a, b):
+            host.close()
+
+
 def host_is_clean(host) -> bool:
     """No process but sshd, no record, namespace, link, address or qdisc of a run left on the host,
     its sysctls as they were."""
@@ -573,4 +586,5 @@ def wait_until(predicate, timeout=5.0):
 
 if __name__ == "__main__":
     scenario, inventory_path, work = sys.argv[1:4]
-    {"live": scenario_live, "crash": scenario_crash, "shell": scenario_shell}[scenario](inventory_path, Path(work))
+    {"live": scenario_live, "crash": scenario_crash, "shell": scenario_shell,
+     "idle": scenario_idle}[scenario](inventory_path, Path(work))

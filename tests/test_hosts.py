@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hosts_harness import CONTROLLER_ADDRESS, PYTHON, lab  # noqa: F401  (lab is the fixture)
+from idle_checks import EXPECTED
 from vpnlab.cli import app
 from vpnlab.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import SHELL_FUNCTIONS, HostState, ManagementPath, guard_ip_line, root_qdisc_device
@@ -334,6 +335,16 @@ def test_commands_in_a_hosts_shell_keep_their_own_output_errors_status_and_input
     assert seen["first"] == ["no newline", "to stderr", 3]
     assert (seen["stdin"], seen["next"], seen["given"], seen["bytes"]) == ("", "next\n", "given input", "cat")
     assert seen["threads"] == ["0\n", "1\n", "2\n", "3\n"]
+
+
+@pytest.mark.integration
+def test_a_process_on_a_host_is_idle_and_signalled_only_while_asleep_in_its_call(lab):
+    """testbed/idle.py over SSH: each look at a process is one round trip (RemoteNode.process_state)."""
+    out, err = lab.scenario("idle").communicate(timeout=120)
+    seen = json.loads(out.splitlines()[-1]) if out.strip() else pytest.fail(err)
+    assert {key: value for key, value in seen.items() if key != "kind"} == EXPECTED
+    a = lab.hosts["gw-a"]
+    assert wait_until(lambda: a.processes() == {} and a.listdir("/run/vpnlab") == []), a.processes()
 
 
 @pytest.mark.integration

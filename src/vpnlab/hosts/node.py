@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import VpnlabError
-from ..testbed.node import inside, wait_listening
+from ..testbed.node import inside, proc_state, wait_listening
 from .hoststate import guard_ip_line, root_qdisc_device
 from .ssh import HostUnreachable, RemoteProcess, SshHost
 
@@ -116,6 +116,13 @@ class RemoteNode:
         """Does a daemon accept connections on this Unix socket on this node?"""
         check = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
         return self.run([self.python, "-c", check, str(socket_path)], check=False).returncode == 0
+
+    def process_state(self, pid: int) -> tuple[str, str] | None:
+        """Both files read by the shell itself, in one round trip: a look at an idle process is two
+        of them, 10 ms apart."""
+        read = 'read -r s < "/proc/$1/stat" && read -r c < "/proc/$1/syscall" && printf "%s\\n%s\\n" "$s" "$c"'
+        lines = self.host.run(["sh", "-c", read, "sh", str(pid)], check=False).stdout.splitlines()
+        return proc_state(*lines) if len(lines) == 2 else None
 
     def wait_listening(self, port: int, proc: RemoteProcess, log: Path) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""

@@ -69,6 +69,11 @@ class Node(Protocol):
     def accepts(self, socket_path) -> bool:
         """Does a daemon accept connections on this Unix socket there?"""
 
+    def process_state(self, pid: int) -> tuple[str, str] | None:
+        """A process's state (R, S, T ...: /proc/<pid>/stat) and what /proc/<pid>/syscall says (the
+        number of the system call it is blocked in, or 'running'), read together; None if it has
+        ended or the kernel does not say."""
+
     # -- files -----------------------------------------------------------------
     def exists(self, path) -> bool:
         """Does this path exist there?"""

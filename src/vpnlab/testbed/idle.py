@@ -36,13 +36,14 @@ sys.exit(1)
 
 
 def asleep_in(node: Node, pid: int) -> str | None:
-    """The system call (its number) the process sleeps in now; None if it is not asleep."""
+    """The system call (its number) the process sleeps in now; None if it is not asleep (or has
+    ended, or the kernel does not say). Asleep: in state S, not stopped (T) where /proc/<pid>/syscall
+    would still name the call it was stopped in."""
     try:
-        stat = node.read_file(f"/proc/{pid}/stat").decode()
-        call = node.read_file(f"/proc/{pid}/syscall").decode().split()[0]
-    except (OSError, VpnlabError, IndexError):
-        return None  # it ended, the node is gone, or this kernel does not say
-    return call if stat.rsplit(")", 1)[-1].split()[0] == "S" else None
+        found = node.process_state(pid)
+    except VpnlabError:
+        return None  # the node is gone
+    return found[1] if found is not None and found[0] == "S" else None
 
 
 def wait_asleep(node: Node, proc: Process, within_s: float, wanted: str | None = None) -> str | None:

@@ -20,6 +20,13 @@ from .state import RunState
 LISTEN_TIMEOUT_S = 10  # for a server to open its port (times SLOWDOWN: a Python server takes seconds under TCG)
 
 
+def proc_state(stat: str, syscall: str) -> tuple[str, str] | None:
+    """A process's state letter and the first word of its /proc/<pid>/syscall, from those two files'
+    text; None if either is empty (the kernel does not say)."""
+    state, call = stat.rsplit(")", 1)[-1].split()[:1], syscall.split()[:1]
+    return (state[0], call[0]) if state and call else None
+
+
 def wait_listening(listening, port: int, proc, log: Path, where: str) -> None:
     """Poll `listening(port)` until true; fail, with the server's log, once `proc` has exited or the
     time is up, saying which."""
@@ -108,6 +115,13 @@ class Node:
     def accepts(self, socket_path) -> bool:
         """Does a daemon of ours accept connections on this Unix socket?"""
         return netns.accepts(socket_path)
+
+    def process_state(self, pid: int) -> tuple[str, str] | None:
+        try:
+            stat, syscall = (Path(f"/proc/{pid}/{name}").read_text() for name in ("stat", "syscall"))
+        except OSError:
+            return None
+        return proc_state(stat, syscall)
 
     def wait_listening(self, port: int, proc: subprocess.Popen, log: Path) -> None:
         """Wait until the server `proc` listens on `port`; fail with its log if it dies or never does."""
