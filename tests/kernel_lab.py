@@ -49,8 +49,6 @@ def guest_main(work: Path, cases: dict[str, tuple[str, list[str], tuple[str, ...
         started = time.monotonic()
         lab.build()
         seen["kernel"] = os.uname().release
-        seen["backend"] = os.environ.get("VPNLAB_BACKEND")
-        seen["randomize_va_space"] = Path("/proc/sys/kernel/randomize_va_space").read_text().strip()
         seen["lab_seconds"] = round(time.monotonic() - started, 1)
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(cases)) as pool:
             running = {name: pool.submit(_run_case, lab, work, name, *case) for name, case in cases.items()}

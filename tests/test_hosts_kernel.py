@@ -64,14 +64,6 @@ def test_one_guest_holds_the_hosts_and_leaves_nothing(guest):
 
 
 @pytest.mark.integration
-def test_an_emulated_guest_runs_without_address_randomisation(guest):
-    """Under TCG each process's randomised addresses had all its code translated anew (vm.TCG_CMDLINE);
-    with KVM the guest keeps the kernel's default."""
-    expected = "0" if guest.seen["backend"] == "vm-tcg" else "2"
-    assert guest.seen["randomize_va_space"] == expected, guest.seen
-
-
-@pytest.mark.integration
 def test_netem_delays_and_loses_on_the_hosts_wan(guest):
     case_ran(guest, "tunnels")
     found = {label: s for (label, _), s in guest.scenarios("tunnels").items() if s["vpn"] == "none"}

@@ -36,13 +36,6 @@ PACKAGE = Path(__file__).resolve().parents[1]  # vpnlab itself, as the guest mus
 BOOT_TIMEOUT_S = 300  # TCG boots Debian's kernel in 5-10 s here, four guests at once on 2 busy cores took over 120
 KVM_BOOT_TIMEOUT_S = 20
 GUEST_MEMORY_MB = 3072
-BOOT_CMDLINE = "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init"
-# Under TCG, no address-space randomisation in the guest. QEMU 7.2 finds a block of code it translated
-# by its virtual address, so each new process, its libraries elsewhere, had all of its code translated
-# anew: 200 `timeout cat` took 17-19 s in the guest, 6-9 s without (a run on hosts there starts
-# thousands). A daemon's data plane is translated once either way. A disposable lab guest loses
-# nothing it needs from randomisation; with KVM it keeps it.
-TCG_CMDLINE = "norandmaps"
 READY = "vpnlab-guest: ready"
 DONE = "vpnlab-guest: done"
 # The root filesystem and modules come over virtio-9p; these load first, from the initramfs.
@@ -285,11 +278,10 @@ class Guest:
     def _boot(self, kernel: Kernel, initramfs: Path, accel: str, timeout_s: float) -> str:
         modules_dir = kernel.modules / "lib" / "modules" / kernel.version
         cpu = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
-        cmdline = BOOT_CMDLINE + ("" if accel == "kvm" else " " + TCG_CMDLINE)
         argv = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", *cpu,
                 "-M", "q35", "-smp", str(self.cpus), "-m", str(GUEST_MEMORY_MB),
                 "-kernel", kernel.image, "-initrd", initramfs,
-                "-append", cmdline,
+                "-append", "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
                 "-serial", f"file:{self.console_log}",
                 "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
                 "-device", "virtio-9p-pci,fsdev=root,mount_tag=hostroot",
