@@ -37,6 +37,16 @@ from ..tools import Tool
 UNSET = "# unset: the default"
 
 
+def marked_unset(line: str) -> str:
+    """A settings line stating the default an unset option leaves to the software."""
+    return f"{line}  {UNSET}"
+
+
+def stated_lines(text: str) -> list[str]:
+    """A driver's settings text without its UNSET lines: what the options set."""
+    return [line for line in text.splitlines() if not line.endswith(UNSET)]
+
+
 class Options(NumbersAreNumbers):
     """Base for a driver's options: unknown keys are errors, a number is never true/false."""
 

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from ..algorithms import AEAD, Algorithms, cipher_name, fips_approved, group_name, integrity_name, read_logs
 from ..tools import Tool
-from .base import Driver, Implementation, Options, Ports, Tunable, Tunnel, TunnelEnv, UNSET, route_into, wait_for
+from .base import Driver, Implementation, Options, Ports, Tunable, Tunnel, TunnelEnv, marked_unset, route_into, stated_lines, wait_for
 from .pki import OPENSSL, make_pki
 
 # cipher -> (block size in bytes, AEAD?)
@@ -152,7 +152,7 @@ class OpenVpn(Driver):
                  f"proto {options.transport}" + ("  # tcp-server at the server, tcp-client at the client"
                                                  if options.transport == "tcp" else ""),
                  f"data-ciphers {cipher}", f"data-ciphers-fallback {cipher}"]
-        lines += [f"auth {auth}" + (f"  {UNSET}" if options.auth is None else "")] if auth else []
+        lines += [f"auth {auth}" if options.auth else marked_unset(f"auth {auth}")] if auth else []
         lines += ["providers legacy default"] if cipher in LEGACY_CIPHERS else []
         if options.compression != "off":
             lines += ["allow-compression yes", f"compress {options.compression}"]
@@ -165,9 +165,7 @@ class OpenVpn(Driver):
     def from_settings(self, text):
         """The options of a configuration fragment as `settings` writes it."""
         found = {}
-        for line in text.splitlines():
-            if line.endswith(UNSET):
-                continue
+        for line in stated_lines(text):
             words = line.split("#", 1)[0].split()
             key, value = (words[0], words[1]) if len(words) > 1 else (None, None)
             target = {"proto": "transport", "data-ciphers": "cipher", "auth": "auth", "compress": "compression",

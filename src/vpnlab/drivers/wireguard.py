@@ -10,7 +10,7 @@ from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms
 from ..tools import Tool
-from .base import Driver, Implementation, Mesh, Options, Ports, Tunable, Tunnel, TunnelEnv, UNSET, route_into, wait_for
+from .base import Driver, Implementation, Mesh, Options, Ports, Tunable, Tunnel, TunnelEnv, marked_unset, route_into, stated_lines, wait_for
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
 HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
@@ -49,7 +49,7 @@ class WireGuard(Driver):
 
     def settings(self, options, profile):
         """wg-quick's [Interface] line (both ends), and how to start the userspace implementation."""
-        mtu = f"MTU = {options.mtu}" if options.mtu else f"MTU = {DEFAULT_MTU}  {UNSET}"
+        mtu = f"MTU = {options.mtu}" if options.mtu else marked_unset(f"MTU = {DEFAULT_MTU}")
         lines = [f"# {self.describe(options, profile)}", "[Interface]", mtu]
         if options.implementation == "wireguard-go":
             lines.append(f"# userspace: {USERSPACE_VARIABLE}=wireguard-go wg-quick up <interface>")
@@ -60,9 +60,7 @@ class WireGuard(Driver):
     def from_settings(self, text):
         """The options of a fragment as `settings` writes it."""
         found = {}
-        for line in text.splitlines():
-            if line.endswith(UNSET):
-                continue
+        for line in stated_lines(text):
             key, _, value = line.partition("=")
             if key.strip() == "MTU":
                 found["mtu"] = int(value)
