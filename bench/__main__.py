@@ -47,8 +47,9 @@ from vpnlab.analyse.analysis import summarise
 from vpnlab.machines.capabilities import detect
 from vpnlab.catalog import DRIVERS, KINDS
 from vpnlab.drivers.base import TunnelEnv
-from vpnlab.plan.scenarios import check_plan, make_plan, place
-from vpnlab.run import signals
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.plan.placement import check_plan, place
+from vpnlab.core import signals
 from vpnlab.run.runner import Runner
 from vpnlab.store import Store
 from vpnlab.plan.study import Link, parse_study
@@ -298,11 +299,12 @@ VM_VPNS = """
 
 def _timed_run(study_text: str, backend: str) -> tuple[float, list[dict]]:
     plan = make_plan(parse_study(study_text))
-    caps, problems, in_vm = place(plan, backend)
-    plan.drop(problems)
+    placed = place(plan, backend)
+    placed.enforce(plan, drop=True)
+    in_vm = placed.in_vm
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
-        Runner(plan, Path(tmp), caps, console=console, progress=False, in_vm=in_vm).run()
+        Runner(plan, Path(tmp), placed.caps, console=console, progress=False, in_vm=in_vm).run()
         elapsed = time.monotonic() - started
         store = Store.open_dir(Path(tmp))
         summaries, scenarios = summarise(store), store.scenarios()
@@ -359,7 +361,7 @@ def bench_cpu(quick: bool) -> dict:
     (placement.assign refusing every core) alternate, one repetition of each scenario per sitting."""
     import json
 
-    from vpnlab.run import placement
+    from vpnlab.testbed import cgroups as placement
 
     caps, sittings = detect(), 2 if quick else 5
     records, values = [], []

@@ -25,8 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 from vpnlab.analyse import comparability
-from vpnlab.plan.judging import settings_of, values_of
-from vpnlab.plan.scenarios import make_plan, place
+from vpnlab.analyse.judging import values_of
+from vpnlab.plan.analysis_settings import AnalysisSettings
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.plan.placement import place
 from vpnlab.run.runner import Runner
 from vpnlab.analyse.stats import difference_ms, welch_log_ratio
 from vpnlab.store import Store
@@ -56,9 +58,9 @@ def run_both(quick: bool, folder: Path) -> None:
     text = STUDY.format(reps=2 if quick else 4, seconds=3 if quick else 6)
     for backend in ("netns", "vm"):
         plan = make_plan(parse_study(text))
-        caps, problems, in_vm = place(plan, backend)
-        plan.drop(problems)
-        Runner(plan, folder / backend, caps, console=Console(), progress=False, in_vm=in_vm).run()
+        placed = place(plan, backend)
+        placed.enforce(plan, drop=True)
+        Runner(plan, folder / backend, placed.caps, console=Console(), progress=False, in_vm=placed.in_vm).run()
 
 
 def compare(folder: Path) -> list[dict]:
@@ -88,7 +90,7 @@ def compare(folder: Path) -> list[dict]:
 
 def _read(store: Store) -> dict:
     """(VPN, link, workload) -> (scenario row, metric -> values, the rule's evidence)."""
-    values = values_of(store, settings_of(""))[0]
+    values = values_of(store, AnalysisSettings())[0]
     seen = comparability.evidence(store)
     return {(row.vpn_label.removesuffix(" (in the VM)"), row.link_label, row.workload_label):
             (row, {m: [v for _, v in values.get((row.id, m), [])] for m in METRICS}, seen)

@@ -424,7 +424,7 @@ ORPHANING_SLEEP = "sleep 600 & exec sleep 601"
 def scenario_live(inventory: str, workdir: Path) -> None:
     """Measure between two hosts, use a namespace on one, wait for the test to cut host a's
     SSH connection, then check a fails cleanly while b works, and close both."""
-    from vpnlab.errors import VpnlabError
+    from vpnlab.core.errors import VpnlabError
     from vpnlab.hosts.node import RemoteNode
 
     run_id, (a, b) = connect_both(inventory)
@@ -490,7 +490,7 @@ def _namespace_on_host(a, left, run_id: str) -> dict:
 
 
 def _after_cut(left, right, sleeper_a, sleeper_b, workdir: Path) -> dict:
-    from vpnlab.errors import VpnlabError
+    from vpnlab.core.errors import VpnlabError
 
     after = {}
     for name, attempt in (("run", lambda: left.run(["true"])),

@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+from vpnlab.analyse import algorithms as analysed_algorithms
 from vpnlab.report import algorithms as report
+from vpnlab.run import algorithms as recorded
 from vpnlab import algorithms as alg
 from vpnlab.algorithms import AEAD
 from vpnlab.drivers import ipsec, libreswan, ocserv, openvpn, ppp, strongswan
 from vpnlab.drivers.base import Tunnel
 from vpnlab.catalog import DRIVERS
-from vpnlab.report.labels import for_scenarios
+from vpnlab.analyse.labels import for_scenarios
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
 from vpnlab.plan.study import parse_study
@@ -112,7 +114,7 @@ workloads: [{kind: ping}]
     store = Store.open_dir(tmp_path)
     for scenario in make_plan(study).scenarios:
         store.add_scenario(scenario)
-    weak = {row.vpn_label: [w.split(":")[0] for w in report.weak_in(row)] for row in store.scenarios()}
+    weak = {row.vpn_label: [w.split(":")[0] for w in analysed_algorithms.weak_in(row)] for row in store.scenarios()}
     store.close()
     assert weak["pptp mppe-128"] == ["MS-CHAP", "RC4"]  # authentication, then the data cipher
     assert weak["openvpn bf-cbc-sha1 udp"] == ["BF"]
@@ -290,15 +292,15 @@ def test_record_flags_a_negotiated_value_that_differs(tmp_path):
     scenario.implementations = ["openvpn"]
     stage = SimpleNamespace(tunnels=[fake_tunnel(tmp_path, ("client", "openvpn-fips-ecdh-curve-ignored.log"))])
     sample = SimpleNamespace(raw={}, flags=[])
-    report.record(stage, scenario, sample)
+    recorded.record(stage, scenario, sample)
     layers = json.loads(sample.raw[alg.TOOL])
     assert layers[0]["declared"]["key_exchange"] == "ECDH P-256"
     assert layers[0]["negotiated"]["key_exchange"] == "X25519"
-    assert sample.flags == ["algorithms negotiated differ from the declared ones (layer 0, openvpn): "
-                            "key exchange: declared ECDH P-256, negotiated X25519"]
+    assert sample.flags == [alg.ALGORITHMS_DIFFER("layer 0 (openvpn): key exchange: declared ECDH P-256, "
+                                                  "negotiated X25519")]
     stage.tunnels = [fake_tunnel(tmp_path, ("client", "openvpn-fips.log"))]
     sample = SimpleNamespace(raw={}, flags=[])
-    report.record(stage, scenario, sample)
+    recorded.record(stage, scenario, sample)
     assert sample.flags == [] and json.loads(sample.raw[alg.TOOL])[0]["negotiated"]["key_exchange"] == "ECDH P-256"
 
 
@@ -340,7 +342,7 @@ def profile_store(tmp_path, fips_log=None) -> Path:
                 if fips_log and scenario.vpn.driver == "openvpn" and scenario.vpn.profile == "fips":
                     name = fips_log
                 sample = SimpleNamespace(raw=raw, flags=flags)
-                report.record(SimpleNamespace(tunnels=[fake_tunnel(tmp_path, ("client", name))]), scenario, sample)
+                recorded.record(SimpleNamespace(tunnels=[fake_tunnel(tmp_path, ("client", name))]), scenario, sample)
             store.record_repetition(run, scenario.id, rep, {"throughput_mbps": 90.0 + rep + position}, raw, flags,
                                     rep, position)
     store.finish_run(run, "done")
@@ -382,8 +384,7 @@ def test_a_fips_profile_that_ran_a_non_fips_algorithm_is_marked(tmp_path):
     cell = next(r for r in section.rows if r["vpn"] == "openvpn aes-256-gcm udp fips")["cells"][kx]
     assert cell["text"] == "X25519" and cell["css"] == "mismatch"
     assert "declared: ECDH P-256" in cell["warn"] and "not FIPS 140-approved" in cell["warn"]
-    assert flagged == {"algorithms negotiated differ from the declared ones (layer 0, openvpn): "
-                       "key exchange: declared ECDH P-256, negotiated X25519"}
+    assert flagged == {(alg.ALGORITHMS_DIFFER("layer 0 (openvpn): key exchange: declared ECDH P-256, negotiated X25519"),)}
     assert any("openvpn: the fips profile changes no algorithm" in c or "use the same algorithms" in c
                for c in section.changes)
 

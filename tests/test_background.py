@@ -13,7 +13,7 @@ import pytest
 
 from conftest import run_here
 from vpnlab.catalog import TRAFFIC_TOOLS
-from vpnlab.errors import MeasurementError, StudyError
+from vpnlab.core.errors import MeasurementError, StudyError
 from vpnlab.measure.window import share_with_background
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.plan.study import parse_study
@@ -201,7 +201,7 @@ def test_the_clients_program_counts_refusals_and_ends_at_once_when_abandoned(nam
     finally:
         traffic.ctx.bed.source.state.teardown()
     assert values["background_failures"] > 10 and "ConnectionRefusedError" in text, text
-    assert any("transactions failed" in f for f in flags)
+    assert any(f.kind == "background" and "transactions failed" in f.text for f in flags)
 
     traffic = _traffic(namespace, tmp_path)
     try:

@@ -20,8 +20,8 @@ import pytest
 
 import execlog
 from conftest import our_namespaces
-from vpnlab.errors import StudyError
-from vpnlab.plan.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
+from vpnlab.core.errors import StudyError
+from vpnlab.core.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
 from vpnlab.plan.study import MAX_FILE_BYTES, MAX_SCENARIOS, load_study, parse_study
 from vpnlab.testbed.state import CLAIM, PROBE_PREFIX, STATE_ROOT
 
@@ -175,6 +175,40 @@ CASES = [
          cli=False),
     Case("escape-in-a-description", PING + 'description: "\\e]0;title\\a"\n', ("description: control character",),
          cli=False),
+    # a path's MTU and filtered ICMP (issue 47)
+    Case("path-mtu-below-576", PING + "links: [{mtu: 575}]\n", ("links[0].mtu", "greater than or equal to 576"),
+         real=True),
+    Case("path-mtu-above-9000", PING + "links: [{mtu: 9001}]\n", ("links[0].mtu", "less than or equal to 9000")),
+    Case("path-mtu-fraction", PING + "links: [{mtu: 1400.5}]\n", ("links[0].mtu", "integer"), cli=False),
+    Case("path-mtu-in-a-sweep", PING + "links: [{mtu: [1400, 100]}]\n", ("links[0].mtu", "576"), cli=False),
+    Case("icmp-unknown", PING + "links: [{mtu: 1400, icmp: dropped}]\n", ("links[0].icmp", "'allowed' or 'blocked'"),
+         real=True),
+    Case("icmp-true", PING + "links: [{icmp: true}]\n", ("links[0].icmp", "'allowed' or 'blocked'"), cli=False),
+    Case("path-mtu-in-a-mesh", "name: t\ntopology: mesh\npeers: 3\nvpns: [{driver: none}, {driver: wireguard}]\n"
+         "workloads: [{kind: ping}]\nlinks: [{mtu: 1400, icmp: blocked}]\n",
+         ("links[0].mtu: only for a remote-access or site-to-site study", "links[0].icmp: only for", "mesh")),
+    Case("path-mtu-on-real-hosts", PING + "hosts: {client: a, gateway: b}\nlinks: [{mtu: 1400}]\n",
+         ("links[0].mtu: only for a remote-access or site-to-site study on this machine", "real hosts"), cli=False),
+    Case("path-mtu-stall-not-within-deadline", workload("{kind: path-mtu, timeout_s: 5, stall_s: 5}"),
+         ("workloads[0]", "stall_s (5) must be shorter than timeout_s (5)"), real=True),
+    Case("path-mtu-size-zero", workload("{kind: path-mtu, size: 0}"), ("workloads[0].size",), cli=False),
+    # what breaks VPNs in the field (issue 47): a NAT on the client side, events during a workload
+    Case("nat-timeout-without-nat", PING + "links: [{nat_udp_timeout_s: 30}]\n",
+         ("links[0]: nat_udp_timeout_s", "needs nat: masquerade"), real=True),
+    Case("nat-timeout-out-of-range", PING + "links: [{nat: masquerade, nat_udp_timeout_s: 3601}]\n",
+         ("links[0].nat_udp_timeout_s", "less than or equal to 3600")),
+    Case("nat-in-a-mesh", "name: t\ntopology: mesh\npeers: 3\nvpns: [{driver: wireguard}]\n"
+         "workloads: [{kind: ping}]\nlinks: [{nat: masquerade}]\n", ("links[0].nat: only for", "mesh")),
+    Case("event-after-the-workload", workload("{kind: ping, count: 10, interval_s: 0.1, events: [{at_s: 5, link_down_s: 1}]}"),
+         ("workloads[0].events[0].at_s", "past the workload's end"), real=True),
+    Case("event-of-two-kinds", workload("{kind: ping, events: [{at_s: 1, link_down_s: 1, address_change: true}]}"),
+         ("workloads[0].events[0]", "one of link_down_s")),
+    Case("event-unknown", workload("{kind: ping, events: [{at_s: 1, lightning: true}]}"),
+         ("workloads[0].events[0]", "lightning: unknown kind of event")),
+    Case("event-rebind-without-nat", workload("{kind: ping, events: [{at_s: 1, nat_rebind: true}]}"),
+         ("workloads[0].events[0].nat_rebind", "links[0] has none")),
+    Case("event-rekey-wireguard", workload("{kind: ping, events: [{at_s: 1, rekey: true}]}"),
+         ("workloads[0].events[0].rekey", "wireguard offers no way to force a rekey")),
     Case("tens-of-thousands-of-errors", "name: t\nvpns: [" + ", ".join(["1"] * 50_000) + "]\n"
          "workloads: [{kind: ping}]\n",
          ("vpns[0]: Input should be a valid dictionary", "vpns[19]:", "... and 49,980 more")),

@@ -2,6 +2,7 @@
 naming the bug and where it happened, exit 70, and its traceback kept in a file for the report."""
 
 import re
+import lzma
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 import typer
 
 from vpnlab.cli import run as run_cli
-from vpnlab.console import EXIT_BUG, user_errors
+from vpnlab.cli.console import EXIT_BUG, user_errors
 
 STORE = Path(__file__).parent.parent / "runs" / "taneja-2019"
 # The report's writer replaced by one that fails as a bug would, in a real `vpnlab report` process.
@@ -82,6 +83,9 @@ def test_a_report_command_that_fails_on_a_bug_exits_70_without_a_traceback(tmp_p
 def test_a_run_whose_report_fails_on_a_bug_says_the_samples_are_kept(tmp_path, monkeypatch, capsys):
     results = tmp_path / "results"
     shutil.copytree(STORE, results)
+    with lzma.open(results / "results.sqlite.xz") as packed:  # a run's store as it leaves it: not compressed
+        (results / "results.sqlite").write_bytes(packed.read())
+    (results / "results.sqlite.xz").unlink()
     before = (results / "results.sqlite").read_bytes()
 
     def broken(*args, **kwargs):
@@ -89,7 +93,7 @@ def test_a_run_whose_report_fails_on_a_bug_says_the_samples_are_kept(tmp_path, m
 
     monkeypatch.setattr("vpnlab.report.html.write", broken)
     with pytest.raises(typer.Exit) as ended:
-        run_cli._finish(results)
+        run_cli.finish_run(results)
     stderr = capsys.readouterr().err
     assert ended.value.exit_code == EXIT_BUG
     assert "every sample is stored" in stderr and f"vpnlab report {results}" in stderr.replace("\n", ""), stderr

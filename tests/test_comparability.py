@@ -11,7 +11,6 @@ import pytest
 
 from vpnlab.analyse import comparability, findings
 from vpnlab.analyse.comparability import Bound, Evidence
-from vpnlab.measure.cpu import cpu_bound
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
 from vpnlab.plan.study import parse_study
@@ -221,14 +220,6 @@ def test_a_scaled_link_is_told_by_the_rate_it_ran_at():
     assert comparability.side_bound("overhead_bytes", [stream], {}).exact
 
 
-def test_cpu_bound_flags():
-    assert cpu_bound("core 1 saturated (93% busy, 10% in softirq): throughput is a bound set by that core")
-    assert cpu_bound("x;thread openvpn/openvpn at 97% of a core: throughput is a bound set by that "
-                     "single-threaded daemon")
-    assert not cpu_bound("background traffic: 1 transactions failed")
-    assert not cpu_bound("")
-
-
 class _Row:
     def __init__(self, id, link_rate_mbit=None, emulated=True, options='{"driver": "wireguard", "options": {}}'):
         self.id, self.link_rate_mbit, self.emulated, self.vpn_options = id, link_rate_mbit, emulated, options
@@ -236,9 +227,9 @@ class _Row:
         self.workload, self.as_run = "tcp", f'{{"link": {{"rate_mbit": {link_rate_mbit}}}}}' if link_rate_mbit else ""
 
 
-def test_the_readme_states_the_rule_as_the_code_does():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert " ".join(comparability.RULE.split()) in " ".join(readme.split())
+def test_the_docs_state_the_rule_as_the_code_does():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "seeds.md").read_text()
+    assert " ".join(comparability.RULE.split()) in " ".join(page.split())
 
 
 def test_a_compressing_layer_inside_a_tunnel_is_found():

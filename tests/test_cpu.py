@@ -57,7 +57,7 @@ def test_one_busy_thread_is_named_as_the_bound(namespace):
         daemon.wait()
     # `yes` is one thread: it is the whole daemon's CPU (on a shared machine it may get less than a core)
     assert values["cpu_busiest_thread_pct"] == pytest.approx(values["cpu_vpn_client_pct"], rel=0.1), values
-    named = any(f.startswith("thread yes/yes at") for f in flags)
+    named = any(f.kind == "cpu-saturated" and f.text.startswith("thread yes/yes at") for f in flags)
     assert named == (values["cpu_busiest_thread_pct"] > SATURATED_PCT), (values, flags)
     assert values["cpu_busiest_core_pct"] >= values["cpu_busy_pct"] - 1
 
@@ -79,7 +79,7 @@ def test_a_workloads_client_beside_a_tunnel_end_is_not_counted_as_the_vpn(namesp
     curl_pct = 100 * (int(fields[11]) + int(fields[12])) / TICK
     assert curl_pct > 5, "curl did not get the CPU to show the difference"
     assert values["cpu_vpn_client_pct"] < 2 and "cpu_busiest_thread_pct" not in values, (values, curl_pct)
-    assert not any("curl" in f for f in flags)
+    assert not any("curl" in f.text for f in flags)
 
 
 def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
@@ -94,8 +94,8 @@ def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
         _, flags = outside.finish(None)
     finally:
         os.kill(hog, signal.SIGKILL)
-    busy = [f for f in flags if f.startswith("disturbed: busy machine: programs outside this run took")]
-    assert busy and "yes " in busy[0], flags
+    busy = [f for f in flags if f.kind == "busy-machine" and f.text.startswith("programs outside this run took")]
+    assert busy and "yes " in busy[0].text and busy[0].declared.disturbed, flags
     inside = CpuMeter.here([namespace], [], everywhere=[namespace])
     # left to init too: only its namespace makes it the run's
     daemon = int(subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c", "yes > /dev/null 2>&1 & echo $!"],
@@ -105,7 +105,7 @@ def test_a_program_outside_the_run_that_loads_the_machine_is_named(namespace):
         _, flags = inside.finish(None)
     finally:
         os.kill(daemon, signal.SIGKILL)
-    assert not any("busy machine" in f and "yes " in f for f in flags), flags
+    assert not any(f.kind == "busy-machine" and "yes " in f.text for f in flags), flags
 
 
 def test_the_host_sees_a_busy_program_beside_a_guest_but_not_what_vpnlab_started():
@@ -130,4 +130,5 @@ def test_the_host_sees_a_busy_program_beside_a_guest_but_not_what_vpnlab_started
     finally:
         os.kill(hog, signal.SIGKILL)
     [flag] = series.flags(start, time.time())
-    assert flag.startswith("disturbed: busy machine: programs outside this run took") and "(yes " in flag, flag
+    assert flag.kind == "busy-machine" and flag.text.startswith("programs outside this run took"), flag
+    assert "(yes " in flag.text, flag

@@ -15,9 +15,10 @@ import pytest
 from conftest import default_dispositions, kill_run, run_here
 from vpnlab.run import repetition
 from vpnlab.machines.capabilities import detect
-from vpnlab.errors import TunnelError
-from vpnlab.run.placement import assign, cores, this_machine
-from vpnlab.plan.scenarios import check_plan, make_plan
+from vpnlab.core.errors import TunnelError
+from vpnlab.testbed.cgroups import assign, cores, this_machine
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.plan.placement import check_plan
 from vpnlab.run.runner import Runner
 from vpnlab.store import Store
 from vpnlab.plan.study import parse_study
@@ -101,7 +102,7 @@ def test_a_study_that_turns_pinning_off_leaves_its_daemons_on_every_core(tmp_pat
 def test_cgroup_v2_accounting_on_this_kernel(tmp_path, no_leftovers, monkeypatch):
     """Users' machines have pure cgroup v2. Where this one chose v1 (its controllers are bound there),
     the v2 hierarchy beside it still keeps cpu.stat's usage_usec: the v2 path, run for real there."""
-    from vpnlab.run import placement
+    from vpnlab.testbed import cgroups as placement
 
     if this_machine().method == "cgroup2":
         pytest.skip("the first test ran cgroup v2 already")

@@ -1,5 +1,5 @@
 """One place per fact: programs, packages, metrics and workload kinds are declared once, and
-everything that lists them (bootstrap, doctor, the README) reads the declarations."""
+everything that lists them (bootstrap, doctor, the docs) reads the declarations."""
 
 import importlib
 import importlib.util
@@ -26,11 +26,11 @@ def test_every_program_an_implementation_or_kind_needs_is_declared_by_it():
 
 
 def test_bootstrap_installs_what_the_declarations_name():
-    listed = subprocess.run([sys.executable, "-m", "vpnlab.tools", "packages", "--with", str(ROOT / "tests/needs.py")],
+    listed = subprocess.run([sys.executable, "-m", "vpnlab.catalog", "packages", "--with", str(ROOT / "tests/needs.py")],
                             capture_output=True, text=True, check=True).stdout.split()
     assert {"nftables", "chromium", "strongswan-charon", "libcharon-extra-plugins", "iperf3"} <= set(listed)
     assert "libreswan" not in listed  # unpacked privately: it conflicts with strongSwan's packages
-    assert "vpnlab.tools packages" in (ROOT / "bootstrap.sh").read_text()
+    assert "vpnlab.catalog packages" in (ROOT / "bootstrap.sh").read_text()
 
 
 def test_recorded_versions_are_versions():
@@ -49,16 +49,16 @@ def test_recorded_versions_are_versions():
     assert re.search(r"core ([^]]+)]", said.stdout)[1] in versions["ansible-playbook"]
 
 
-def test_metric_registry_is_consistent_and_the_readme_table_is_generated_from_it():
+def test_metric_registry_is_consistent_and_the_docs_table_is_generated_from_it():
     registry = catalog.METRICS
     for kind in KINDS.values():
         assert kind.primary in {m.name for m in kind.metrics}, kind.kind
         for metric, _ in kind.graded:
             assert registry[metric].graded, metric
         assert set(kind.plotted) <= set(registry), kind.kind
-    assert catalog.markdown_table() in (ROOT / "README.md").read_text(), \
-        "README's metric table differs from the registry: paste `python -m vpnlab.metrics` into it"
-    printed = subprocess.run([sys.executable, "-m", "vpnlab.metrics"], capture_output=True, text=True, check=True)
+    assert catalog.markdown_table() in (ROOT / "docs" / "metrics.md").read_text(), \
+        "docs/metrics.md's metric table differs from the registry: paste `python -m vpnlab.catalog metrics` into it"
+    printed = subprocess.run([sys.executable, "-m", "vpnlab.catalog", "metrics"], capture_output=True, text=True, check=True)
     assert printed.stdout.strip() == catalog.markdown_table()
 
 

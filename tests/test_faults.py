@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import default_dispositions, sample_count
-from vpnlab.machines.backend import hang_limit
+from vpnlab.core.backend import hang_limit
 
 VPNLAB = [sys.executable, "-m", "vpnlab"]
 CLIENTS = {"iperf3": "-c", "ping": "40"}  # the measuring clients (not the warm-up's ping)
@@ -244,7 +244,7 @@ def test_a_signal_while_the_probe_namespace_exists_removes_it(tmp_path, no_lefto
 
 HELD = """
 import os, signal, threading
-from vpnlab.run import signals
+from vpnlab.core import signals
 signals.install()
 try:
     with signals.held():
@@ -285,14 +285,18 @@ def test_two_runs_at_once_say_so_and_flag_their_samples(tmp_path, no_leftovers):
     flags = [r[0] for r in db.execute("SELECT flags FROM repetitions")]
     db.close()
     assert len(flags) == 2
-    assert all("another vpnlab run shared this machine (" in f and other.run_id in f for f in flags), flags
+    from vpnlab.core.flags import parse
+
+    shared = [[f.text for f in parse(stored) if f.kind == "shared-machine"] for stored in flags]  # beside a busy-machine one under load
+    assert all(len(texts) == 1 and texts[0].startswith("another vpnlab run shared this machine (") and other.run_id in texts[0]
+               for texts in shared), flags
 
 
 def test_a_tunnel_that_never_carries_quotes_the_logs_its_daemons_write_themselves(state, tmp_path):
     """pppd writes to its `logfile`, not to its output: a PPTP tunnel whose MPPE keys disagreed
     timed out with only the empty output of pptpd and pptp quoted; the reason must show pppd's."""
     from vpnlab.drivers.base import Tunnel, TunnelEnv, wait_for
-    from vpnlab.errors import TunnelError
+    from vpnlab.core.errors import TunnelError
 
     env = TunnelEnv(state, 0, tmp_path, "pptp-linux")
     tunnel = Tunnel(env, ("gre", None))

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from vpnlab.analyse import findings
-from vpnlab.drivers.pptp import HOLD_FLAG, held_by_pptpd
-from vpnlab.measure.window import hold_flags
-from vpnlab.errors import StudyError
+from vpnlab.drivers.pptp import PPTPD_HOLD, held_by_pptpd
+from vpnlab.measure.window import software_flags
+from vpnlab.core.errors import StudyError
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
+from vpnlab.plan.stored import StoredStudy
 from vpnlab.plan.study import builtin_studies, load_builtin, parse_study
 from vpnlab.report.verdict_table import row
 
@@ -271,7 +272,7 @@ def test_a_finding_naming_no_scenario_is_found():
 @pytest.mark.parametrize("name", SEEDS)
 def test_every_seed_study_loads_with_findings_that_name_its_scenarios(name):
     study = load_builtin(name)
-    listed = findings.parse(study.source_text)
+    listed = study.findings
     assert len(listed) >= 5, "each seed study carries its seed's findings"
     assert findings.plan_problems(study) == []
     for finding in listed:
@@ -372,7 +373,7 @@ def by_difference(j) -> bool:
 def test_the_verdict_rule_rarely_finds_a_difference_that_is_not_there():
     """Known truth, no difference anywhere, 3000 simulated studies: a directional finding reproduced
     or contradicted by a difference is false; Holm keeps the family's false verdicts to 5%."""
-    rng, compared = np.random.default_rng(21), findings.parse(STUDY)[:4]
+    rng, compared = np.random.default_rng(21), StoredStudy.read(STUDY).findings[:4]
     none = {"wg-slower": 1.0, "openvpn-faster": 1.0, "openvpn-same-as-wg": 1.0, "wg-ping-higher": 1.0}
     studies = (simulated_verdicts(rng, compared, none) for _ in range(3000))
     false = [any(by_difference(v[f]) for f in DIRECTIONAL) for v in studies]
@@ -383,7 +384,7 @@ def test_the_verdict_rule_rarely_finds_equivalence_at_the_margin():
     """Known truth, every difference exactly at its finding's margin (2%; the null finding's 5%),
     3000 simulated studies: equivalence (a null finding reproduced, a directional one contradicted by
     it) is false; the TOSTs' Holm correction keeps the family's false verdicts to 5%."""
-    rng, compared = np.random.default_rng(22), findings.parse(STUDY)[:4]
+    rng, compared = np.random.default_rng(22), StoredStudy.read(STUDY).findings[:4]
     at_margin = {"wg-slower": 1 / 1.02, "openvpn-faster": 1.02, "openvpn-same-as-wg": 1.05, "wg-ping-higher": 1.02}
     false = []
     for _ in range(3000):
@@ -551,7 +552,7 @@ def test_a_calibration_is_shown_but_not_a_check(tmp_path):
 
 
 def test_the_verdict_table_row_through_the_cli(tmp_path):
-    """`vpnlab verdicts DIR` prints the README's Markdown row from the store: what ran, each verdict
+    """`vpnlab verdicts DIR` prints docs/seeds.md's Markdown row from the store: what ran, each verdict
     with its ratio named for what it is; a directory without a store exits 2 naming it."""
     generated_store(tmp_path / "run").close()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, ["src", os.environ.get("PYTHONPATH")])))
@@ -584,7 +585,7 @@ findings:
 """
 
 
-def pptp_store(tmp_path, retransmits: float):
+def pptp_store(tmp_path, retransmits: float, measured_in: str = "host"):
     """PPTP (pptpd) against no VPN: iperf3 TCP goes towards the gateway, a transfer downloads; the
     clean link's TCP samples record `retransmits` each."""
     rng = np.random.default_rng(4)
@@ -594,7 +595,7 @@ def pptp_store(tmp_path, retransmits: float):
                           study_name="p", study_text=PPTP_STUDY)
     for scenario in plan.scenarios:
         scenario.implementations = ["pptpd"] if scenario.vpn.layers else []
-        store.add_scenario(scenario)
+        store.add_scenario(scenario, measured_in=measured_in)
     for round_no in range(1, 5):
         for position, s in enumerate(plan.scenarios):
             values = {"throughput_mbps": (15 if s.vpn.layers else 19) * rng.lognormal(0, 0.01)}
@@ -620,6 +621,18 @@ def test_pptp_towards_the_gateway_over_a_link_that_drops_is_not_comparable(tmp_p
     assert (clean.verdict == "not comparable here") == (retransmits > 0), clean.reason
 
 
+def test_a_held_comparison_emulation_leaves_undecided_says_so_first(tmp_path):
+    """Under emulation, where neither side's rate is bounded above, emulation alone leaves B/A undecided:
+    that is the reason given, the hold beside it; on a clean link it counts the samples that lost."""
+    result = judged(pptp_store(tmp_path, 3.0, measured_in="vm"))
+    for fid in ("tcp-lossy", "tcp-clean"):
+        j = result[fid]
+        assert j.verdict == "not comparable here" and j.holm_p is None and j.rounds_needed is None
+        assert j.reason.startswith("measured under software emulation") and "; besides, pptp" in j.reason, j.reason
+    assert "(a loss in 4 of 4 samples, on a link set to lose nothing)" in result["tcp-clean"].reason
+    assert "samples" not in result["tcp-lossy"].reason.split("besides")[1]
+
+
 def test_the_pptpd_hold_rule():
     assert held_by_pptpd("tcp", {}, 0.1, {})                           # towards the gateway, lossy link
     assert not held_by_pptpd("tcp", {"reverse": True}, 0.1, {})        # towards the client
@@ -636,7 +649,7 @@ def test_each_held_sample_is_flagged_when_measured():
     for s in scenarios:
         s.implementations = ["pptpd"] if s.vpn.layers else []
     flagged = {(s.vpn.driver if s.vpn.layers else "none", s.link.name, s.workload.kind, lost)
-               for s in scenarios for lost in (0.0, 2.0) if hold_flags(s, {"retransmits": lost}) == [HOLD_FLAG]}
+               for s in scenarios for lost in (0.0, 2.0) if [f.kind for f in software_flags(s, {"retransmits": lost})] == [PPTPD_HOLD.name]}
     assert flagged == {("pptp", "lossy", "tcp", 0.0), ("pptp", "lossy", "tcp", 2.0), ("pptp", "clean", "tcp", 2.0)}
 
 
@@ -662,13 +675,44 @@ def test_choices_are_checked_and_shown(tmp_path):
     assert "vpnlab's choice, file size: 32 MB" in row[:row.index("</tr>")]   # beside the finding it bears on
 
 
+def test_a_run_stored_with_older_findings_says_which_changed(tmp_path):
+    """A run of a built-in seed study is judged by the built-in's findings as shipped; each finding that
+    differs from the one the run was stored with says how and cites the changelog, one the run lacked
+    says so, one the run had that is gone is named, and the rest carry no note."""
+    current = builtin_studies()["fave-2018"]
+    same_bytes = current[current.index("  - id: openvpn-fips-same-bytes"):]
+    older = current.replace(same_bytes, "").replace("seed_ratio: 1.113\n", "seed_ratio: 1.113\n    margin_pct: 5\n")
+    older += "  - {id: gone-finding, quote: q, where: w, seed: s, direction: higher, not_comparable: no such thing}\n"
+    assert StoredStudy.read(older).findings != StoredStudy.read(current).findings
+    store = Store.open_dir(tmp_path)
+    store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
+                    study_name="fave-2018", study_text=older)
+    section = findings.against_the_original(store)
+    store.close()
+    notes = {j.finding.id: j.changed for j in section.rows}
+    assert section.reencoded and section.removed == ["gone-finding"]
+    assert notes["ipsec-bytes-over-no-vpn"] == ("encoded otherwise when this run was stored: margin_pct 5.0 -> 2.0 "
+                                                f"({findings.CHANGELOG})")
+    assert notes["openvpn-fips-same-bytes"] == f"not in the study this run was stored with ({findings.CHANGELOG})"
+    assert {i for i, note in notes.items() if note} == {"ipsec-bytes-over-no-vpn", "openvpn-fips-same-bytes"}
+    assert (ROOT / findings.CHANGELOG).is_file()
+    from vpnlab.report.html import _environment
+
+    html = _environment().get_template("findings.html.j2").render(r=type("R", (), {"against": section}))
+    row = html[html.index('id="finding-ipsec-bytes-over-no-vpn"'):]
+    assert "margin_pct 5.0 -&gt; 2.0" in row[:row.index("</tr>")]
+    assert "gone-finding (see docs/findings-changelog.md)" in html
+    row = html[html.index('id="finding-openvpn-bytes-over-no-vpn"'):]
+    assert "changelog" not in row[:row.index("</tr>")]
+
+
 ROOT = Path(__file__).resolve().parents[1]
 # the full runs committed under runs/ of studies with a seed's findings (mesh-2026 has none)
 SEED_RUNS = sorted(d.name for d in (ROOT / "runs").iterdir() if "\nfindings:" in (d / "study.yaml").read_text())
 
 
 @pytest.mark.parametrize("seed", SEED_RUNS)
-def test_the_readmes_row_of_each_committed_seed_run_is_what_vpnlab_verdicts_prints(seed):
-    """The README's verdict row for each seed study run in full under runs/ is generated from its
+def test_the_docs_row_of_each_committed_seed_run_is_what_vpnlab_verdicts_prints(seed):
+    """docs/seeds.md's verdict row for each seed study run in full under runs/ is generated from its
     committed store, not written by hand: regenerate it with `vpnlab verdicts runs/SEED` when either changes."""
-    assert row(ROOT / "runs" / seed) in (ROOT / "README.md").read_text().splitlines()
+    assert row(ROOT / "runs" / seed) in (ROOT / "docs" / "seeds.md").read_text().splitlines()

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from hosts_harness import CONTROLLER_ADDRESS, PYTHON, lab  # noqa: F401  (lab is the fixture)
 from idle_checks import EXPECTED
 from vpnlab.cli import app
-from vpnlab.errors import StudyError, VpnlabError
+from vpnlab.core.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import SHELL_FUNCTIONS, HostState, ManagementPath, guard_ip_line, root_qdisc_device
 from vpnlab.hosts.inventory import USER_KNOWN_HOSTS, host_key_policy, limit, load_inventory, select, ssh_options
 from vpnlab.hosts.ssh import SAVED, SPAWN_WRAPPER

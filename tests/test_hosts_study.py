@@ -11,11 +11,11 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from hosts_harness import built_lab, host_is_clean, wait_until
+from hosts_harness import built_lab, host_is_clean, sh, wait_until
 from vpnlab.plan import overrides
 from vpnlab.cli import app
 from vpnlab.cli.run import load_study_arg
-from vpnlab.errors import StudyError, VpnlabError
+from vpnlab.core.errors import StudyError, VpnlabError
 from vpnlab.hosts.hoststate import HostState, ManagementPath, guard_ip_line
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.plan.study import parse_study
@@ -220,7 +220,7 @@ def test_a_remote_access_study_runs_on_two_hosts_over_ssh(lab, tmp_path):
     assert "every result came from client gw-a, gateway gw-b" in (out / "report.html").read_text()
     shown = lab.vpnlab("show", out).stdout
     assert f"measured on: gw-a (client) at {LAB_SUBNET}.2: " in shown and "NIC eth0 (veth, " in shown
-    assert not any("busy machine" in f for f in repetition_flags(out))  # vpnlab's own processes are not other load
+    assert not any("busy-machine" in f for f in repetition_flags(out))  # vpnlab's own processes are not other load
     for host in (a, b):
         assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
         assert sessions(host) == before[host.name] + 1  # one SSH connection per host for the whole run
@@ -253,7 +253,7 @@ def test_a_program_outside_the_run_on_a_host_flags_the_repetitions_it_disturbed(
         burner.wait(30)
     assert result.returncode == 0, result.stdout + result.stderr
     flags = repetition_flags(out)
-    assert len(flags) == 2 and all("busy machine: programs outside this run took" in f and " on host gw-b (yes "
+    assert len(flags) == 2 and all(f.startswith("busy-machine: programs outside this run took") and " on host gw-b (yes "
                                    in f for f in flags), flags
     assert not any("of a core on host gw-a" in f for f in flags), flags  # gw-a has its own processes
 
@@ -284,6 +284,8 @@ def test_a_scenario_the_hosts_kernel_cannot_run_fails_before_it_starts(lab, tmp_
     assert "feature 'ppp'" in scenarios[(pptp, "as-is")]["failure"] and "host gw-b:" in scenarios[(pptp, "as-is")]["failure"]
     assert "netem" in scenarios[("none", "delayed")]["failure"]
     assert "failed before it started: the kernel cannot run it: host gw-a" in result.stderr
+    exported = json.loads(lab.vpnlab("export", out, "--format", "json").stdout)
+    assert exported and {json.loads(row["hosts"])["client"] for row in exported} == {"gw-a"}  # who measured each sample
     for host in (a, b):
         assert wait_until(lambda: host_is_clean(host)), (host.name, host.processes(), host.links())
 
@@ -435,24 +437,26 @@ def test_prepare_installs_what_every_driver_and_workload_kind_needs():
                                  "links: [{background: office}]\nworkloads: [{kind: tcp}, {kind: udp}, {kind: ping}, "
                                  "{kind: transfer, protocol: [http, https, ssh, ftp]}]"))
     wanted = set(study_packages(study))
-    installable = {tool.package for tool in declared().values() if not tool.python}
+    installable = {tool.package for tool in declared().values() if tool.debian}
     for driver in DRIVERS.values():
-        assert {t.package for t in driver.tools if not t.python} | set(driver.packages) <= wanted, driver.name
+        assert {t.package for t in driver.tools if t.debian} | set(driver.packages) <= wanted, driver.name
     for kind in KINDS.values():
         assert {t.package for t in kind.tools} & installable <= wanted, kind.kind
     assert {t.package for t in background.TOOLS} <= wanted
     assert {"grep", "sed", "coreutils", "iproute2", "openssl", "libreswan", "pptpd", "xl2tpd"} <= wanted and {t.package for t in CORE} <= wanted
     # and no more than the study runs
     assert "nginx-light" not in study_packages(parse_study(RA_STUDY))
+    # a program built from a Go module is this machine's build, no package a host could install
+    assert not {t.package for driver in DRIVERS.values() for t in driver.tools if t.go} & wanted
 
 
-def test_the_readme_lists_what_each_vpn_and_workload_needs_on_a_host_as_declared():
+def test_the_docs_list_what_each_vpn_and_workload_needs_on_a_host_as_declared():
     from pathlib import Path
 
     from vpnlab.catalog import hosts_table
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert hosts_table() in readme, "README's real-hosts tables differ from the declarations: paste catalog.hosts_table()"
+    page = (Path(__file__).resolve().parents[1] / "docs" / "real-hosts.md").read_text()
+    assert hosts_table() in page, "docs/real-hosts.md's tables differ from the declarations: paste catalog.hosts_table()"
     assert "`pptp` | pptpd: `ppp` |" in hosts_table() and "`strongswan` | kernel: `esp`; else libipsec: `tun` |" in hosts_table()
 
 
@@ -460,8 +464,8 @@ def test_what_a_hosts_kernel_lacks_names_that_host_or_the_pair_when_only_togethe
     """The preflight's reasons, from what each host's probe answered (set here as it would be): a piece
     one host lacks names that host; two hosts that each allow one implementation but not the same
     one are named together."""
-    from vpnlab.cli.run import _kernels_lack
-    from vpnlab.machines.features import FEATURES
+    from vpnlab.plan.placement import _kernels_lack
+    from vpnlab.core.features import FEATURES
     from vpnlab.hosts.testbed import HostSet
 
     inventory = tmp_path / "lab.yml"
@@ -501,3 +505,26 @@ def test_a_port_held_on_a_host_refuses_only_the_tunnel_ends_that_bind_it_there(t
                                                   "on other hosts; `ss -uanp 'sport = :500'` on gw-b shows which"]
     assert set(held) == {"none", "openvpn aes-256-gcm udp", "strongswan default psk in openvpn aes-256-gcm udp",
                          "wireguard"} and not any(held.values()), held
+
+
+@pytest.mark.integration
+def test_a_host_without_the_python_modules_a_transfer_needs_is_refused_before_anything_starts(lab, tmp_path):
+    """A transfer's files are made on the host by its own python3, with numpy and Pillow: on a host
+    that has neither (Debian's directory of Python packages hidden under an empty tmpfs, in that host's
+    own mounts) the run is refused naming the host and the packages, not failed scenario by scenario."""
+    b = lab.hosts["gw-b"]
+    packages = sh("/usr/bin/python3", "-c", "import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))").stdout.strip()
+    study, out = tmp_path / "study.yaml", lab.dir / "no-numpy"
+    study.write_text(RA_STUDY.replace("[{driver: none}, {driver: wireguard}, {driver: openvpn}]", "[{driver: none}]")
+                     .replace("[{kind: tcp, duration_s: 1, omit_s: 0}]", "[{kind: transfer, size: 1M}]"))
+    sh("nsenter", f"--target={b.init_pid}", "--mount", "mount", "-t", "tmpfs", "vpnlab-test-no-numpy", packages)
+    try:
+        result = lab.vpnlab("run", study, "--inventory", lab.inventory, "--out", out, "--no-progress", timeout=300)
+    finally:
+        sh("nsenter", f"--target={b.init_pid}", "--mount", "umount", packages)
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())
+    assert "on host gw-b, the Python modules PIL (python3-pil)" in said, said  # (numpy may live elsewhere too)
+    assert "hosts prepare" in said
+    assert "gw-a, the Python" not in said and not out.exists()
+    assert wait_until(lambda: host_is_clean(b)), (b.processes(), b.links())

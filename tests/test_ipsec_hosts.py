@@ -92,7 +92,7 @@ def test_strongswan_runs_between_real_hosts_over_ssh(lab, tmp_path, topology):
 def test_a_host_finds_a_privately_unpacked_program_as_this_machine_does(monkeypatch, tmp_path):
     """libreswan's pluto is installed on a host, or unpacked by bootstrap.sh (a VM guest shares this
     machine's cache): the hosts' probe looks in both places, so a libreswan study is placed on such hosts."""
-    from vpnlab.machines import unpacked
+    from vpnlab.tools import unpacked
     from vpnlab.hosts.doctor import locate
 
     monkeypatch.setattr(unpacked, "package_folder", lambda package: tmp_path / "packages" / package)

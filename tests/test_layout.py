@@ -174,6 +174,47 @@ def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+# The packages (and top-level modules) of vpnlab from the bottom up: each imports only those below it.
+# The pipeline runs study file -> plan -> testbed -> tunnel -> workload -> samples -> store ->
+# analysis -> report; the imports run the other way round where a later stage is what an earlier one
+# needs to know about (the plan validates a study by the drivers' and workloads' own models).
+LAYERS = [
+    "vpnlab",       # __init__: the version
+    "core",         # errors, files, signals, sessions, the shared schema, sample flags, where this runs, the kernel probe
+    "metrics",      # what a metric is, and `declare`
+    "tools",        # what a program is, where it is, its version; packages unpacked or built for vpnlab
+    "algorithms",   # one vocabulary of cryptography
+    "testbed",      # the node contract, namespaces, links, shaping, cgroups, the run's state record
+    "drivers",      # one module a VPN
+    "workloads",    # one module a workload kind
+    "measure",      # one sample: the workload with its CPU meter, observers and background
+    "catalog",      # the registries: every driver, workload kind, metric and program
+    "hosts",        # real hosts over SSH and Ansible, keeping the node contract
+    "machines",     # this machine's capabilities, the VM backend, provenance
+    "plan",         # the study file and its scenarios, and where each runs
+    "store",        # the results directory and its SQLite store
+    "analyse",      # from stored samples to summaries, comparisons, verdicts, recommendations
+    "run",          # running a plan: rounds of repetitions, tunnels, proof, stopping rules
+    "report",       # the HTML report, the export, the verdict table
+    "tune",         # the race for the best settings
+    "cli",          # the command line
+    "__main__",
+]
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_import_between_packages_points_down_the_layers():
+    modules = _modules()
+    assert {_unit(m) for m in modules} == set(LAYERS), "every package and top-level module has its place in LAYERS"
+    upward = sorted({f"{name} -> {target}" for name, named, _, _ in _imports(modules) for target in named
+                     if LAYERS.index(_unit(target)) > LAYERS.index(_unit(name))})
+    assert not upward, f"imports that point up the layers: {upward}"
+
+
 def test_the_import_checks_catch_a_local_import_and_a_cycle(tmp_path, monkeypatch):
     """The two checks above on a package made to break both rules."""
     package = tmp_path / "vpnlab"
@@ -187,6 +228,20 @@ def test_the_import_checks_catch_a_local_import_and_a_cycle(tmp_path, monkeypatc
         test_no_vpnlab_import_inside_a_function_outside_the_cli()
     with pytest.raises(AssertionError, match=r"vpnlab.a.*vpnlab.sub.b"):
         test_no_import_cycle_among_vpnlab_modules()
+
+
+def test_the_layer_check_catches_an_import_up_the_layers(tmp_path, monkeypatch):
+    package = tmp_path / "vpnlab"
+    for folder in ("core", "store"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "core" / "low.py").write_text("from ..store import high\n")
+    (package / "store" / "high.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "LAYERS", ["vpnlab", "core", "store"])
+    with pytest.raises(AssertionError, match=r"vpnlab.core.low -> vpnlab.store.high"):
+        test_every_import_between_packages_points_down_the_layers()
 
 
 def _contract_problems(implementation) -> list[str]:

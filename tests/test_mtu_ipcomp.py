@@ -62,7 +62,7 @@ workloads: [{kind: tcp, duration_s: 3, omit_s: 0}]
     db = sqlite3.connect(tmp_path / "results.sqlite")
     flags = dict(db.execute("SELECT sc.vpn_label, r.flags FROM repetitions r JOIN scenarios sc ON sc.id = r.scenario_id"))
     db.close()
-    assert "fragmented on the WAN" in flags["openvpn aes-256-gcm udp mtu-1500 in openvpn aes-256-gcm udp"]
+    assert "fragmented: " in flags["openvpn aes-256-gcm udp mtu-1500 in openvpn aes-256-gcm udp"]
     assert "fragmented" not in flags["openvpn aes-256-gcm udp in openvpn aes-256-gcm udp"]
     print(f"\nautomatic MTU: {right['throughput_mbps']:.1f} Mbit/s, {right['wan_bytes_per_byte']:.3f} B/B;"
           f" MTU 1500: {wrong['throughput_mbps']:.1f} Mbit/s, {wrong['wan_bytes_per_byte']:.3f} B/B,"

@@ -8,7 +8,7 @@ from vpnlab.machines.capabilities import Capabilities
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.libreswan import Libreswan
 from vpnlab.drivers.strongswan import StrongSwan
-from vpnlab.errors import CapabilityError, StudyError
+from vpnlab.core.errors import CapabilityError, StudyError
 from vpnlab.plan.study import parse_study
 from vpnlab.run.tunnels import fitting_mtu
 

@@ -87,7 +87,7 @@ tcp = socket.socket(); tcp.bind(("127.0.0.1", 2525)); tcp.listen(); time.sleep(3
 ])
 def test_a_server_is_waited_for_until_it_listens_and_a_failure_says_whether_it_exited_or_was_slow(
         namespace, tmp_path, monkeypatch, delay, then, expected):
-    from vpnlab.errors import VpnlabError
+    from vpnlab.core.errors import VpnlabError
     from vpnlab.testbed import node as node_module
 
     # emulated: the limit stretches by SLOWDOWN, as a Python server under TCG takes seconds to start

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from vpnlab.errors import VpnlabError
+from vpnlab.core.errors import VpnlabError
 from vpnlab.testbed.node import Node
 
 

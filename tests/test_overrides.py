@@ -3,9 +3,9 @@
 import pytest
 
 from vpnlab.plan import overrides
-from vpnlab.errors import StudyError
+from vpnlab.core.errors import StudyError
 from vpnlab.plan.scenarios import make_plan
-from vpnlab.plan.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
+from vpnlab.core.schema import SOCKET_BUFFER_MAX, socket_buffer_limit
 from vpnlab.plan.study import parse_study
 
 STUDY = """\
@@ -68,7 +68,7 @@ def test_a_built_in_study_and_a_resumed_one_are_checked_against_this_machine(tmp
     """Not only through --set: a built-in study named on the command line, and the study a results
     directory stores (--resume), meet this kernel's socket buffer limit as a file does."""
     from vpnlab.plan import study as study_module
-    from vpnlab.cli.run import _stored_study, load_study_arg
+    from vpnlab.cli.run import stored_study, load_study_arg
     from vpnlab.store import Store
     from vpnlab.plan.study import builtin_studies
 
@@ -77,9 +77,9 @@ def test_a_built_in_study_and_a_resumed_one_are_checked_against_this_machine(tmp
                     study_name="narayan-2008", study_text=builtin_studies()["narayan-2008"])
     store.close()
     monkeypatch.setattr(study_module, "socket_buffer_limit", lambda: 1 << 20)  # its 64 KB windows fit
-    assert load_study_arg("narayan-2008")[0].name == _stored_study(tmp_path)[0].name == "narayan-2008"
+    assert load_study_arg("narayan-2008")[0].name == stored_study(tmp_path)[0].name == "narayan-2008"
     monkeypatch.setattr(study_module, "socket_buffer_limit", lambda: 32 * 1024)  # they do not
     with pytest.raises(StudyError, match=r"window.*net\.core\.rmem_max"):
         load_study_arg("narayan-2008")
     with pytest.raises(StudyError, match=r"window.*net\.core\.rmem_max"):
-        _stored_study(tmp_path)
+        stored_study(tmp_path)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import DATA
-from vpnlab.errors import MeasurementError
+from vpnlab.core.errors import MeasurementError
 from vpnlab.workloads import iperf, ping, tcp, udp
 
 
@@ -48,7 +48,7 @@ def test_ping_error_is_a_measurement_error():
 
 def test_heavy_retransmission_is_flagged():
     data = json.loads((DATA / "iperf3-3.12-tcp.json").read_text())
-    assert tcp.retransmit_flags(data) == ["retransmits 17.5% of segments"]
+    assert tcp.retransmit_flags(data) == [tcp.RETRANSMITS("17.5% of segments")]
     data["end"]["sum_sent"]["retransmits"] = 0
     assert tcp.retransmit_flags(data) == []
 
@@ -77,8 +77,8 @@ def test_a_warm_up_that_ate_the_test_flags_the_sample_and_counts_one_side(monkey
     monkeypatch.setattr(iperf, "client", lambda ctx, args, duration: asked.extend(args) or (data, json.dumps(data)))
     measurement = tcp.Tcp().run(tcp.TcpOptions(duration_s=10, omit_s=2), None)
     assert "--get-server-output" in asked  # the receiver's own count comes with the client's JSON
-    assert measurement.flags == ["iperf3 measured 0.8 s of the 10 s asked (its 2 s warm-up took 11.2 s): "
-                                 "throughput is over a short, late window"]
+    assert measurement.flags == [tcp.SHORT_WINDOW("iperf3 measured 0.8 s of the 10 s asked (its 2 s warm-up took 11.2 s): "
+                                                  "throughput is over a short, late window")]
     assert measurement.values["throughput_mbps"] == pytest.approx(27542736 * 8 / 0.79 / 1e6)  # still the receiver's
     warm_up = 39149424 + 35823760 + 38141952
     # the receiver's own count: the server's warm-up (from its JSON) and its measured total
@@ -93,7 +93,7 @@ def test_a_full_measured_period_is_not_flagged():
     data = json.loads((DATA / "iperf3-3.12-tcp.json").read_text())
     assert tcp.short_window_flags(data) == []
     data["end"]["sum_sent"]["seconds"] = 2.0  # no warm-up asked: nothing to blame, just a short window
-    assert tcp.short_window_flags(data) == ["iperf3 measured 2.0 s of the 3 s asked: throughput is over a short window"]
+    assert tcp.short_window_flags(data) == [tcp.SHORT_WINDOW("iperf3 measured 2.0 s of the 3 s asked: throughput is over a short window")]
 
 
 def test_udp_loss_counts_the_datagrams_lost_after_the_last_that_arrived():

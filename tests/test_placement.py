@@ -10,7 +10,7 @@ import pytest
 
 from declared import programs
 from vpnlab.measure.cpu import CpuMeter
-from vpnlab.run.placement import JOIN, Accounting, End, Placement, assign, detect
+from vpnlab.testbed.cgroups import JOIN, Accounting, End, Placement, assign, detect
 from vpnlab.testbed.state import RunState
 from vpnlab.testbed.topology import Layout
 
@@ -203,6 +203,7 @@ def test_the_meter_takes_the_cgroups_figures_and_keeps_the_ticks_beside_them():
 
 def test_the_methods_paragraph_says_how_cpu_was_counted_and_where_the_ends_ran(tmp_path):
     from vpnlab.analyse import methods
+    from vpnlab.plan.stored import StoredStudy
     from vpnlab.plan.scenarios import make_plan
     from vpnlab.store import Store
     from vpnlab.plan.study import parse_study
@@ -222,13 +223,71 @@ def test_the_methods_paragraph_says_how_cpu_was_counted_and_where_the_ends_ran(t
     assert "cgroup v1 cpuacct.usage" in text and "(nanoseconds), in 1 repetitions" in text
     assert "clock ticks" in text and "not pinned: 2 cores for 4 tunnel ends, in 1 repetitions" in text
     assert "on this host, each end on a core of its own, in 1 repetitions" in text
-    assert text in methods.paragraph("", [], cpu=text)
+    assert text in methods.paragraph(StoredStudy.read(""), [], cpu=text)
 
 
 def test_doctor_says_how_tunnel_ends_are_counted_and_which_get_cores():
     from vpnlab.cli.machine import _tunnel_ends
-    from vpnlab.run.placement import cores, this_machine
+    from vpnlab.testbed.cgroups import cores, this_machine
 
     ends = _tunnel_ends()
     assert ends["cpu_accounting"] == this_machine().method and ends["cores"] == cores()
     assert ends["pinned"]["2 ends"] == assign(2, cores()) and ends["pinned"]["4 ends"] == assign(4, cores())
+
+
+def test_a_vpn_entrys_cores_pin_each_end_to_that_many(tmp_path, run_state):
+    from vpnlab.testbed.cgroups import assign_sets
+
+    assert assign_sets(2, [0, 1, 2, 3], 2) == ([(0, 1), (2, 3)], False)   # a set of its own each
+    assert assign_sets(2, [0, 1], 2) == ([(0, 1), (0, 1)], True)          # too few: one set, shared
+    assert assign_sets(2, [0, 1], 3) is None
+    layout = Layout.for_topology("remote-access", 1)
+    one = Placement.create(run_state, layout, nodes_for(layout), Accounting("ticks"), [0, 1], per_end=1)
+    assert one.text == "pinned by sched_setaffinity (taskset): client on cores 0, gw on cores 1"
+    two = Placement.create(run_state, layout, nodes_for(layout), Accounting("ticks"), [0, 1], per_end=2)
+    assert [e.launcher() for e in two.ends] == [["taskset", "-c", "0,1"]] * 2
+    assert two.text.endswith("(one set for all: 2 cores for 2 ends)")
+    with pytest.raises(Exception, match="cores: 3 asked for each tunnel end, this machine gives 2"):
+        Placement.create(run_state, layout, nodes_for(layout), Accounting("ticks"), [0, 1], per_end=3)
+
+
+def test_cores_is_a_sweepable_factor_compared_as_one_difference():
+    from vpnlab.analyse.compare import differs_in_one_thing
+    from vpnlab.core.errors import StudyError
+    from vpnlab.plan.scenarios import make_plan
+    from vpnlab.plan.study import parse_study
+
+    text = "name: c\nvpns: [{driver: none}, {driver: wireguard, CORES}]\nworkloads: [{kind: tcp}]\n"
+    plan = make_plan(parse_study(text.replace("CORES", "cores: [1, 2]")))
+    assert [(s.vpn.label, s.vpn.cores) for s in plan.scenarios] == [
+        ("none", None), ("wireguard on 1 core", 1), ("wireguard on 2 cores", 2)]
+    assert differs_in_one_thing(plan.scenarios[1].vpn.as_dict(), plan.scenarios[2].vpn.as_dict())
+    plain = make_plan(parse_study(text.replace(", CORES", ""))).scenarios[1]
+    assert "cores" not in plain.vpn.as_dict()  # stored scenarios keep their ids
+    with pytest.raises(StudyError, match=r"vpns\[1\]\.cores"):
+        parse_study(text.replace("CORES", "cores: 0"))
+    with pytest.raises(StudyError, match=r"vpns\[1\]\.cores: pins the tunnel ends of this machine"):
+        parse_study(text.replace("CORES", "cores: 1") + "hosts: {client: a, gateway: b}\n")
+
+
+@pytest.mark.integration
+def test_an_ends_daemons_run_on_the_cores_asked(tmp_path, no_leftovers):
+    """A real testbed with cores: 2: a daemon started in a tunnel end's namespace may run on exactly the
+    last two cores (read from the kernel: /proc/PID/status)."""
+    from vpnlab.plan.study import Link
+    from vpnlab.testbed.cgroups import cores
+    from vpnlab.testbed.state import RunState
+    from vpnlab.testbed.topology import Testbed
+
+    state = RunState.create()
+    try:
+        bed = Testbed.build(state, Layout.for_topology("remote-access", 1), Link(), "c", cores=2)
+        end = bed.placement.ends[0]
+        with bed.placement.starting():
+            proc = end.node.spawn(["sleep", "30"], tmp_path / "sleep.log", what="sleep")
+        allowed = next(line.split()[1] for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                       if line.startswith("Cpus_allowed_list"))
+        want = cores()[-2:]
+        assert allowed in (f"{want[0]}-{want[1]}", f"{want[0]},{want[1]}"), allowed
+    finally:
+        state.teardown()

@@ -4,7 +4,8 @@ from datetime import datetime, timezone
 import pytest
 
 from vpnlab.machines.capabilities import Capabilities
-from vpnlab.plan.scenarios import check_plan, make_plan, round_order
+from vpnlab.plan.scenarios import make_plan, round_order
+from vpnlab.plan.placement import check_plan
 from vpnlab.plan.study import parse_study
 
 STUDY = """
@@ -104,7 +105,7 @@ def test_forcing_an_absent_implementation_is_a_problem():
 
 def test_auto_backend_sends_to_the_vm_only_what_this_kernel_cannot_run():
     from vpnlab.machines.capabilities import vm_capabilities
-    from vpnlab.plan.scenarios import assign_backends
+    from vpnlab.plan.placement import assign_backends
 
     plan = make_plan(parse_study(STUDY))
     host = caps()
@@ -121,7 +122,7 @@ def test_auto_backend_sends_to_the_vm_only_what_this_kernel_cannot_run():
 
 
 def test_without_a_vm_the_problem_says_why():
-    from vpnlab.plan.scenarios import assign_backends
+    from vpnlab.plan.placement import assign_backends
 
     plan = make_plan(parse_study(STUDY))
     problems, in_vm = assign_backends(plan, caps(), "auto", None, "'qemu-system-x86_64' is not installed")
@@ -131,7 +132,7 @@ def test_without_a_vm_the_problem_says_why():
 
 def test_a_tool_missing_on_the_host_is_missing_in_the_vm_too():
     from vpnlab.machines.capabilities import vm_capabilities
-    from vpnlab.plan.scenarios import assign_backends
+    from vpnlab.plan.placement import assign_backends
 
     plan = make_plan(parse_study(STUDY.replace("{driver: wireguard}", "{driver: pptp}")))
     host = caps()  # no pptpd, pptp or pppd installed
@@ -141,7 +142,7 @@ def test_a_tool_missing_on_the_host_is_missing_in_the_vm_too():
 
 
 def test_a_vpn_measured_in_the_vm_gets_a_baseline_measured_there_too():
-    from vpnlab.plan.scenarios import add_vm_twins
+    from vpnlab.plan.placement import add_vm_twins
 
     plan = make_plan(parse_study(STUDY))
     vpn = next(s for s in plan.scenarios if s.vpn.driver == "wireguard" and not s.link.needs_netem)

@@ -16,7 +16,7 @@ from test_hosts_study import LAB_SUBNET
 from test_tunnels import build, iperf_through
 from vpnlab.catalog import DRIVERS
 from vpnlab.drivers.base import Tunnel, TunnelEnv, wait_for
-from vpnlab.errors import TunnelError
+from vpnlab.core.errors import TunnelError
 from vpnlab.run.proof import prove
 from vpnlab.drivers.ppp import private_etc, write_etc
 from vpnlab.testbed.node import Node, inside, private_run

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from vpnlab.machines.capabilities import detect, probe, this_machine
-from vpnlab.machines.features import FEATURES, parse_probe, probe_argv
+from vpnlab.core.features import FEATURES, parse_probe, probe_argv
 
 
 def namespaces() -> list[str]:

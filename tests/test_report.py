@@ -18,6 +18,8 @@ from conftest import sample_count
 from shared_run import held_like_a_test
 from test_cli import our_processes, vpnlab
 from vpnlab.report import html as report
+from vpnlab.measure.cpu import CPU_SATURATED
+from vpnlab.workloads.tcp import RETRANSMITS
 
 pytestmark = pytest.mark.integration
 
@@ -108,6 +110,10 @@ def test_report_contents(results):
     assert any("versus size" in f.title for f in built.figures)  # the ping size sweep
     assert any("throughput by interval" in f.title for f in built.figures)
     assert "Recommendation" in html and "is the only FIPS-only configuration measured: there is nothing to choose" in html
+    # the answer and a figure lead; the flagged samples, when any, come folded after the findings
+    assert html.index('id="recommendation"') < html.index("<svg") < html.index('id="summary"')
+    if 'id="flagged"' in html:
+        assert html.index('<details id="flagged">') > html.index('id="comparisons"')
     assert ">72<" in html  # WireGuard's measured overhead in the tunnel table
     assert not EXTERNAL.search(html), EXTERNAL.search(html)
 
@@ -152,16 +158,17 @@ def test_a_note_shared_by_many_scenarios_is_listed_once():
 
 
 def test_each_kind_of_flag_is_listed_once_with_its_scenarios_the_rare_ones_first():
-    core = "core {} saturated ({}% busy, 2% in softirq): throughput is a bound set by that core"
+    def core(n, busy):
+        return CPU_SATURATED(f"core {n} saturated ({busy}% busy, 2% in softirq): throughput is a bound set by that core")
     rows = [SimpleNamespace(scenario_id=sid, repetition=rep, flags=flags) for sid, rep, flags in (
-        ("a", 1, core.format(0, 91) + ";retransmits 2.5% of segments"),
-        ("a", 1, core.format(0, 91)),       # another metric of the same repetition: counted once
-        ("a", 2, core.format(1, 97)),
-        ("b", 1, core.format(1, 93)),
-        ("b", 0, "retransmits 9% of segments"),  # the warm-up: not a sample
-        ("c", 1, ""))]
+        ("a", 1, (core(0, 91), RETRANSMITS("2.5% of segments"))),
+        ("a", 1, (core(0, 91),)),       # another metric of the same repetition: counted once
+        ("a", 2, (core(1, 97),)),
+        ("b", 1, (core(1, 93),)),
+        ("b", 0, (RETRANSMITS("9% of segments"),)),  # the warm-up: not a sample
+        ("c", 1, ()))]
     store = SimpleNamespace(scenarios=lambda: [SimpleNamespace(id=i, label=f"{i} | l | w") for i in "abc"],
                             samples=lambda: rows)
     assert report._grouped_flags(store) == [
-        ("1 repetition flagged: retransmits 2.5% of segments", ["a | l | w"]),
-        (f"3 repetitions flagged alike, e.g. {core.format(0, 91)}", ["a | l | w", "b | l | w"])]
+        (f"1 repetition flagged: {RETRANSMITS.meaning}: 2.5% of segments", ["a | l | w"]),
+        (f"3 repetitions flagged alike, e.g. {CPU_SATURATED.meaning}: {core(0, 91).text}", ["a | l | w", "b | l | w"])]

@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 from vpnlab.report import html as report
-from vpnlab.report.labels import LIMIT, shorten
+from vpnlab.analyse.labels import LIMIT, shorten
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
 from vpnlab.plan.study import parse_study

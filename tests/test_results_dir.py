@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from vpnlab.cli import app
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store.results_dir import LOCK_NAME, StoreError, check_store, claim, explain
-from vpnlab.store import RESERVE_NAME, DiskFull, Store, free_bytes
+from vpnlab.store import RESERVE_NAME, DiskFull, Store, free_bytes, now
 from vpnlab.plan.study import parse_study
 from conftest import kill_run
 
@@ -195,13 +195,14 @@ def test_values_that_are_not_finite_are_stored_as_missing_with_a_flag(tmp_path):
                                                   "cpu_busy_pct": "garbage", "cpu_s_per_gb": 12.5}, {}, ["earlier"])
     samples = store.samples()
     assert [(s.metric, s.value) for s in samples] == [("cpu_s_per_gb", 12.5)]
-    flags = samples[0].flags.split(";")
-    assert flags[0] == "earlier" and len(flags) == 4
+    flags = samples[0].flags
+    assert flags[0].text == "earlier" and len(flags) == 4
     for metric, shown in (("throughput_mbps", "'nan'"), ("retransmits", "'inf'"), ("cpu_busy_pct", "'garbage'")):
-        assert any(f.startswith(f"{metric} was {shown}, not a finite number") for f in flags), flags
+        assert any(f.kind == "not-finite" and f.text.startswith(f"{metric} was {shown}, not a finite number")
+                   for f in flags), flags
     store.finish_run(run, "completed")
     # a store written before this check may hold an infinity: exports say null, strict JSON
-    store.db.execute("INSERT INTO samples VALUES (?, 1, 'retransmits', 9e999, 'segments', 'then')", (scenario.id,))
+    store.db.execute("INSERT INTO samples VALUES (?, 1, 'retransmits', 9e999, 'segments', ?)", (scenario.id, now()))
     store.db.commit()
     store.close()
     for table in ("samples", "summary", "comparisons"):
@@ -300,11 +301,12 @@ def test_one_run_per_directory_and_a_dead_runs_lock_does_not_block(tmp_path, no_
     assert len(valid_repetitions(out)) == 2
     assert statuses(out)[-1] == "completed"
     # a sitting with nothing left to measure leaves how the scenario was run as it was, and adds no note
+    earlier = json.dumps({"link": {"rate_mbit": 10.0}, "workload": {"kind": "as an earlier sitting ran it"}})
     with sqlite3.connect(out / "results.sqlite") as db:
-        db.execute("UPDATE scenarios SET as_run='as an earlier sitting ran it'")
+        db.execute("UPDATE scenarios SET as_run=?", (earlier,))  # (JSON: other text would be damage)
     assert invoke("run", "--resume", out, *RUN).exit_code == 0
     with sqlite3.connect(out / "results.sqlite") as db:
-        assert db.execute("SELECT as_run, notes FROM scenarios").fetchall() == [("as an earlier sitting ran it", "")]
+        assert db.execute("SELECT as_run, notes FROM scenarios").fetchall() == [(earlier, "")]
 
 
 # -- a full disk ------------------------------------------------------------------------------

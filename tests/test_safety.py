@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from test_results_dir import invoke, make_store, tree
-from vpnlab.errors import StudyError
+from vpnlab.core.errors import StudyError
 from vpnlab.hosts.inventory import load_inventory, select
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store.results_dir import LOCK_NAME
@@ -391,8 +391,8 @@ def test_executable_inventories_are_said_to_run_as_programs():
     for command in (["hosts", "list", "--help"], ["run", "--help"], ["doctor", "--help"]):
         text = " ".join(vpnlab(*command).stdout.replace("│", " ").split())
         assert "Ansible runs it as a program, as you (root)" in text, command
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert "dynamic inventory" in readme and "as root" in readme
+    page = (Path(__file__).parent.parent / "docs" / "results-and-safety.md").read_text()
+    assert "dynamic inventory" in page and "as root" in page
 
 
 # -- inputs read as a careful parser would -------------------------------------------------------

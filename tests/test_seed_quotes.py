@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from vpnlab.analyse import findings
 from vpnlab.plan.study import load_builtin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +56,7 @@ def occurs(quote: str, text: str) -> bool:
 @pytest.mark.parametrize("study", sorted(SEED_FILES))
 def test_every_quote_occurs_in_the_seed(study):
     text = normalised((seeds_dir() / SEED_FILES[study]).read_text(encoding="utf-8"))
-    quotes = [(f.id, f.quote) for f in findings.parse(load_builtin(study).source_text)]
+    quotes = [(f.id, f.quote) for f in load_builtin(study).findings]
     assert quotes, f"{study} lists no findings"
     missing = [f"{fid}: {quote!r}" for fid, quote in quotes if not occurs(quote, text)]
     assert not missing, "not in the seed's text:\n" + "\n".join(missing)

@@ -9,7 +9,7 @@ import pytest
 # autogroup, empty where there is none), the caller's, and the process's own nice.
 STARTER = """
 import os, sys
-from vpnlab.run import sessions
+from vpnlab.core import sessions
 def group(pid):
     try:
         return open(f"/proc/{pid}/autogroup").read().strip()

@@ -10,7 +10,8 @@ import pytest
 from vpnlab.analyse.stats import (guarded_stein_interval, log_interval, outlier_flags, paired_log_ratio, stein_interval,
                           stein_total_n)
 from vpnlab.plan.study import RepetitionRule
-from vpnlab.run.stopping import final_interval, rounds_wanted
+from vpnlab.analyse.stopping import final_interval
+from vpnlab.run.stopping import rounds_wanted
 
 STUDIES = 4000
 TARGET = 0.02   # relative half-width asked for

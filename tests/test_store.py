@@ -6,6 +6,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from vpnlab.core.flags import UNDECLARED, Flag
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store.results_dir import read_store
 from vpnlab.store import Store
@@ -38,7 +39,7 @@ def test_repetitions_and_resume(tmp_path):
     assert again.raw_output(scenario.id, 1, "ping") == "raw text"
     samples = again.samples()
     assert len(samples) == 4
-    assert {s.flags for s in samples if s.repetition == 2} == {"suspect"}
+    assert {s.flags for s in samples if s.repetition == 2} == {(Flag(UNDECLARED, "suspect"),)}
     assert {(s.metric, s.unit) for s in samples if s.repetition == 1} == {("rtt_avg_ms", "ms"), ("ping_loss_pct", "%")}
     again.close()
 
@@ -143,7 +144,7 @@ def test_a_scenario_is_stored_as_the_baseline_or_not_and_an_older_store_derives_
 
 def test_a_vpn_is_graded_against_no_vpn_measured_in_the_same_place(tmp_path):
     from vpnlab.analyse.analysis import summarise
-    from vpnlab.plan.scenarios import add_vm_twins
+    from vpnlab.plan.placement import add_vm_twins
 
     plan = make_plan(parse_study(STUDY.replace("[{driver: none}]", "[{driver: none}, {driver: wireguard}]")))
     base, vpn = plan.scenarios
@@ -181,7 +182,7 @@ def test_opening_a_store_twice_keeps_what_another_process_sees(tmp_path):
 def test_a_vm_guests_repetitions_are_flagged_where_another_run_or_a_busy_program_shared_the_machine(tmp_path):
     """The guest cannot see other runs or programs on the host; the host's watch of the boot flags what
     the guest measured while one went on, by each repetition's span (from the one before it)."""
-    from vpnlab.plan.judging import disturbed
+    from vpnlab.store.legacy_flags import read_flags
     from vpnlab.run.runner import HostWatch
 
     plan = make_plan(parse_study(STUDY))
@@ -203,8 +204,9 @@ def test_a_vm_guests_repetitions_are_flagged_where_another_run_or_a_busy_program
     flags = {r[1]: r[3] for r in store.db.execute("SELECT scenario_id, repetition, completed_at, flags"
                                                    " FROM repetitions")}
     store.close()
-    assert [disturbed(flags[n]) for n in (1, 2, 3)] == [False, True, True], flags
-    assert "def456 (pid 7)" in flags[2] and "busy machine" not in flags[2]
+    kinds = {n: [flag.kind for flag in read_flags(flags[n])] for n in (1, 2, 3)}
+    assert kinds == {1: [], 2: ["shared-machine"], 3: ["busy-machine"]}, flags
+    assert "def456 (pid 7)" in flags[2]
     assert "programs outside this run took 40% of a core (cc1 30%, make 10%)" in flags[3]
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from vpnlab.errors import StudyError
-from vpnlab.plan.schema import parse_size
+from vpnlab.core.errors import StudyError
+from vpnlab.core.schema import parse_size
 from vpnlab.plan.study import builtin_studies, load_builtin, parse_study
 
 MINIMAL = """
@@ -139,13 +139,13 @@ def test_parse_size_rejects_garbage():
         parse_size("lots")
 
 
-def test_readme_example_is_a_valid_study():
+def test_the_study_format_example_is_a_valid_study():
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    example = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
-    study = parse_study(example, "README.md")
+    page = (Path(__file__).parent.parent / "docs" / "study-format.md").read_text()
+    example = re.search(r"```yaml\n(.*?)```", page, re.S).group(1)
+    study = parse_study(example, "docs/study-format.md")
     assert len(study.vpns) == 1 + 6 + 1 + 1 + 1
     assert {v.options.compression for v in study.vpns if v.driver == "openvpn"} == {"off", "lzo"}
     assert len(study.workloads) == 2 + 1 + 3

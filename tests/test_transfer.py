@@ -62,7 +62,7 @@ def test_several_files_totalling_a_size_are_split_evenly_and_keep_old_ids():
     many = parse_study("name: t\nvpns: [{driver: none}]\nworkloads: [{kind: transfer, size: 1000, files: 3}]\n")
     spec = many.workloads[0]
     assert spec.sizes == [333, 333, 334] and spec.label == "http-random-1000-in-3"
-    from vpnlab.errors import StudyError
+    from vpnlab.core.errors import StudyError
 
     with pytest.raises(StudyError, match=r"workloads\[0\].*each file needs a byte"):
         parse_study("name: t\nvpns: [{driver: none}]\nworkloads: [{kind: transfer, size: 2, files: 3}]\n")

@@ -2,7 +2,7 @@
 
 A model of a race: candidates with set true log ratios to the best, a round effect every candidate
 in the round shares (the machine's drift: what pairing by round removes) and independent lognormal
-noise per repetition. The figures these tests measure are quoted in the README's Tune section."""
+noise per repetition. The figures these tests measure are quoted in docs/tuning.md."""
 
 import math
 

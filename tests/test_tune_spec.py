@@ -13,9 +13,9 @@ import pytest
 
 from conftest import our_namespaces
 from vpnlab.machines.capabilities import Capabilities
-from vpnlab.errors import StudyError
+from vpnlab.core.errors import StudyError
 from vpnlab.plan.study import parse_study
-from vpnlab.tune.design import design, expected_s, study_text
+from vpnlab.tune.design import design, expected_s, race_study_yaml
 from vpnlab.tune.space import build_space
 from vpnlab.tune.spec import parse_duration, parse_spec
 
@@ -49,6 +49,7 @@ def test_durations_read_as_people_write_them(value, seconds):
     ("link: {rate_mbit: 50}\n", "traffic: Field required"),
     ("traffic: {workload: {kind: tcp}}\nlink: {rate_mbit: -1}\n", "link.rate_mbit"),
     ("traffic: [\n", "not valid YAML"),
+    ("traffic: {workload: {kind: tcp}, metric: rtt_avg_ms}\n", "traffic.metric: a tcp workload does not record rtt_avg_ms"),
 ])
 def test_bad_specs_name_the_field(text, field):
     with pytest.raises(StudyError) as caught:
@@ -120,7 +121,7 @@ def test_study_text_keeps_a_fips_profile():
     spec = parse_spec(TCP + "constraints: {security: fips}\nspace: [{driver: openvpn, cipher: AES-128-GCM, mtu: null, "
                             "socket_buffer: null, transport: udp}]\n")
     candidates = build_space(spec.space, spec.constraints, None).candidates
-    assert "profile: fips" in study_text(spec, candidates, 3)
+    assert "profile: fips" in race_study_yaml(spec, candidates, 3)
 
 
 # --- through the real CLI: exit 2 before anything starts -----------------------------------------
@@ -150,6 +151,23 @@ def test_the_cli_refuses_bad_specs_with_exit_2_and_creates_nothing(tmp_path, tex
     assert our_namespaces() <= namespaces
 
 
+def test_a_bad_metric_and_a_bad_direction_are_both_reported():
+    with pytest.raises(StudyError) as caught:
+        parse_spec("traffic: {workload: {kind: tcp}, metric: speed, direction: sideways}\n", "spec.yaml")
+    assert "traffic.direction" in str(caught.value) and "traffic.metric: 'speed'" in str(caught.value)
+
+
+def test_a_link_this_kernel_cannot_shape_is_refused_by_the_dry_run(tmp_path):
+    from vpnlab.machines.capabilities import detect
+
+    if detect().features.get("netem"):
+        pytest.skip("this kernel has netem: a delay can be shaped here")  # (this machine's has not: FIELD-NOTES)
+    done = _tune(tmp_path, SMALL_SPACE.replace("link: {rate_mbit: 50}", "link: {rate_mbit: 50, delay_ms: 20}"),
+                 "--dry-run")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "this machine cannot run the race" in done.stderr and "netem" in done.stderr
+
+
 def test_the_dry_run_prints_candidates_removals_and_times(tmp_path):
     done = _tune(tmp_path, SMALL_SPACE + "budget: 10m\nconstraints: {ciphers: [AES-128-GCM]}\n", "--dry-run")
     assert done.returncode == 0, done.stderr
@@ -168,18 +186,18 @@ def test_vpnlab_run_does_not_resume_a_race(tmp_path):
     assert done.returncode == 2 and "vpnlab tune --resume" in done.stderr
 
 
-def test_the_readme_shows_the_shipped_example_and_its_tunables_as_declared():
+def test_the_docs_show_the_shipped_example_and_its_tunables_as_declared():
     from importlib import resources
 
     from vpnlab.catalog import DRIVERS
     from vpnlab.tune.spec import load_spec
 
     shipped = (resources.files("vpnlab") / "tune" / "example.yaml").read_text()
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert f"```yaml\n{shipped}```" in readme
+    page = (Path(__file__).resolve().parent.parent / "docs" / "tuning.md").read_text()  # the Tune section, whole
+    assert f"```yaml\n{shipped}```" in page
     spec = load_spec("example")
     assert spec.budget_s == 1800 and spec.metric == "throughput_mbps"
-    tune_section = readme.split("## Tune", 1)[1].split("\n## ", 1)[0]
+    tune_section = page
     for name, driver in DRIVERS.items():
         for tunable in driver.tunables:
             assert f"`{tunable.option}`" in tune_section.split(f"| `{name}` |", 1)[1].split("\n", 1)[0], (name, tunable)

@@ -11,7 +11,7 @@ from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
 from vpnlab.plan.study import parse_study
 from vpnlab.tune.answer import answer, figure, text
-from vpnlab.tune.design import RaceDesign, study_text
+from vpnlab.tune.design import RaceDesign, race_study_yaml
 from vpnlab.tune.race import EQUIVALENT, ONE_LEFT, race
 from vpnlab.tune.runner import OUT_OF_TIME, RaceRunner, standing_of
 from vpnlab.tune.space import build_space
@@ -26,7 +26,7 @@ TRUE = {"openvpn aes-128-gcm udp": 45.0, "openvpn chacha20-poly1305 udp": 44.8, 
 def _filled(tmp_path, rounds: int, seed: int = 0, truth: dict = TRUE):
     spec = parse_spec(SPEC)
     candidates = build_space(spec.space, spec.constraints, None).candidates
-    plan = make_plan(parse_study(study_text(spec, candidates, 10)))
+    plan = make_plan(parse_study(race_study_yaml(spec, candidates, 10)))
     baseline = next(s for s in plan.scenarios if s.vpn.is_baseline)
     design = RaceDesign("throughput_mbps", True, 0.05, 0.02, 3, 10, 3600, {"cpu_s_per_gb": 200.0},
                         [s.id for s in plan.scenarios if s is not baseline], baseline.id)

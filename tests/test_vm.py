@@ -18,7 +18,7 @@ from vpnlab.catalog import DRIVERS
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.run.runner import Runner
 from vpnlab.store import Store
-from vpnlab.errors import StudyError
+from vpnlab.core.errors import StudyError
 from vpnlab.plan.study import parse_study
 
 from vm_harness import our_qemus
@@ -66,7 +66,7 @@ def test_libreswan_is_found_installed_or_unpacked(monkeypatch, tmp_path):
     import dataclasses
 
     from vpnlab import tools
-    from vpnlab.machines import unpacked
+    from vpnlab.tools import unpacked
     monkeypatch.setattr(unpacked, "package_folder", lambda package: tmp_path / "packages" / package)
     declared = DRIVERS["libreswan"].tools[0]
     assert declared.command == "pluto" and declared.private
@@ -156,7 +156,7 @@ def test_a_guest_runs_a_scenario_as_far_as_the_host_wants_with_stein_weighing_fi
     no-VPN scenario has a tight pilot of its own. Both go to the guest (guest.main, here on the host,
     real pings in namespaces), which runs no VPN to the wireguard total, as the host wants: a guest
     that knew only no VPN stopped at its pilot and the host then failed it as unfinished."""
-    from vpnlab.machines import guest
+    from vpnlab.run import guest
     from vpnlab.store import DB_NAME
 
     study = ("name: m\nrepetitions: {min: 3, max: 5, ci_target_pct: 1}\nvpns: [{driver: none}, {driver: wireguard}]\n"

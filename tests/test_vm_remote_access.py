@@ -7,7 +7,8 @@ import pytest
 
 from vpnlab.analyse.analysis import summarise
 from vpnlab.catalog import DRIVERS
-from vpnlab.plan.judging import disturbed
+from vpnlab.core.flags import any_of
+from vpnlab.store.legacy_flags import read_flags
 from vpnlab.store import Store
 
 from hosts_harness import check_overhead
@@ -101,7 +102,7 @@ def test_what_a_guest_measured_while_another_run_went_on_is_flagged(remote_acces
     """A guest cannot see other runs (its /run is its own): the host watches the boot and flags what
     the guest measured meanwhile. Another run's record was there through the whole study. (That a
     repetition measured while none was there is not flagged: test_store's HostWatch test.)"""
-    assert remote_access.vm_flags and all(disturbed(flags) for flags in remote_access.vm_flags)
+    assert remote_access.vm_flags and all(any_of(read_flags(flags), "disturbed") for flags in remote_access.vm_flags)
 
 
 # PPTP over a shaped link: TCP through it carries about what the link carries.

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from vpnlab.machines import vm
-from vpnlab.plan.scenarios import add_vm_twins, make_plan, place
+from vpnlab.plan.scenarios import make_plan
+from vpnlab.plan.placement import add_vm_twins, place
 from vpnlab.plan.study import parse_study
 from vpnlab.run.runner import Runner
 from vpnlab.store import Store
@@ -70,8 +71,9 @@ def run_in_vm(study_text: str, folder: Path, keep, host=lambda scenario: False, 
         pytest.fail(problem)
     plan = make_plan(parse_study(study_text))
     plan.drop({s.index for s in plan.scenarios if not keep(s)})
-    caps, problems, in_vm = place(plan, "vm")
-    assert problems == {}
+    placed = place(plan, "vm")
+    caps, in_vm = placed.caps, placed.in_vm
+    assert placed.cannot == {}
     assert in_vm == {s.id for s in plan.scenarios}
     here = {s.id for s in plan.scenarios if host(s)}
     in_vm -= here

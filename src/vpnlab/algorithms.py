@@ -19,7 +19,8 @@ import subprocess
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from .errors import VpnlabError
+from .core.errors import VpnlabError
+from .core.flags import declare
 
 TOOL = "algorithms"  # the raw output each repetition stores them under
 
@@ -89,6 +90,9 @@ def merged(*found: "Algorithms | None") -> "Algorithms | None":
     for more in present[1:]:
         out = out | more
     return Algorithms(**{**out.as_dict(), "source": " + ".join(f.source for f in present if f.source)})
+
+
+ALGORITHMS_DIFFER = declare("algorithms-differ", "the live tunnel negotiated other algorithms than its driver declares")
 
 
 def mismatches(declared: Algorithms | None, negotiated: Algorithms | None) -> list[str]:

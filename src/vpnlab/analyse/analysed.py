@@ -15,14 +15,14 @@ from functools import cached_property
 from pathlib import Path
 
 from . import findings, methods
-from ..report.algorithms import TOOL as ALGORITHMS_TOOL
+from .algorithms import TOOL as ALGORITHMS_TOOL
 from .analysis import Summary, summarise
 from ..catalog import KINDS
 from .compare import Comparison, comparison_family
-from ..plan.judging import AnalysisSettings, settings_of
+from ..plan.analysis_settings import AnalysisSettings
+from ..plan.stored import StoredStudy
 from ..store.results_dir import read_store
 from ..store import Stored
-from ..plan.study import findings_text
 
 # the raw output the analysis reads: each kind's (its series and notes), the negotiated algorithms,
 # how CPU was counted, each mesh pair's own values
@@ -50,13 +50,13 @@ class Analysed:
         return self.stored.scenarios()
 
     @property
-    def study_text(self) -> str:
+    def study(self) -> StoredStudy:
         """The study as the last sitting ran it."""
-        return (self.runs[-1]["study_text"] or "") if self.runs else ""
+        return self.stored.study()
 
-    @cached_property
+    @property
     def settings(self) -> AnalysisSettings:
-        return settings_of(self.study_text)
+        return self.study.analysis
 
     @cached_property
     def summaries(self) -> dict[str, list[Summary]]:
@@ -76,12 +76,17 @@ class Analysed:
     @cached_property
     def against(self) -> findings.Section | None:
         """The verdicts on the study's findings, as this vpnlab encodes a seed's (findings.py)."""
-        return findings.against_the_original(self.stored, *findings_text(self.study_text))
+        return findings.against_the_original(self.stored)
 
     @cached_property
     def cpu_text(self) -> str:
         """How each tunnel end's CPU was counted, for the methods paragraph."""
         return methods.cpu_text(self.stored)
+
+    @cached_property
+    def pairing_text(self) -> str:
+        """How the rounds held the scenarios and how far apart paired samples lay, for the methods paragraph."""
+        return methods.pairing_text(self.stored.samples())
 
     @cached_property
     def series(self) -> dict[str, list[list[tuple[float, float]]]]:

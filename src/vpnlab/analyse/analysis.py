@@ -12,18 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import catalog
+from . import comparability
 from ..catalog import KINDS
-from ..plan.judging import AnalysisSettings, Paired, stored_settings, values_of
+from .judging import AnalysisSettings, Paired, values_of
 from .stats import (Interval, difference_ms, grade_range, interval, loss_interval, outlier_flags,
                     paired_log_ratio, welch_log_ratio)
 from .stats.intervals import LOG_T
-from ..run.stopping import final_interval, stored_rule
+from ..plan.study import RepetitionRule
+from .stopping import final_interval
 from ..store import ScenarioRow, Store
 
 MIN_BLOCKS = 3   # shared rounds a paired comparison needs when some rounds are incomplete
 
 
-LINK_BOUND_PCT = 90  # of a shaped link's rate: a figure there is the link's, under emulation too
 
 
 @dataclass
@@ -215,11 +216,10 @@ def _judge(s: Summary, base: Summary, a: list[float], b: list[float], paired: bo
         _grade(s, ratio, kind, base.n, base.mean if kind == "latency" else None, floor_ms)
 
 
-def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], study_text: str, every: dict) -> None:
+def _stein(stat: dict, values: dict, scenarios: dict[str, ScenarioRow], rule: RepetitionRule, every: dict) -> None:
     """Adaptive runs: the primary metric's interval is Stein's final one (pilot spread and df). Its
     pilot is the one the rule ran on, from `every` valid value, also when flagged ones are left out."""
-    rule = stored_rule(study_text)
-    if rule is None or not rule.adaptive:
+    if not rule.adaptive:
         return
     for sid, scenario in scenarios.items():
         s = stat.get((sid, KINDS[scenario.workload].primary)) if scenario.workload in KINDS else None
@@ -236,7 +236,7 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
     """Scenario id -> one Summary per metric, from valid samples only (and without the flagged ones
     where the study says so); metrics the registry judges are set against the scenario's baseline.
     The settings are the study's (`analysis:`), unless given."""
-    settings = settings or stored_settings(store)
+    settings = settings or store.study().analysis
     scenarios = {row.id: row for row in store.scenarios()}
     values, far_or_busy = values_of(store, settings)
     flagged: dict[tuple[str, str], int] = defaultdict(int)
@@ -250,14 +250,12 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
         summary.set_aside = 0 if settings.counts_flagged else far_or_busy[(sid, name)]
         out[sid].append(summary)
     stat = {(s.scenario_id, s.metric): s for sums in out.values() for s in sums}
-    for (sid, name), s in stat.items():
-        used = stat.get((sid, "link_utilisation_total_pct")) or stat.get((sid, "link_utilisation_pct"))
-        offered, carried = stat.get((sid, "udp_offered_mbps")), stat.get((sid, "throughput_mbps"))
-        s.emulation_bound = emulation_bound(scenarios[sid], name, used.mean if used else None,
-                                            100 * carried.mean / offered.mean if offered and carried else None)
-    runs = store.runs()
+    seen = comparability.evidence(store) if any(row.emulated for row in scenarios.values()) else {}
+    bounds = {key: comparability.side_bound(key[1], [scenarios[key[0]]], seen) for key in stat}
+    for key, s in stat.items():
+        s.emulation_bound = "" if bounds[key].exact else bounds[key].why
     every = values if settings.counts_flagged else values_of(store, settings.other_way())[0]
-    _stein(stat, values, scenarios, runs[-1]["study_text"] if runs else "", every)
+    _stein(stat, values, scenarios, store.study().repetitions, every)
     for (sid, name), s in stat.items():
         if not catalog.metric(name).judged or scenarios[sid].is_baseline:
             continue
@@ -267,30 +265,22 @@ def summarise(store: Store, settings: AnalysisSettings | None = None) -> dict[st
             continue
         a, b, paired = matched(values[(base, name)], values[(sid, name)])
         _judge(s, stat[(base, name)], a, b, paired, settings.latency_floor_ms)
-        if s.grade and s.emulation_bound:
-            s.grade, s.grade_reason = "", f"{s.emulation_bound}: no grade"
+        if s.grade and not (bounds[(base, name)].exact and bounds[(sid, name)].exact):
+            _grade_within_emulation(s, bounds[(base, name)], bounds[(sid, name)], stat[(base, name)].n)
     return out
 
 
-def emulation_bound(row: ScenarioRow, metric: str, utilisation_pct: float | None,
-                    carried_pct: float | None = None) -> str:
-    """Why the emulator, not the VPN, may have set a figure; '' when it did not. Under software
-    emulation every delay includes the emulator's, and so does a rate below the link's: a CPU it
-    saturates, or a window waiting on its per-packet delay, may have set it. A rate at the shaped link's
-    (from LINK_BOUND_PCT of it on, the background's share included) is the link's, the VPN's share of
-    it; one that carried the whole load offered (`carried_pct` of it, from LINK_BOUND_PCT on) is the load's."""
-    if not row.emulated:
-        return ""
-    if catalog.metric(metric).judged != "share":
-        return "measured under software emulation (QEMU TCG), which adds its own delay to every packet"
-    if carried_pct is not None and carried_pct >= LINK_BOUND_PCT:
-        return ""
-    if utilisation_pct is None:
-        if row.link_rate_mbit:
-            return ("measured under software emulation (QEMU TCG) with no measure of how full its link was: the "
-                    "emulator's CPU or its per-packet delay may have set it")
-        return "measured under software emulation (QEMU TCG) on a link without a rate: the emulator set this rate"
-    if utilisation_pct < LINK_BOUND_PCT:
-        return (f"measured under software emulation (QEMU TCG) at {utilisation_pct:.0f}% of the link's rate: the "
-                "emulator's CPU or its per-packet delay may have set it")
-    return ""
+def _grade_within_emulation(s: Summary, base: comparability.Bound, own: comparability.Bound, n_base: int) -> None:
+    """comparability.RULE for a grade: the band(s) of the ratio to no VPN over its interval widened by
+    what emulation can have done to each side; none when that is unbounded."""
+    lo, hi = comparability.ratio_factor(base, own)
+    why = "; ".join(b.why for b in (base, own) if b.why)
+    if lo == 0 or math.isinf(hi) or s.relative is None:
+        s.grade, s.grade_reason = "", f"{why}: the true ratio to no VPN is unbounded here (comparability.RULE): no grade"
+        return
+    scale = 100 if s.relative_kind == "%" else 1
+    kind = "throughput" if s.relative_kind == "%" else "latency"
+    low, high = (s.rel_low, s.rel_high) if s.rel_low is not None else (s.relative, s.relative)  # (no spread)
+    widened = grade_range(low / scale * lo, high / scale * hi, kind, s.n, n_base, baseline_ms=math.inf)
+    s.grade = widened.grade or ""
+    s.grade_reason = "" if s.grade else widened.reason

@@ -1,5 +1,5 @@
 """What software emulation can have done to a figure, and so what a finding measured in a VM under QEMU
-TCG can still decide. The rule is stated once, here (RULE, printed in the report and the README), and
+TCG can still decide. The rule is stated once, here (RULE, printed in the report and in docs/seeds.md), and
 findings.py applies it to every finding with a side measured under emulation.
 
 Each side's true value (what a machine like the seed's, with the same link, would have measured) lies
@@ -15,7 +15,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..measure.cpu import cpu_bound
+from ..core.flags import any_of
 
 INF = math.inf
 
@@ -103,7 +103,7 @@ def evidence(store) -> dict[str, Evidence]:
     for (scenario, repetition), values in reps.items():
         round_, flags = about[(scenario, repetition)]
         out[scenario].repetitions += 1
-        out[scenario].cpu_bound += cpu_bound(flags)
+        out[scenario].cpu_bound += any_of(flags, "cpu_bound")
         out[scenario].shares[round_] = _share(values)
     return dict(out)
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import catalog
-from .analysis import emulation_bound, fmt, matched
-from ..plan.judging import AnalysisSettings, stored_settings, values_of
+from . import comparability
+from .analysis import fmt, matched
+from .judging import AnalysisSettings, values_of
 from .stats import holm as holm_adjust
 from .stats import paired_log_ratio, secondary_tests, tost_log_ratio, verdict, welch_log_ratio
 from ..store import ScenarioRow, Store
@@ -74,7 +75,8 @@ class Comparison:
     equivalent: bool = False    # TOST: B/A within 1 +- threshold (in a family: after Holm's correction)
     tost_p: float | None = None
     tost_holm_p: float | None = None  # the TOST's p after Holm's correction over the family
-    verdict: str = ""           # ahead, behind (B against A), equivalent, undecided, identical, emulator-set
+    verdict: str = ""           # ahead, behind (B against A), equivalent, undecided, identical, emulator-set,
+                                # below-resolution
     verdict_text: str = ""
     rounds_needed: int | None = None
     threshold: float = THRESHOLD  # the study's practical threshold (analysis: threshold_pct)
@@ -137,12 +139,12 @@ def holm(comparisons: list[Comparison], untested: int = 0) -> None:
 
 
 def differs_in_one_thing(a: dict, b: dict) -> bool:
-    """Same driver (and nesting); exactly one of profile or one option differs."""
+    """Same driver (and nesting); exactly one of profile, cores or one option differs."""
     if a["driver"] != b["driver"] or ("inner" in a) != ("inner" in b):
         return False
     if a.get("inner") != b.get("inner"):
         return False
-    diffs = int(a["profile"] != b["profile"])
+    diffs = int(a["profile"] != b["profile"]) + int(a.get("cores") != b.get("cores"))
     keys = set(a["options"]) | set(b["options"])
     diffs += sum(a["options"].get(k) != b["options"].get(k) for k in keys)
     return diffs == 1
@@ -185,29 +187,54 @@ def comparison_family(store: Store) -> list[Comparison]:
     """Every comparison the study defines, tested, Holm-corrected together and decided. A pair
     without two valid values a side is left out but still counts in the family's size. The
     threshold and the flagged samples counted are the study's (judging.py)."""
-    settings = stored_settings(store)
+    settings = store.study().analysis
     values = values_of(store, settings)[0]
     pairs = _family_pairs(store.scenarios())
     done = [result for sa, sb in pairs if (result := _comparison(sa, sb, values, settings.threshold))]
     holm([c for c, _ in done], untested=len(pairs) - len(done))
     rows = {sc.id: sc for sc in store.scenarios()}
+    seen = comparability.evidence(store) if any(r.emulated for r in rows.values()) else {}
     for c, (test, tost) in done:
         _decide(c, test, tost, len(pairs))
-        bound = next(filter(None, (_bound(rows[sid], c.metric, values) for sid in (c.scenario_a, c.scenario_b))), "")
-        if bound and c.verdict in ("ahead", "behind", "equivalent", "undecided"):
+        a, b = rows[c.scenario_a], rows[c.scenario_b]
+        if (a.emulated or b.emulated) and (why := _emulation_undecides(c, test, tost, a, b, seen)):
             # the emulator's cost (or cap), not the VPNs': more rounds here would not settle it either
             c.verdict, c.rounds_needed = "emulator-set", None
-            c.verdict_text = f"{c.b} against {c.a}: not decided here, figures {bound}"
+            c.verdict_text = f"{c.b} against {c.a}: not decided here, {why}"
+        elif c.verdict == "undecided" and (under := _below_resolution(c, settings.latency_floor_ms)):
+            c.verdict, c.rounds_needed, c.verdict_text = "below-resolution", None, under
     return [c for c, _ in done]
 
 
-def _bound(row: ScenarioRow, metric: str, values: dict) -> str:
-    def mean(name):
-        found = values.get((row.id, name))
-        return float(np.mean([v for _, v in found])) if found else None
-    used = mean("link_utilisation_total_pct") or mean("link_utilisation_pct")
-    offered, carried = mean("udp_offered_mbps"), mean("throughput_mbps")
-    return emulation_bound(row, metric, used, 100 * carried / offered if offered and carried else None)
+def _emulation_undecides(c: Comparison, test, tost, a: ScenarioRow, b: ScenarioRow, seen: dict) -> str:
+    """Why the verdict does not stand under emulation, by comparability.RULE (the rule the findings
+    follow): it must hold over the measured interval widened by what emulation can have done to each
+    side; '' where it does (or the two were slowed alike)."""
+    bounds = (comparability.side_bound(c.metric, [a], seen), comparability.side_bound(c.metric, [b], seen))
+    if all(bound.exact for bound in bounds) or comparability.slowed_alike([a], [b]) or test.low is None:
+        return ""
+    lo, hi = comparability.ratio_factor(*bounds)
+    higher = catalog.metric(c.metric).higher_is_better is not False
+    up = test.low * lo > 1 and test.estimate * lo > 1 + c.threshold
+    down = test.high * hi < 1 and test.estimate * hi < 1 / (1 + c.threshold)
+    equivalent = tost.low is not None and tost.low * lo >= 1 / (1 + c.threshold) and tost.high * hi <= 1 + c.threshold
+    stands = {"ahead": up if higher else down, "behind": down if higher else up, "equivalent": equivalent}
+    if stands.get(c.verdict):
+        return ""
+    span = f"the true B/A lies {lo:.3g} to {hi:.3g} times the measured".replace("inf", "any number of")
+    return (f"measured under software emulation (QEMU TCG): {'; '.join(bd.why for bd in bounds if bd.why)}: {span}, "
+            f"and the verdict does not hold over that whole range (comparability.RULE)")
+
+
+def _below_resolution(c: Comparison, floor_ms: float) -> str:
+    """Why an undecided latency comparison is one no number of rounds makes meaningful: both sides under
+    the study's latency floor, where a threshold's share of them is a few microseconds of scheduling."""
+    if catalog.metric(c.metric).unit != "ms" or max(c.mean_a, c.mean_b) >= floor_ms:
+        return ""
+    step = c.threshold * min(c.mean_a, c.mean_b)
+    return (f"{c.b} and {c.a}: both under the {floor_ms:g} ms latency floor ({c.mean_b:.3g} and {c.mean_a:.3g} ms); "
+            f"a {100 * c.threshold:g}% difference there is {1000 * step:.2g} us, below what ping resolves through "
+            "a tunnel, so more rounds would not make it meaningful: compare the ms each adds instead")
 
 
 def _wanted(c: Comparison, config: dict[str, dict], pairs: list[tuple[str, str]] | None) -> bool:
@@ -231,7 +258,7 @@ def study_comparisons(store: Store, pairs: list[tuple[str, str]] | None = None,
     corrected, and gets no verdict."""
     out = printed(comparison_family(store) if family is None else family, store.scenarios(), pairs)
     if pairs:
-        settings = stored_settings(store)
+        settings = store.study().analysis
         values = values_of(store, settings)[0]
         for sa, sb in _outside_family(store.scenarios(), pairs):
             if result := _comparison(sa, sb, values, settings.threshold):

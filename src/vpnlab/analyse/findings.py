@@ -29,18 +29,17 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import yaml
-from pydantic import ValidationError
 
 from .. import catalog
 from . import comparability
-from ..report.algorithms import explain_profiles  # what two profiles of one configuration really changed
+from .algorithms import explain_profiles  # what two profiles of one configuration really changed
 from .analysis import matched
 from ..catalog import KINDS
 from ..drivers import pptp
-from ..plan.judging import settings_of, values_of
+from .judging import values_of
 from ..plan.scenarios import make_plan
-from ..plan.seed_findings import Choice, Choices, Finding, Findings, Side, parse, parse_choices, pick, side_rows
+from ..plan.seed_findings import Choice, Choices, Finding, Findings, Side, pick, side_rows
+from ..plan.stored import StoredStudy
 from .stats import (difference_ms, grade_range, holm, outlier_flags, paired_log_ratio, ratio_of_means,
                     repetitions_needed, tost_log_ratio, verdict, welch_log_ratio)
 
@@ -70,6 +69,7 @@ RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.
         "samples are kept, never re-run as the seeds did, and counted unless the study fixes otherwise before "
         "the run (analysis: flagged_samples).")
 
+CHANGELOG = "docs/findings-changelog.md"   # why a built-in seed's finding was encoded again, and how
 NOT_COMPARABLE = "not comparable here"
 CALIBRATION = "calibration, not a check"
 VERDICTS = ("reproduced", "same direction, smaller effect", "same direction, larger effect", "contradicted",
@@ -80,14 +80,14 @@ VERDICTS = ("reproduced", "same direction, smaller effect", "same direction, lar
 
 def plan_problems(study) -> list[str]:
     """What in a study's findings names no scenario of its plan (empty: all do)."""
-    findings = parse(study.source_text)
+    findings = study.findings
     scenarios = make_plan(study).scenarios
     vpns = sorted({s.vpn.label for s in scenarios})
     links = sorted({s.link.label for s in scenarios})
     workloads = sorted({s.workload.label for s in scenarios})
     problems = []
     ids = {f.id for f in findings}
-    for i, choice in enumerate(parse_choices(study.source_text)):
+    for i, choice in enumerate(study.choices):
         problems += [f"choices[{i}].findings: no finding {fid!r}" for fid in choice.findings if fid not in ids]
     for i, finding in enumerate(findings):
         for side_name in ("a", "b"):
@@ -148,6 +148,8 @@ class Judgement:
     bounds: tuple | None = None      # (A's, B's) comparability.Bound: how far emulation can have moved them
     alike: bool = False              # the two sides were slowed alike (comparability.slowed_alike)
     short_of_rule: list[str] = field(default_factory=list)  # sides not yet measured to their repetition rule
+    held: str = ""                   # why pptpd's GRE hold shaped a side ('' when it did not): not comparable
+    changed: str = ""                # how the finding differs from the one the run was stored with (changes)
     _test: object = field(default=None, repr=False)
     _tost: object = field(default=None, repr=False)
     _ratio: object = field(default=None, repr=False)  # a difference's mean B / mean A (stats.ratio_of_means)
@@ -168,7 +170,7 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
-USERSPACE_STAND_INS = ("libipsec", "wireguard-go")  # implementations standing in for a missing kernel piece
+USERSPACE_STAND_INS = ("libipsec", "wireguard-go", "wireguard-go-current")  # implementations standing in for a missing kernel piece
 
 
 def _userspace(row) -> bool:
@@ -188,17 +190,15 @@ def _mean_by_round(sides: list[list]) -> list:
     return [(r, sum(d[r] for d in by_round) / len(by_round)) for r in shared]
 
 
-def judge(store, study_text: str | None = None) -> list[Judgement]:
-    """A verdict on each finding of the run's study (the last run's study text unless given), from the
-    store's valid samples, Holm-corrected over the findings that have a test."""
-    if study_text is None:
-        runs = store.runs()
-        study_text = runs[-1]["study_text"] if runs else ""
-    findings = parse(study_text)
+def judge(store, study: StoredStudy | None = None) -> list[Judgement]:
+    """A verdict on each finding of the run's study (the last run's unless given), from the store's
+    valid samples, Holm-corrected over the findings that have a test; the flagged samples counted as
+    the run's study fixed."""
+    findings = (study or store.study()).findings
     if not findings:
         return []
     rows = store.scenarios()
-    values = values_of(store, settings_of(study_text))[0]   # the flagged samples as the study fixed
+    values = values_of(store, store.study().analysis)[0]
     flagged: dict[tuple[str, str], int] = defaultdict(int)
     for sample in store.samples():
         if sample.flags:
@@ -213,13 +213,16 @@ def judge(store, study_text: str | None = None) -> list[Judgement]:
 def decide(out: list[Judgement]) -> None:
     """The verdicts of a study's judgements, their tests done: Holm over the findings compared here
     (a comparison without a test still counts), the TOSTs apart, then RULE."""
-    family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION)]
-    family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric]
+    family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION) and not j.held]
+    family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric and not j.held]
     for j, p in zip(family, holm([j.p for j in family])):
         j.holm_p = p
     for j, p in zip(family, holm([j._tost.p if j._tost is not None else None for j in family])):
         j.tost_holm_p = p
     for j in out:
+        if j.held:
+            _not_comparable_held(j)
+            continue
         if j.verdict == NOT_COMPARABLE or j._test is None:
             continue
         if j.verdict == CALIBRATION:  # shown as measured, uncorrected: it is not one of the checks
@@ -235,6 +238,19 @@ def decide(out: list[Judgement]) -> None:
         if j.short_of_rule:
             j.reason += (f"; provisional: {' and '.join(j.short_of_rule)} not yet measured to the study's rule "
                          "(`vpnlab run --resume` measures the rest)")
+
+
+def _not_comparable_held(j: Judgement) -> None:
+    """A comparison pptpd's hold shaped is not comparable; where emulation alone already leaves it
+    undecided (decided apart, uncorrected, as a calibration), that is said first and the hold beside it."""
+    if j.verdict != NOT_COMPARABLE and j._test is not None and j.bounds is not None:
+        j.holm_p, j.tost_holm_p = j.p, (j._tost.p if j._tost is not None else None)
+        _decide(j, 1)
+        j.holm_p = j.tost_holm_p = j.rounds_needed = None
+    if j.verdict == NOT_COMPARABLE and j.reason:
+        j.reason = f"{j.reason}; besides, {j.held}"
+    else:
+        j.verdict, j.reason, j.rounds_needed = NOT_COMPARABLE, j.held, None
 
 
 def _label(rows: list, side: Side) -> str:
@@ -272,8 +288,8 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: 
     if not metric:
         j.verdict, j.reason = "not comparable here", f"the workload kind {kind!r} is unknown here"
         return j
-    if j.verdict != "not comparable here" and (held := _held_by_pptpd(sa + sb, values)):
-        j.verdict, j.reason = "not comparable here", held
+    if j.verdict != "not comparable here":
+        j.held = _held_by_pptpd(sa + sb, values)
     if j.emulated and j.verdict != NOT_COMPARABLE:
         _bound_by_emulation(j, metric, sa, sb, seen)
     a_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sa])
@@ -305,8 +321,17 @@ def _held_by_pptpd(rows: list, values: dict) -> str:
             continue
         seen = {m: max((v for _, v in values.get((r.id, m), [])), default=0.0) for m in pptp.LOSS_EVIDENCE}
         if pptp.held_by_pptpd(r.workload, r.params, r.link_loss_pct, seen):
-            held.append(f"{r.shown} | {r.workload_label}")
-    return (f"{'; '.join(held)}: {pptp.HOLD_FLAG}" if held else "")
+            held.append(f"{r.shown} | {r.workload_label}{_loss_seen(r, values)}")
+    return (f"{'; '.join(held)}: {pptp.PPTPD_HOLD.meaning}" if held else "")
+
+
+def _loss_seen(row, values: dict) -> str:
+    """On a link set to lose nothing, in how many samples a loss was seen (what made them held)."""
+    if row.link_loss_pct:
+        return ""
+    rounds = [{r for r, v in values.get((row.id, m), []) if v > 0} for m in pptp.LOSS_EVIDENCE]
+    samples = max(len(values.get((row.id, m), [])) for m in pptp.LOSS_EVIDENCE)
+    return f" (a loss in {len(set().union(*rounds))} of {samples} samples, on a link set to lose nothing)"
 
 
 def _mark_unlike_the_seed(j: Judgement, finding: Finding, sa: list, sb: list) -> None:
@@ -589,6 +614,8 @@ class Section:
     choices: list = field(default_factory=list)   # the conditions vpnlab chose (Choice)
     reencoded: bool = False   # judged by the findings this vpnlab ships, not the run's study file's
     emulation_rule: str = ""  # what a side measured under software emulation can still decide
+    removed: list = field(default_factory=list)   # ids of the run's findings this vpnlab no longer lists
+    changelog: str = CHANGELOG
 
     @property
     def summary(self) -> str:
@@ -597,22 +624,49 @@ class Section:
         return f"{'; '.join(parts)} ({len(self.rows)} finding{'s' if len(self.rows) != 1 else ''})"
 
 
-def against_the_original(store, study_text: str | None = None, reencoded: bool = False) -> Section | None:
+def against_the_original(store) -> Section | None:
     """The report's "Against the original study": None when the study lists no findings. The findings
-    are `study_text`'s (study.findings_text: a seed's as this vpnlab encodes them), else the run's; the
-    conditions vpnlab chose are always the run's study file's. `store`: a store, or what was read of it."""
-    runs = store.runs()
-    ran = runs[-1]["study_text"] if runs else ""
-    try:  # the findings as given (the seed's, as encoded now); the choices are the run's own conditions
-        judged, choices = judge(store, ran if study_text is None else study_text), parse_choices(ran)
-    except (ValidationError, yaml.YAMLError):  # a store written by a vpnlab whose findings schema differed
-        return None
+    are those that judge the run (StoredStudy.judged_by: a built-in seed's as this vpnlab encodes them);
+    the conditions vpnlab chose are always the run's own. `store`: a store, or what was read of it."""
+    ran = store.study()
+    judging, reencoded = ran.judged_by
+    judged = judge(store, judging)
     if not judged:
         return None
+    changed, removed = changes(ran, judging) if reencoded else ({}, [])
+    for j in judged:
+        j.changed = changed.get(j.finding.id, "")
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
-    return Section(RULE, judged, counts, choices, reencoded, comparability.RULE)
+    return Section(RULE, judged, counts, ran.choices, reencoded, comparability.RULE, removed=removed)
 
 
-__all__ = ["ALPHA", "CALIBRATION", "Choice", "Choices", "Finding", "Findings", "Judgement", "NOT_COMPARABLE", "RULE",
-           "Section", "Side", "VERDICTS", "against_the_original", "effect_size", "judge", "parse", "parse_choices",
-           "plan_problems"]
+def changes(ran: StoredStudy, judging: StoredStudy) -> tuple[dict[str, str], list[str]]:
+    """How each finding that judges a run differs from the one the run was stored with (by id; absent
+    when alike), citing CHANGELOG, and the ids of the run's findings that are gone."""
+    if "findings" in ran.unreadable:
+        return {f.id: f"the run's own findings are unreadable here: see {CHANGELOG}" for f in judging.findings}, []
+    before = {f.id: f for f in ran.findings}
+    notes = {}
+    for f in judging.findings:
+        old = before.get(f.id)
+        if old is None:
+            notes[f.id] = f"not in the study this run was stored with ({CHANGELOG})"
+        elif old != f:
+            was, now = old.model_dump(), f.model_dump()
+            what = "; ".join(_change(k, was[k], now[k]) for k in was if was[k] != now[k])
+            notes[f.id] = f"encoded otherwise when this run was stored: {what} ({CHANGELOG})"
+    ids = {f.id for f in judging.findings}
+    return notes, [i for i in before if i not in ids]
+
+
+def _change(name: str, old, new) -> str:
+    """'margin_pct 5.0 -> 1.0' for a short value, else which way it went ('not_comparable set')."""
+    if all(v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 40)
+           for v in (old, new)):
+        return f"{name} {'none' if old is None else old} -> {'none' if new is None else new}"
+    return f"{name} {'set' if old is None else 'removed' if new is None else 'changed'}"
+
+
+__all__ = ["ALPHA", "CALIBRATION", "CHANGELOG", "Choice", "Choices", "Finding", "Findings", "Judgement",
+           "NOT_COMPARABLE", "RULE", "Section", "Side", "VERDICTS", "against_the_original", "changes",
+           "effect_size", "judge", "plan_problems"]

@@ -4,38 +4,29 @@ methods section would: design, order, intervals, grades, tests, correction, stop
 from __future__ import annotations
 
 import json
-from collections import Counter
-
-import yaml
+import statistics
+from collections import Counter, defaultdict
+from datetime import datetime
 
 from .compare import ALPHA
-from ..plan.judging import settings_of
-from ..run.placement import METHODS
+from ..plan.stored import StoredStudy
+from ..testbed.cgroups import METHODS
 from .stats.grades import MIN_N
 from .stats.outliers import K as OUTLIER_K
 from .stats.outliers import MIN_N as OUTLIER_MIN_N
 
 
-def study_order(study_text: str) -> str:
-    """The order of each round the stored study asked for ("shuffled" unless it says "listed")."""
-    try:
-        study = yaml.safe_load(study_text)
-    except yaml.YAMLError:
-        return "shuffled"
-    return study.get("order", "shuffled") if isinstance(study, dict) else "shuffled"
-
-
-def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
+def paragraph(study: StoredStudy, rules: list[str], cpu: str = "", pairing: str = "") -> str:
     """The methods paragraph of the stored study; rules: the stopping rules that ran, as stored with
-    the scenarios."""
-    order, settings = study_order(study_text), settings_of(study_text)
+    the scenarios; pairing: how far apart paired samples lay (pairing_text)."""
+    order, settings = study.order, study.analysis
     threshold = settings.threshold_pct
     design = ("in an order randomised per round (seeded and recorded)" if order != "listed" else
               "in the order the study lists (`order: listed`: drift over time can then favour a position)")
     return (
         "Design: repetitions run in rounds; each round runs once every configuration still short of its "
         "rule (a resumed run, a failed repetition or an adaptive rule's totals can leave a round without "
-        "some), " + design + "; comparisons pair the rounds both sides completed, and "
+        "some), " + design + "; comparisons pair the rounds both sides completed" + pairing + ", and "
         "each repetition brings its tunnel up afresh with a warm-up that is not stored; failed repetitions "
         "and scenarios are kept in the store but left out of every statistic. "
         "Intervals (95%, nominal: a mean's interval of a count or CPU share near zero, skewed, covers less "
@@ -73,6 +64,31 @@ def paragraph(study_text: str, rules: list[str], cpu: str = "") -> str:
                                     "narrows the intervals: on clean data a 95% one then covers about 86% at n = 5, "
                                     "91% at n = 10, in simulation).")
     )
+
+
+def pairing_text(samples: list) -> str:
+    """How the rounds held the configurations, and how far apart two samples of one round could lie (the
+    round's span, first to last repetition), from the stored samples; '' with a single round."""
+    times: dict[int, dict[str, datetime]] = defaultdict(dict)
+    for s in samples:
+        if s.round is not None and s.measured_at:
+            times[s.round].setdefault(s.scenario_id, datetime.fromisoformat(s.measured_at))
+    if len(times) < 2:
+        return ""
+    configurations = len({sid for held in times.values() for sid in held})
+    sizes = sorted(len(held) for held in times.values())
+    spans = sorted((max(held.values()) - min(held.values())).total_seconds() / 60 for held in times.values())
+    full = sum(size == configurations for size in sizes)
+    return (f" ({len(times)} rounds, {full} of them with all {configurations} scenarios, the others with "
+            f"{sizes[0]} to {sizes[-1]}: a resumed sitting starts a round of its own; two samples of one round lay "
+            f"at most {_minutes(statistics.median(spans))} apart in the median round and "
+            f"{_minutes(spans[-1])} in the longest)" if full < len(times) else
+            f" ({len(times)} rounds, each with all {configurations} scenarios; two samples of one round lay at most "
+            f"{_minutes(statistics.median(spans))} apart in the median round, {_minutes(spans[-1])} in the longest)")
+
+
+def _minutes(value: float) -> str:
+    return f"{60 * value:.0f} s" if value < 1 else f"{value:.1f} min" if value < 10 else f"{value:.0f} min"
 
 
 def cpu_text(store) -> str:

@@ -2,8 +2,9 @@
 configurations), the first-ranked configuration is called the best only when the study's
 Holm-corrected tests put it ahead of every other one (significant, and estimated beyond the
 practical threshold); otherwise the sentence says what the tests do support (equivalent within it,
-or not distinguishable and how many rounds would be needed). A ranking of figures the emulator may have set (analysis: under
-software emulation, a delay, or a rate below the shaped link's) is shown, never recommended. A lone
+or not distinguishable and how many rounds would be needed). Under software emulation the comparisons
+decide by comparability.RULE, the findings' rule: an order that does not hold over what emulation can
+have done to each side is shown, never recommended. A lone
 configuration is not called the best of anything; one not yet measured to its rule is named."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .. import catalog
-from ..report.algorithms import weak_in
+from .algorithms import weak_in
 from .analysis import Summary, fmt, relative_text
 from .compare import Comparison
 from ..store import ScenarioRow
@@ -58,11 +59,7 @@ def _recommendation(head: str, scope: str, ranked: list, decided: tuple[bool, st
                     "is one of speed only")
     if len(ranked) == 1:
         return f"{head}, {value} is the only {fips}configuration measured: there is nothing to choose between{after}."
-    ahead, why = decided
-    bound = next((s.emulation_bound for s, _ in ranked if s.emulation_bound), "")
-    if bound:  # short: under emulation every group says it
-        return (f"{head}: no {fips}choice follows, the figures were {bound.split(': ')[0]} (first-ranked: {value}); "
-                f"KVM or a machine with the kernel features would settle it{after}.")
+    ahead, why = decided  # under emulation, by comparability.RULE, as the comparisons decide (compare.py)
     if ahead:
         return f"{head}, the best {fips}choice is {value}: {why}{after}."
     return f"{head}, the first-ranked {fips}configuration is {value}, but no best choice follows: {why}{after}."

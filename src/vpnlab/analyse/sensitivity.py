@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import catalog
 from .analysis import Summary, summarise, summary_text
-from ..plan.judging import stored_settings, values_of
+from .judging import values_of
 from ..store import Store
 
 HEADINGS = ["scenario", "metric", "flagged", "with them counted", "with them left out"]
@@ -18,7 +18,7 @@ HEADINGS = ["scenario", "metric", "flagged", "with them counted", "with them lef
 def both_ways(store: Store, summaries: dict[str, list[Summary]]) -> tuple[str, list[list[str]]]:
     """How the study counted flagged samples, and one row per scenario and judged metric with
     flagged samples: its summary with them counted and with them left out (no rows: none flagged)."""
-    settings = stored_settings(store)
+    settings = store.study().analysis
     chosen = "counted" if settings.counts_flagged else "left out"
     flagged = {key: n for key, n in values_of(store, settings)[1].items() if n and catalog.metric(key[1]).judged}
     if not flagged:

@@ -10,19 +10,24 @@ from __future__ import annotations
 # Loaded before main() installs the signal handlers, as pydantic's core is: a signal raised while a
 # Rust extension initialises makes it panic (a traceback, not exit 143), and the drivers load this one later
 import cryptography.x509  # noqa: F401
+import os
+
 import typer
 
 from .. import version as vpnlab_version
-from ..run import signals
+from ..core import signals
 from . import machine  # noqa: F401  (their commands register themselves on the app)
 from . import results, run, tune
-from ..console import out
+from .console import out
 from .common import app
+
+SAFE_UMASK = 0o022
 
 
 @app.callback(invoke_without_command=True)
 def main(version: bool = typer.Option(False, "--version", help="print the version and exit")):
     signals.install()  # before anything is created, until the program exits
+    os.umask(os.umask(0) | SAFE_UMASK)  # whatever the caller's: results 0755 and 0644 at most, secrets tighter
     if version:
         out.print(f"vpnlab {vpnlab_version()}")
         raise typer.Exit()

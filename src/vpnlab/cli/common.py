@@ -1,4 +1,4 @@
-"""What the `vpnlab` commands share beyond vpnlab.console: the app they register on, and a few
+"""What the `vpnlab` commands share beyond vpnlab.cli.console: the app they register on, and a few
 helpers."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import typer
 from rich.table import Table
 
-from ..console import out
-from ..errors import VpnlabError
+from .console import out
+from ..core.errors import VpnlabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure what a VPN costs, on real VPN software.")
 

@@ -9,8 +9,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from ..console import out, safe, user_errors
-from ..errors import VpnlabError
+from .console import out, safe, user_errors
+from ..core.errors import VpnlabError
 from ..hosts.inventory import SSH_SAFE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..console import out, safe, user_errors
+from .console import out, safe, user_errors
 from .common import app, need_root, print_table
 from .run import check_backend, load_study_arg
 
@@ -62,7 +62,7 @@ def _driver_usability(caps) -> dict:
 
 def _tunnel_ends() -> dict:
     """How each tunnel end's CPU is counted here, and which tunnels get a core per end."""
-    from ..run.placement import assign, cores, this_machine
+    from ..testbed.cgroups import assign, cores, this_machine
 
     accounting, available = this_machine(), cores()
     return {"cpu_accounting": accounting.method, "how": accounting.text, "why_not_cgroups": accounting.why_not,
@@ -70,10 +70,12 @@ def _tunnel_ends() -> dict:
 
 
 def _placement(study: str, backend: str, caps) -> list[dict]:
-    from ..plan.scenarios import check_scenario, make_plan, place
+    from ..plan.scenarios import make_plan
+    from ..plan.placement import check_scenario, place
 
     plan = make_plan(load_study_arg(study)[0])
-    _, problems, in_vm = place(plan, backend)
+    placed = place(plan, backend)
+    problems, in_vm = placed.cannot, placed.in_vm
     rows = []
     for sc in plan.scenarios:
         where = "nowhere" if sc.index in problems else ("vm" if sc.id in in_vm else "here")
@@ -85,7 +87,7 @@ def _placement(study: str, backend: str, caps) -> list[dict]:
 
 
 def _print_doctor(report: dict, caps, study: str | None, backend: str) -> None:
-    from ..machines.features import FEATURES
+    from ..core.features import FEATURES
 
     print_table(f"kernel {caps.kernel} and libraries", ("feature", "present"),
            [(text, "[green]yes[/]" if caps.has(f) else "[red]no[/]") for f, text in FEATURES.items()])

@@ -11,8 +11,8 @@ from rich import box
 from rich.table import Table
 
 from ..store import results_dir
-from ..errors import VpnlabError
-from ..console import err, out, safe, user_errors
+from ..core.errors import VpnlabError
+from .console import err, out, safe, user_errors
 from ..report.outputs import STDOUT, Output
 from ..store.results_dir import read_store
 from ..store import DB_NAME, SCHEMA_VERSION
@@ -21,14 +21,15 @@ from .common import app
 
 def _show(directory: Path) -> None:
     from ..analyse.analysed import analyse
-    from ..report.labels import for_scenarios
+    from ..analyse.labels import for_scenarios
     from ..machines.provenance import machine_lines, measured_where, sitting_versions
 
     analysed = analyse(directory)
     summaries, scenarios, runs = analysed.summaries, analysed.scenarios, analysed.runs
     last = runs[-1]
     out.print(f"[bold]{safe(last['study_name'])}[/] - measured {safe(measured_where(last, scenarios))}, vpnlab "
-              f"{safe(sitting_versions(runs))}, status {safe(last['status'])}", highlight=False)
+              f"{safe(sitting_versions(runs))}, status {safe(results_dir.live_status(directory, last['status']))}",
+              highlight=False)
     machines = machine_lines(runs, scenarios)
     if machines:
         out.print("measured on: " + "\n  ".join(map(safe, machines)), highlight=False)
@@ -46,7 +47,7 @@ def _show(directory: Path) -> None:
             out.print(f"\n{title}: [red]failed[/] - {safe(sc.failure)}", highlight=False)
         else:
             _print_scenario(title, sc, {s.metric: s for s in summaries.get(sc.id, [])})
-    _print_methods(last["study_text"], scenarios, analysed.cpu_text)
+    _print_methods(analysed.study, scenarios, analysed.cpu_text, analysed.pairing_text)
 
 
 def _print_scenario(title: str, sc, by_metric: dict) -> None:
@@ -54,7 +55,7 @@ def _print_scenario(title: str, sc, by_metric: dict) -> None:
     from .. import catalog
     from ..analyse.analysis import fmt, relative_text
     from ..machines.provenance import current_wording
-    from ..run.stopping import lasting_notes
+    from ..analyse.stopping import lasting_notes
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("metric", "unit", "n", "mean", "sd", "95% CI", "vs no-VPN", "grade"):
@@ -90,12 +91,12 @@ def _tunnel_facts(sc, by_metric: dict) -> list[str]:
     return facts
 
 
-def _print_methods(study_text: str, scenarios, cpu: str) -> None:
+def _print_methods(study, scenarios, cpu: str, pairing: str) -> None:
     """How the numbers were obtained, as the report's methods paragraph says it."""
     from ..analyse import methods
 
     rules = sorted({sc.repetition_rule for sc in scenarios})
-    paragraph = methods.paragraph(study_text or "", rules, cpu=cpu)
+    paragraph = methods.paragraph(study, rules, cpu=cpu, pairing=pairing)
     out.print("\n[bold]Methods.[/] " + safe(paragraph), highlight=False)
 
 
@@ -154,7 +155,7 @@ def report(
 @app.command()
 @user_errors
 def verdicts(directories: list[Path] = typer.Argument(..., help="results directories of seed studies")):
-    """The seed verdicts of each results directory as Markdown table rows (the README's table): what
+    """The seed verdicts of each results directory as Markdown table rows (the table in docs/seeds.md): what
     ran, and each finding's verdict with its ratio named for what it is (B/A of a metric)."""
     from ..report.verdict_table import table
 

@@ -11,9 +11,9 @@ import typer
 from rich.table import Table
 
 from ..store import results_dir
-from ..errors import StudyError, VpnlabError
-from ..run.signals import Interrupted
-from ..console import EXIT_BUG, EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, report_bug, safe, user_errors
+from ..core.errors import StudyError, VpnlabError
+from ..core.signals import Interrupted
+from .console import EXIT_BUG, EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, report_bug, safe, user_errors
 from .common import app, need_root, print_table
 
 
@@ -30,12 +30,13 @@ def load_study_arg(study: str | None):
     return load_study(study), False
 
 
-def _stored_study(directory: Path):
+def stored_study(directory: Path):
     from ..store import DB_NAME
     from ..plan.study import parse_study
 
     if not (directory / DB_NAME).is_file():
         raise VpnlabError(f"{directory}: no {DB_NAME} here, nothing to resume")
+    results_dir.refuse_planted(directory)  # before even reading: the store's journal may be one
     runs = results_dir.check_store(directory / DB_NAME)  # read-only: a foreign or damaged file stays untouched
     if not runs:
         raise VpnlabError(f"{directory}: the results store has no run to resume")
@@ -63,12 +64,16 @@ def run(
                                              "is a dynamic inventory: Ansible runs it as a program, as you (root)"),
 ):
     """Run a study: build the testbeds, bring the tunnels up, measure, store, summarise."""
+    from ..plan.placement import place
     from ..plan.scenarios import make_plan
     from ..run.runner import Runner, default_out_dir
 
     if out_path == "":
         raise VpnlabError("--out: an empty path; name the results directory (or leave --out out for "
                           "./vpnlab-results/<timestamp>)")
+    if resume is not None and out_path is not None:
+        raise VpnlabError(f"--out {out_path}: a resumed run writes into its own directory ({resume}); "
+                          "leave --out out, or copy the directory first and resume the copy")
     check_backend(backend)
     loaded, is_default = _the_study(study, resume, sets)
     out_dir = resume if resume is not None else Path(out_path) if out_path is not None else None
@@ -88,7 +93,10 @@ def run(
             out.print(f"on real hosts: {safe(hosts.text)} (not contacted)", highlight=False)
         return
     need_root("vpnlab run")
-    caps, in_vm, refused = _placed(plan, backend, hosts, is_default)
+    placed = place(plan, backend, hosts)
+    for why in placed.enforce(plan, drop=is_default):
+        err.print(f"[yellow]skipped:[/] {safe(why)}", highlight=False)
+    caps, in_vm = placed.caps, placed.in_vm
     if dry_run:  # exactly what the run would do: the same placement, twins and estimate
         _print_plan(plan, in_vm)
         if resume is not None:
@@ -106,7 +114,7 @@ def run(
     if hosts:
         err.print(f"on real hosts: {safe(hosts.text)}", highlight=False)
     runner = Runner(plan, out_dir, caps, console=err, progress=progress and sys.stderr.isatty(), in_vm=in_vm,
-                    hosts=hosts, refused=refused)
+                    hosts=hosts, refused=placed.refused)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -114,7 +122,7 @@ def run(
                   f"finish later with: vpnlab run --resume {safe(out_dir)}")
         raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     if report:
-        _finish(out_dir)
+        finish_run(out_dir)
     else:
         out.print(safe(f"results: {out_dir} (no report: --no-report; write it with: vpnlab report {out_dir})"))
     if runner.unfinished:
@@ -125,7 +133,7 @@ def run(
 
 
 def check_backend(backend: str) -> None:
-    from ..plan.scenarios import BACKENDS
+    from ..plan.placement import BACKENDS
 
     if backend not in BACKENDS:
         raise VpnlabError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -142,7 +150,7 @@ def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
 
         if (resume / RULES_FILE).is_file():
             raise StudyError(f"{resume}: a race's results (vpnlab tune): resume it with vpnlab tune --resume {resume}")
-        loaded, text = _stored_study(resume)
+        loaded, text = stored_study(resume)
         if study is not None:
             given, _ = load_study_arg(study)
             if given.source_text != text:
@@ -157,84 +165,7 @@ def _the_study(study: str | None, resume: Path | None, sets: list[str] | None):
     return loaded, is_default
 
 
-def _placed(plan, backend: str, hosts, is_default: bool):
-    """Where each scenario runs (here, the VM, real hosts) and what it finds there; what cannot run
-    is an error, except in the default study ("every VPN this machine can run"), which drops it, and
-    on real hosts, where a scenario a host's kernel cannot run fails before it starts. Returns the
-    capabilities, the ids of the scenarios for the VM and those failed before they start (id -> why)."""
-    from ..plan.scenarios import place
-
-    if hosts:
-        caps, refused = _place_on_hosts(plan, hosts)
-        return caps, set(), refused
-    caps, problems, in_vm = place(plan, backend)
-    if problems and is_default:
-        for p in problems.values():
-            err.print(f"[yellow]skipped:[/] {p}", highlight=False)
-        plan.drop(problems)
-    elif problems:
-        raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(problems.values())
-                          + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
-    return caps, in_vm, {}
-
-
-def _place_on_hosts(plan, hosts):
-    """Connect to the study's hosts and check each scenario against its pair: a scenario their
-    kernels cannot run (no ESP, PPP, L2TP, netem ...) fails before it starts, with the host that
-    lacks it; a program they lack is an error naming it (`hosts prepare` installs it), as is a port
-    its VPN binds on a host that another program there holds, and a study none of whose scenarios
-    can run. The capabilities of the first pair, and the failed ones (id -> why)."""
-    from ..catalog import DRIVERS
-    from ..hosts.prepare import TESTBED_TOOLS
-    from ..plan.scenarios import check_scenario
-    from ..workloads import background
-
-    commands = set(TESTBED_TOOLS)
-    for scenario in plan.scenarios:
-        commands |= set(scenario.kind.needs(scenario.workload))
-        commands |= {tool.command for layer in scenario.vpn.layers for tool in DRIVERS[layer.driver].tools}
-        commands |= background.needs(scenario.link.background) if scenario.link.background else set()
-    try:
-        caps = hosts.probe(commands)
-        problems, held, refused = [], [], {}
-        for scenario in plan.scenarios:
-            pair = hosts.pair_of(scenario)
-            if why := _kernels_lack(scenario, pair, hosts):
-                refused[scenario.id] = why
-                continue
-            if missing := check_scenario(scenario, caps[hosts.pairs.index(pair)]):
-                problems.append(f"scenario {scenario.index} ({scenario.label}) on {pair.text} needs: "
-                                + "; ".join(missing))
-            if taken := hosts.ports_held(scenario):
-                held.append(f"scenario {scenario.index} ({scenario.label}) on {pair.text}: " + "; ".join(taken))
-        if not problems and len(refused) == len(plan.scenarios):
-            problems = [f"scenario {s.index} ({s.label}): {refused[s.id]}" for s in plan.scenarios]
-    except BaseException:
-        hosts.close()
-        raise
-    if problems or held:
-        hosts.close()
-        hint = ("\n(`vpnlab hosts prepare --inventory FILE --study STUDY` installs the packages; "
-                "`vpnlab hosts doctor` lists what each host has)") if problems else ""
-        raise VpnlabError("the hosts cannot run the study as written:\n  " + "\n  ".join(held + problems) + hint)
-    return caps[0], refused
-
-
-def _kernels_lack(scenario, pair, hosts) -> str | None:
-    """Why the kernels of a pair of hosts cannot run a scenario, naming the host that lacks a piece
-    (or the two, when only their combination does); None: they can."""
-    from ..plan.scenarios import check_scenario
-
-    names = [site.name for site in pair.sites]
-    both = check_scenario(scenario, hosts.kernels(names))
-    if not both:
-        return None
-    alone = [f"host {name}: " + "; ".join(lacks) for name in names
-             if (lacks := check_scenario(scenario, hosts.kernels([name])))]
-    return "the kernel cannot run it: " + ("; ".join(alone) or f"{pair.text} together: " + "; ".join(both))
-
-
-def _finish(out_dir: Path) -> None:
+def finish_run(out_dir: Path) -> None:
     """Summary and report; a signal meanwhile leaves the run marked interrupted, with the way to
     write the report later, never a 'completed' run without its report. A bug in them leaves the
     measured run as it is and says how to write the report once it is fixed."""
@@ -267,7 +198,7 @@ def _compact(analysed) -> None:
     workload's primary metric against no VPN (interval, grade where the data give one), failures."""
     from ..analyse.analysis import fmt, relative_text
     from ..catalog import KINDS
-    from ..report.labels import for_scenarios
+    from ..analyse.labels import for_scenarios
 
     summaries, scenarios = analysed.summaries, analysed.scenarios
     columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))

@@ -10,9 +10,10 @@ from typing import Optional
 import typer
 
 from ..store import results_dir
-from ..console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
-from ..errors import StudyError, VpnlabError
-from ..run.signals import Interrupted
+from .console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
+from ..core.errors import StudyError, VpnlabError
+from ..core.files import write_own
+from ..core.signals import Interrupted
 from .common import app, need_root, print_table
 
 RACE_HELP = ("Candidates (each driver's tunables, minus what the constraints, the driver and this machine refuse) "
@@ -56,11 +57,13 @@ def tune(
         results_dir.admissible(resume, plan.study.source_text, True)
     else:
         if spec is None:
-            raise StudyError("SPEC: give a tune spec (see the README's Tune section), or --resume DIR")
+            raise StudyError("SPEC: give a tune spec (see docs/tuning.md), or --resume DIR")
         caps = detect() if os.geteuid() == 0 else None
         plan, race, space, hosts = _designed(spec, budget, inventory, caps)
         if out_dir is not None:  # as the race would check it, dry or not, before anything is built
             results_dir.admissible(out_dir, plan.study.source_text, False)
+        if caps is not None and hosts is None:
+            _runs_here(plan)  # a link this kernel cannot shape (a delay without netem): said by the dry run too
         if dry_run:
             _print_dry_run(plan, race, space, caps)
             return
@@ -91,9 +94,9 @@ def _designed(spec_path: Path, budget: str | None, inventory: Path | None, caps)
 
 def _stored_race(directory: Path):
     from ..plan.scenarios import make_plan
-    from .run import _stored_study
+    from .run import stored_study
 
-    study, _ = _stored_study(directory)
+    study, _ = stored_study(directory)
     return make_plan(study)
 
 
@@ -119,21 +122,22 @@ def _print_dry_run(plan, race, space, caps) -> None:
     out.print("Nothing was created.")
 
 
+def _runs_here(plan, hosts=None):
+    from ..plan.placement import place
+
+    placed = place(plan, "netns", hosts)
+    if placed.cannot:
+        where = "the hosts cannot" if hosts is not None else "this machine cannot"
+        raise VpnlabError(f"{where} run the race:\n  " + "\n  ".join(placed.cannot.values()))
+    return placed
+
+
 def _race(plan, race, out_dir: Path | None, hosts, resumed: bool, progress: bool) -> None:
-    from ..plan.scenarios import check_plan
     from ..run.runner import default_out_dir
     from ..tune.runner import RaceRunner
-    from .run import _finish, _place_on_hosts
+    from .run import finish_run
 
-    if hosts:
-        caps = _place_on_hosts(plan, hosts)
-    else:
-        from ..machines.capabilities import detect
-
-        caps = detect()
-        problems = check_plan(plan, caps)
-        if problems:
-            raise VpnlabError("this machine cannot run the race:\n  " + "\n  ".join(problems.values()))
+    placed = _runs_here(plan, hosts)  # a race runs where its candidates run: here, or on the hosts
     out_dir = out_dir or default_out_dir()
     held = results_dir.claim(out_dir, plan.study.source_text, resumed)  # locked until exit
     if held.upgraded:
@@ -143,8 +147,8 @@ def _race(plan, race, out_dir: Path | None, hosts, resumed: bool, progress: bool
         race.save(out_dir)
     err.print(f"race [bold]{safe(plan.study.name)}[/]: {len(race.candidates)} candidates, at most {race.max_rounds} "
               f"rounds; results in {safe(out_dir)}", highlight=False)
-    runner = RaceRunner(plan, out_dir, caps, race, console=err, progress=progress and sys.stderr.isatty(),
-                        hosts=hosts)
+    runner = RaceRunner(plan, out_dir, placed.caps, race, console=err, progress=progress and sys.stderr.isatty(),
+                        hosts=hosts, refused=placed.refused)
     try:
         runner.run()
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -152,7 +156,7 @@ def _race(plan, race, out_dir: Path | None, hosts, resumed: bool, progress: bool
                   f"finish later with: vpnlab tune --resume {safe(out_dir)}")
         raise typer.Exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     found = _answer(plan, race, out_dir)
-    _finish(out_dir)
+    finish_run(out_dir)
     if not found:
         raise typer.Exit(EXIT_SCENARIOS_FAILED)
 
@@ -171,7 +175,7 @@ def _answer(plan, race, out_dir: Path) -> bool:
         store.close()
     labels = {s.id: s.vpn_label for s in plan.scenarios}
     said = text(result, labels)
-    (out_dir / "answer.txt").write_text(said)
+    write_own(out_dir / "answer.txt", said)
     drawn = figure(standing, labels, race, out_dir / "race.png")
     out.print(safe(said + f"\nthe race: {drawn}\nthe answer: {out_dir / 'answer.txt'}", lines=True), highlight=False)
     return bool(result.finalists)

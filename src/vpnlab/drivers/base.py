@@ -19,12 +19,13 @@ from typing import Callable, ClassVar, Literal
 import yaml
 from pydantic import ConfigDict, ValidationError, model_serializer
 
-from ..machines.backend import SLOWDOWN
-from ..errors import CapabilityError, TunnelError, VpnlabError
-from ..machines.features import FEATURES, Capabilities
-from ..files import tail
+from ..core.backend import SLOWDOWN
+from ..core.errors import CapabilityError, TunnelError, VpnlabError
+from ..core.features import FEATURES, Capabilities
+from ..core.files import tail
+from ..core.flags import Flag
 from ..metrics import declare
-from ..plan.schema import NumbersAreNumbers
+from ..core.schema import NumbersAreNumbers
 from ..testbed.contract import Node, Process
 from ..testbed.mesh import hub_subnet
 from ..testbed.state import RunState
@@ -189,6 +190,7 @@ class Tunnel:
     encrypted: bool = True  # plain L2TP is not: its contents are readable on the WAN
     left_behind: list[tuple[Node, Path]] = field(default_factory=list)  # files its daemons may leave (leave())
     own_logs: list[tuple[Node, str, Path]] = field(default_factory=list)  # logs its daemons write on their nodes
+    rekey: Callable[[], None] | None = None  # forces a rekey now (a workload event's `rekey`; Driver.rekeys)
 
     @property
     def channels(self) -> list[tuple[str, int | None]]:
@@ -278,6 +280,9 @@ class Driver:
     # How it joins the peers of a mesh (topology `mesh`): "full", every peer to every other (its own
     # up_mesh); "hub", peer 0 the hub with a two-site tunnel to each spoke (the default up_mesh); None: not at all.
     mesh: ClassVar[Literal["full", "hub"] | None] = None
+    # How its tunnel is made to rekey on demand (a workload event's `rekey`: its up() sets Tunnel.rekey);
+    # empty: its software offers no way, and a study asking for one is refused, saying this
+    rekeys: ClassVar[str] = ""
 
     # -- study time --------------------------------------------------------
     def check(self, options: Options, profile: str) -> str | None:
@@ -373,6 +378,13 @@ class Driver:
         """What the live tunnel negotiated, read from its daemons' logs or the kernel's SAs (an
         algorithms.Algorithms; what could not be read left empty), or None when nothing was read."""
         return None
+
+    # -- what its software does to a sample ---------------------------------
+    def sample_flags(self, implementation: str, workload: str, params: dict, loss_pct: float,
+                     values: dict[str, float]) -> list[Flag]:
+        """The flags this VPN's software puts on a sample of a workload (its kind and options) over a
+        link that loses `loss_pct`, from the sample's values (pptpd's hold: drivers/pptp.py)."""
+        return []
 
 
 def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None, interval: float = 0.05) -> None:

@@ -16,7 +16,7 @@ import secrets as random_secrets
 from pathlib import Path, PurePosixPath
 
 from ..algorithms import AEAD, Algorithms, cipher_name, group_name, integrity_name, merged, read_logs, read_xfrm
-from ..errors import CommandError, TunnelError
+from ..core.errors import CommandError, TunnelError
 from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool, places

@@ -1,5 +1,6 @@
-"""Nebula (Slack's overlay VPN, Debian's 1.6.1): a per-tunnel certificate authority, the gateway as
-the lighthouse, the client finding it through `static_host_map`.
+"""Nebula (Slack's overlay VPN, Debian's 1.6.1, or with `implementation: nebula-current` the current
+release built from its Go module, run the same way): a per-tunnel certificate authority, the gateway
+as the lighthouse, the client finding it through `static_host_map`.
 
 Each end runs `nebula` over TUN with a certificate `nebula-cert` signed for its overlay address and
 the networks behind it (`subnets`), by a certificate authority on the lighthouse's node, from a key
@@ -18,13 +19,22 @@ from typing import Literal
 from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms, read_logs
-from ..errors import TunnelError
+from ..core.errors import TunnelError
 from ..testbed.contract import Node
-from ..tools import Tool
+from ..tools import GoBuild, Tool, gobuild
 from .base import Driver, Implementation, Mesh, Options, Ports, Tunnel, TunnelEnv, route_into, wait_for
 
 NEBULA = Tool("nebula", "nebula", ("nebula", "-version"))
 NEBULA_CERT = Tool("nebula-cert", "nebula", ("nebula-cert", "-version"))
+# Nebula as a user installs it today: `go install` of its commands at the newest version whose dependencies
+# the Go module proxy serves (2026-12-02: v1.12.0 and v1.11.2 need modules it refuses, among them
+# gvisor.dev/gvisor and DefinedNet's netlink; v1.11.1 resolves every one), beside Debian's.
+CURRENT = "nebula-current"
+CURRENT_BUILD = GoBuild("github.com/slackhq/nebula", "v1.11.1", "cmd/nebula")
+CURRENT_CERT_BUILD = CURRENT_BUILD.command("cmd/nebula-cert")
+PROGRAMS = {"nebula": ("nebula", "nebula-cert"), CURRENT: (CURRENT, "nebula-cert-current")}  # daemon, certificates
+CURRENT_TOOLS = (Tool(CURRENT, CURRENT_BUILD.module, go=CURRENT_BUILD),
+                 Tool(PROGRAMS[CURRENT][1], CURRENT_BUILD.module, go=CURRENT_CERT_BUILD))
 # Outer IPv4 + UDP + Nebula's header (version and type, remote index, message counter, which is
 # also the AEAD nonce) + the AEAD tag. Nebula pads nothing, so this holds for every size.
 HEADER = 20 + 8 + 16 + 16
@@ -36,6 +46,8 @@ _HANDSHAKE = re.compile(r'msg="Handshake message received".*handshake="map\[stag
 
 
 class NebulaOptions(Options):
+    implementation: Literal["auto", "nebula", "nebula-current"] = Field(
+        "auto", description="nebula: Debian's 1.6.1; nebula-current: the current release built from its Go module")
     cipher: Literal["aes", "chachapoly"] = Field("aes", description="every node's one data cipher: aes "
                                                  "(AES-256-GCM) or chachapoly (ChaCha20-Poly1305)")
     port: int = Field(4242, ge=1, le=65535)
@@ -45,8 +57,9 @@ class NebulaOptions(Options):
 
 class Nebula(Driver):
     name = "nebula"
-    summary = "Nebula 1.6 (Noise IX, certificates, a lighthouse) over UDP: cipher aes or chachapoly"
-    tools = (NEBULA, NEBULA_CERT)
+    summary = ("Nebula 1.6 or the current release (Noise IX, certificates, a lighthouse) over UDP: "
+               "cipher aes or chachapoly")
+    tools = (NEBULA, NEBULA_CERT, *CURRENT_TOOLS)
     Options = NebulaOptions
     mesh = "full"
 
@@ -55,15 +68,17 @@ class Nebula(Driver):
             return ("profile: Nebula 1.6.1 has no FIPS 140 mode: its `aes` cipher is AES-256-GCM, an approved "
                     "algorithm, but from Go's standard crypto library, not a FIPS 140-validated module, and its "
                     "handshake always uses X25519 keys in Ed25519-signed certificates, which FIPS 140 does not "
-                    "approve (P-256 certificates and BoringCrypto builds came with Nebula 1.7)")
+                    "approve (P-256 certificates and BoringCrypto builds came with Nebula 1.7; nebula-current runs the "
+                    "same X25519 certificates, built without BoringCrypto or Go's FIPS 140 mode: none either)")
         return None
 
     def describe(self, options, profile):
         parts = ["nebula", options.cipher] + ([f"mtu-{options.mtu}"] if options.mtu else [])
-        return " ".join(parts + ([profile] if profile != "default" else []))
+        return " ".join(parts + ([profile] if profile != "default" else [])
+                        + ([options.implementation] if options.implementation != "auto" else []))
 
     def implementations(self, options):
-        return [Implementation("nebula", features=("tun",), tools=("nebula", "nebula-cert"))]
+        return [Implementation(name, features=("tun",), tools=programs) for name, programs in PROGRAMS.items()]
 
     def ports(self, options):
         listen = (("udp", options.port),)  # every node's `listen`, the lighthouse's and the others'
@@ -132,9 +147,16 @@ def parse_nebula_log(text: str) -> Algorithms | None:
                                               "the cipher: every node runs the configured one)")
 
 
-def _nebula_cert(node: Node, *argv) -> None:
+def _program(env: TunnelEnv, k: int) -> str:
+    """The implementation's daemon (k 0) or nebula-cert (k 1): Debian's by name, the build by its path."""
+    if env.implementation == CURRENT:
+        return str(gobuild.program(*((CURRENT_BUILD, CURRENT), (CURRENT_CERT_BUILD, PROGRAMS[CURRENT][1]))[k]))
+    return PROGRAMS["nebula"][k]
+
+
+def _nebula_cert(env: TunnelEnv, node: Node, *argv) -> None:
     """nebula-cert on `node`, in this tunnel's folder there (it writes its files 0600 itself)."""
-    proc = node.run(["nebula-cert", *map(str, argv)], check=False, timeout=30)
+    proc = node.run([_program(env, 1), *map(str, argv)], check=False, timeout=30)
     if proc.returncode != 0:
         raise TunnelError(f"nebula-cert {argv[0]} failed in {node.role}: {(proc.stderr or proc.stdout).strip()}")
 
@@ -144,14 +166,14 @@ def _certificate_authority(env: TunnelEnv, ca: Node, ends: list) -> None:
     end's certificate for its overlay address and the networks behind it. Each end's key pair is made
     on its own node: only its public key and its certificate cross (read back through the nodes)."""
     folder = env.folder(ca)
-    _nebula_cert(ca, "ca", "-name", f"vpnlab-{env.unique}", "-duration", CA_VALIDITY,
+    _nebula_cert(env, ca, "ca", "-name", f"vpnlab-{env.unique}", "-duration", CA_VALIDITY,
                  "-out-crt", f"{folder}/ca.crt", "-out-key", f"{folder}/ca.key")
     authority = ca.read_file(f"{folder}/ca.crt")
     for site, end in ends:
         own = env.folder(site.node)
-        _nebula_cert(site.node, "keygen", "-out-key", f"{own}/{end}.key", "-out-pub", f"{own}/{end}.pub")
+        _nebula_cert(env, site.node, "keygen", "-out-key", f"{own}/{end}.key", "-out-pub", f"{own}/{end}.pub")
         public = env.write(ca, f"{end}.pub", site.node.read_file(f"{own}/{end}.pub"))
-        _nebula_cert(ca, "sign", "-ca-crt", f"{folder}/ca.crt", "-ca-key", f"{folder}/ca.key", "-name", end,
+        _nebula_cert(env, ca, "sign", "-ca-crt", f"{folder}/ca.crt", "-ca-key", f"{folder}/ca.key", "-name", end,
                      "-ip", f"{site.tunnel_ip}/24", *(["-subnets", ",".join(site.subnets)] if site.subnets else []),
                      "-in-pub", public, "-out-crt", f"{folder}/{end}.crt")
         env.write(site.node, f"{end}.crt", ca.read_file(f"{folder}/{end}.crt"))
@@ -167,16 +189,19 @@ def _configure(env: TunnelEnv, site, end: str, dev: str, lighthouse, peer, mtu: 
 def _start(tunnel: Tunnel, site, dev: str, config: str) -> None:
     """Start this end's nebula and wait for its interface."""
     log = tunnel.env.log(f"nebula-{site.node.role}")
-    proc = site.node.spawn(["nebula", "-config", config], log, what="nebula")
+    proc = site.node.spawn([_program(tunnel.env, 0), "-config", config], log, what="nebula")
     tunnel.processes.append((site.node, proc, log))
     wait_for(lambda: site.node.ipv4_address_once_up(dev) is not None, 15, f"nebula's {dev}", tunnel)
 
 
 def _config(site, lighthouse, peer, end: str, dev: str, mtu: int, options: NebulaOptions, env: TunnelEnv) -> dict:
     """This end's config (JSON, which is YAML): the lighthouse to find (None: it is the lighthouse),
-    the networks behind `peer` (if any) as unsafe routes, a firewall that lets the measurement through."""
+    the networks behind `peer` (if any) as unsafe routes, a firewall that lets the measurement through:
+    since 1.10 a rule without `local_cidr` admits only packets to the node's own overlay address, so the
+    current release's rules say `local_cidr: any` (the networks behind it too, as 1.6.1's rules admit)."""
     files = {name: f"{env.folder(site.node)}/{name}" for name in ("ca.crt", f"{end}.crt", f"{end}.key")}
-    anything = [{"port": "any", "proto": "any", "host": "any"}]
+    anything = [{"port": "any", "proto": "any", "host": "any",
+                 **({"local_cidr": "any"} if env.implementation == CURRENT else {})}]
     return {
         "pki": {"ca": files["ca.crt"], "cert": files[f"{end}.crt"], "key": files[f"{end}.key"]},
         "static_host_map": {lighthouse.tunnel_ip: [f"{lighthouse.underlay_ip}:{options.port}"]} if lighthouse else {},

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..algorithms import Algorithms
+from ..core.flags import declare as declare_flag
 from ..tools import Tool
 from .base import Driver, Implementation, Options, Ports, Tunnel, TunnelEnv, route_into
 from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, negotiated_ppp, private_etc,
@@ -22,8 +23,9 @@ from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth
 
 # A sample's own evidence that the link dropped packets (each > 0: something was lost on the way).
 LOSS_EVIDENCE = ("retransmits", "udp_loss_pct", "ping_loss_pct")
-HOLD_FLAG = ("pptpd's 0.3 s GRE reorder hold: data went towards the gateway over a link that dropped, so "
-             "this figure measures pptpd's hold after each loss, not PPTP (not comparable with the seed's)")
+PPTPD_HOLD = declare_flag("pptpd-hold", "pptpd's 0.3 s GRE reorder hold: data went towards the gateway over a link "
+                          "that dropped, so the figure measures pptpd's hold after each loss, not PPTP (not comparable "
+                          "with a seed's)", not_comparable=True)
 
 
 def held_by_pptpd(kind: str, params: dict, loss_pct: float, values: dict[str, float]) -> bool:
@@ -126,3 +128,7 @@ class Pptp(Driver):
     def negotiated(self, tunnel, options, profile):
         """pppd's log (debug): 'MPPE 128-bit stateless compression enabled', the MS-CHAPv2 exchange."""
         return negotiated_ppp(tunnel)
+
+    def sample_flags(self, implementation, workload, params, loss_pct, values):
+        held = implementation == "pptpd" and held_by_pptpd(workload, params, loss_pct, values)
+        return [PPTPD_HOLD("data towards pptpd over a link that dropped")] if held else []

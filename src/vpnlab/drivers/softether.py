@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..algorithms import AEAD, Algorithms
-from ..errors import TunnelError, VpnlabError
+from ..core.errors import TunnelError, VpnlabError
 from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool

@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, merged, read_logs, read_xfrm
-from ..errors import CommandError, TunnelError
+from ..core.errors import CommandError, TunnelError
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Ports, Tunable, Tunnel, TunnelEnv, wait_for
 from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IKE_PORTS, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES,
@@ -49,6 +49,7 @@ class StrongSwanOptions(IpsecOptions):
 class StrongSwan(Driver):
     name = "strongswan"
     summary = "IPsec IKEv2 (strongSwan): kernel ESP or userspace libipsec, PSK or certificates"
+    rekeys = "swanctl --rekey --child on the client: a new CHILD_SA (new ESP keys and SPIs)"
     tools = IPSEC_TOOLS
     packages = IPSEC_PACKAGES
     guest_modules = (*ESP_MODULES, *IPCOMP_MODULES)
@@ -156,6 +157,7 @@ class StrongSwan(Driver):
                 psk if not pki else None, options.compression == "on"))
             homes.append((site, str(PurePosixPath(conf).parent)))
         start_charons(homes, env, tunnel, libipsec, child="net", mtu=mtu)
+        tunnel.rekey = lambda: self._swanctl(*homes[-1], ["--rekey", "--child", "net"], tunnel)
         return tunnel
 
     # -- configuration ---------------------------------------------------------
@@ -196,8 +198,11 @@ charon {{
     def _swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts, esp, profile, encap, psk,
                       ipcomp: bool = False) -> str:
         my_id, peer_id = ("client", "server") if is_client else ("server", "client")
+        # the gateway answers the client from wherever it comes: behind a NAT (a link's `nat`) from the NAT's
+        # address, after an address change from its new one, as a road-warrior gateway does
+        remote = peer.underlay_ip if is_client else "%any"
         lines = ["connections {", "  net {", "    version = 2",
-                 f"    local_addrs = {site.underlay_ip}", f"    remote_addrs = {peer.underlay_ip}"]
+                 f"    local_addrs = {site.underlay_ip}", f"    remote_addrs = {remote}"]
         if profile == "fips":
             lines.append(f"    proposals = {FIPS_IKE}")
         if encap:

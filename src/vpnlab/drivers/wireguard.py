@@ -1,4 +1,6 @@
-"""WireGuard: the kernel module where the kernel has it, otherwise wireguard-go over TUN."""
+"""WireGuard: the kernel module where the kernel has it, otherwise wireguard-go over TUN: Debian's
+package, or (`implementation: wireguard-go-current`) the current release built from its Go module,
+run the same way."""
 
 from __future__ import annotations
 
@@ -9,29 +11,38 @@ from typing import Literal
 from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms
-from ..tools import Tool
+from ..tools import GoBuild, Tool, gobuild
 from .base import Driver, Implementation, Mesh, Options, Ports, Tunable, Tunnel, TunnelEnv, marked_unset, route_into, stated_lines, wait_for
 
 SOCKET_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets: shared by all namespaces
 HEADER = 20 + 8 + 16 + 16  # outer IPv4 + UDP + WireGuard data header + Poly1305 tag
 DEFAULT_MTU = 1420  # wg-quick's: 1500 less the header over IPv6
 USERSPACE_VARIABLE = "WG_QUICK_USERSPACE_IMPLEMENTATION"  # wg-quick runs this program instead of the kernel's
+# wireguard-go as a user installs it today: `go install` of its module at the newest version the Go module
+# proxy served (resolved with `go list -m golang.zx2c4.com/wireguard@latest` on 2026-12-02), beside Debian's.
+CURRENT = "wireguard-go-current"
+CURRENT_BUILD = GoBuild("golang.zx2c4.com/wireguard", "v0.0.0-20260522210424-ecfc5a8d5446")
 
 
 class WireGuardOptions(Options):
-    implementation: Literal["auto", "kernel", "wireguard-go"] = "auto"
+    implementation: Literal["auto", "kernel", "wireguard-go", "wireguard-go-current"] = "auto"
     port: int = Field(51820, ge=1, le=65535)
     mtu: int | None = Field(None, ge=1280, le=9000, description=f"by hand; default {DEFAULT_MTU}, or for a tunnel "
                             "inside another what fits in it")
 
-    omit_at_default = ("mtu",)
+    persistent_keepalive_s: int = Field(0, ge=0, le=65535, description="the client sends a keepalive this often "
+                                        "when it has nothing else to send (0: never, WireGuard's default): keeps a "
+                                        "NAT's mapping, so the far side can reach it")
+
+    omit_at_default = ("mtu", "persistent_keepalive_s")
 
 
 class WireGuard(Driver):
     name = "wireguard"
     summary = "WireGuard (Noise IK, ChaCha20-Poly1305) over UDP"
     tools = (Tool("wg", "wireguard-tools", ("wg", "--version")),
-             Tool("wireguard-go", "wireguard-go", ("wireguard-go", "--version")))
+             Tool("wireguard-go", "wireguard-go", ("wireguard-go", "--version")),
+             Tool(CURRENT, CURRENT_BUILD.module, go=CURRENT_BUILD))
     guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
     mesh = "full"
@@ -44,7 +55,8 @@ class WireGuard(Driver):
         return None
 
     def describe(self, options, profile):
-        parts = ["wireguard"] + ([f"mtu-{options.mtu}"] if options.mtu else [])
+        parts = (["wireguard"] + ([f"mtu-{options.mtu}"] if options.mtu else [])
+                 + ([f"keepalive-{options.persistent_keepalive_s}s"] if options.persistent_keepalive_s else []))
         return " ".join(parts + ([options.implementation] if options.implementation != "auto" else []))
 
     def settings(self, options, profile):
@@ -53,8 +65,13 @@ class WireGuard(Driver):
         lines = [f"# {self.describe(options, profile)}", "[Interface]", mtu]
         if options.implementation == "wireguard-go":
             lines.append(f"# userspace: {USERSPACE_VARIABLE}=wireguard-go wg-quick up <interface>")
+        elif options.implementation == CURRENT:
+            lines.append(f"# userspace, built from its module: go install {CURRENT_BUILD.target}; "
+                         f"{USERSPACE_VARIABLE}=<that wireguard> wg-quick up <interface>")
         elif options.implementation == "kernel":
             lines.append("# the kernel's WireGuard: wg-quick's default")
+        if options.persistent_keepalive_s:
+            lines += ["[Peer]  # the client's, for the gateway", f"PersistentKeepalive = {options.persistent_keepalive_s}"]
         return "\n".join(lines) + "\n"
 
     def from_settings(self, text):
@@ -64,8 +81,10 @@ class WireGuard(Driver):
             key, _, value = line.partition("=")
             if key.strip() == "MTU":
                 found["mtu"] = int(value)
+            elif key.strip() == "PersistentKeepalive":
+                found["persistent_keepalive_s"] = int(value)
             elif USERSPACE_VARIABLE in line:
-                found["implementation"] = "wireguard-go"
+                found["implementation"] = CURRENT if "go install" in line else "wireguard-go"
             elif "the kernel's WireGuard" in line:
                 found["implementation"] = "kernel"
         return WireGuardOptions.model_validate(found)
@@ -74,6 +93,7 @@ class WireGuard(Driver):
         return [
             Implementation("kernel", features=("wireguard",), tools=("wg",)),
             Implementation("wireguard-go", features=("tun",), tools=("wireguard-go", "wg")),
+            Implementation(CURRENT, features=("tun",), tools=(CURRENT, "wg")),
         ]
 
     def ports(self, options):
@@ -104,6 +124,8 @@ class WireGuard(Driver):
                     "peer", keys[peer_dev][1], "allowed-ips", allowed]
             if site is left:  # the client knows where the gateway is; the gateway learns the client
                 argv += ["endpoint", f"{peer.underlay_ip}:{options.port}"]
+                if options.persistent_keepalive_s:
+                    argv += ["persistent-keepalive", options.persistent_keepalive_s]
             site.node.run(argv)
             site.node.ip(f"addr add {site.tunnel_ip}/24 dev {dev}", f"link set {dev} mtu {mtu} up")
             route_into(site.node, peer.subnets, dev)
@@ -147,8 +169,10 @@ class WireGuard(Driver):
             node.ip(f"link add {dev} type wireguard")
             return
         tunnel.leave(node, SOCKET_DIR / f"{dev}.sock")  # a killed wireguard-go leaves it behind
-        log = env.log(f"wireguard-go-{node.role}")
-        proc = node.spawn(["wireguard-go", dev], log, env={"WG_PROCESS_FOREGROUND": "1"}, what="wireguard-go")
+        name = CURRENT if env.implementation == CURRENT else "wireguard-go"  # the build, where it is, or Debian's
+        log = env.log(f"{name}-{node.role}")
+        program = str(gobuild.program(CURRENT_BUILD, CURRENT)) if name == CURRENT else name
+        proc = node.spawn([program, dev], log, env={"WG_PROCESS_FOREGROUND": "1"}, what=name)
         tunnel.processes.append((node, proc, log))
         wait_for(lambda: node.accepts(SOCKET_DIR / f"{dev}.sock"), 10, f"wireguard-go's socket {dev}", tunnel)
 

@@ -1,5 +1,6 @@
-"""Yggdrasil 0.4.7: two nodes peered explicitly over the WAN, the testbed's IPv4 carried in VXLAN
-between their Yggdrasil addresses.
+"""Yggdrasil (Debian's 0.4.7, or with `implementation: yggdrasil-current` the current 0.5 release
+built from its Go module, run the same way): two nodes peered explicitly over the WAN, the testbed's
+IPv4 carried in VXLAN between their Yggdrasil addresses.
 
 Yggdrasil routes only IPv6: each node's 200::/7 address (and its 300::/64 subnet), derived from
 its ed25519 key. 0.4 removed 0.3's tunnel routing, which had carried IPv4 between nodes, and this
@@ -25,7 +26,7 @@ from pydantic import Field, model_validator
 
 from ..algorithms import AEAD, Algorithms
 from ..testbed.contract import Node
-from ..tools import Tool
+from ..tools import GoBuild, Tool, gobuild
 from .base import Driver, Implementation, Mesh, Options, Ports, Tunnel, TunnelEnv, wait_for
 
 VXLAN_PORT = 4789
@@ -34,12 +35,25 @@ VXLAN = 40 + 8 + 8 + 14  # IPv6, UDP, VXLAN header, the inner Ethernet header
 # its terminating 0; a session's first packets, sent before the path lookup answers, go along the
 # tree without it), source and destination keys, the traffic kind
 FRAME = 2 + 1 + 1 + 32 + 32 + 1
+# 0.5's ironwood routes on a spanning tree: its frame carries the destination's and the source's tree
+# coordinates (each a list of port varints ending in 0: the root's is the 0 alone, a child of the root's one
+# port and the 0; two peered nodes are a root and its child) and a watermark varint (the distance left:
+# one byte) instead of the source route and the kind: 2 bytes more (measured: 268 and 246 B against 0.4's
+# 266 and 244). Between two non-root peers of a mesh both coordinates hold a port: one byte more again
+# (269 B measured), so up_mesh makes peer 1, a peer of every pair a mesh run measures, the root.
+FRAME_CURRENT = 2 + 1 + (1 + 2) + 32 + 32 + 1
 # its session layer: type, two key sequence numbers (one byte each while below 128), the nonce (a
 # varint after them), the sender's next public key and the Poly1305 tag inside the box; and
 # Yggdrasil's own type byte in front of the IPv6 packet
 SESSION = 1 + 1 + 1 + 32 + 16 + 1
 OUTER = {"tls": 20 + 32 + 5 + 1 + 16, "tcp": 20 + 32}  # IPv4, TCP with timestamps; TLS 1.3 record, type, tag
 DEFAULT_MTU = 1500  # what the sites' links carry: the peering is a TCP stream, which any size fits
+# Yggdrasil as a user installs it today: its commands at the newest version the Go module proxy served
+# (2026-12-02: v0.5.14). The proxy refuses one dependency, suah.dev/protect (OpenBSD's pledge and unveil,
+# which does nothing on Linux): vpnlab's stand-in of the same API does nothing too (tools/gostandins).
+CURRENT = "yggdrasil-current"
+CURRENT_BUILD = GoBuild("github.com/yggdrasil-network/yggdrasil-go", "v0.5.14", "cmd/yggdrasil", ("suah.dev/protect",))
+CTL_BUILD = CURRENT_BUILD.command("cmd/yggdrasilctl")  # built beside it (bootstrap), for a person's look inside
 NO_CIPHER_CHOICE = ("Yggdrasil has no cipher to choose: every packet is sealed end to end with NaCl box "
                     "(X25519, XSalsa20-Poly1305), fixed by the protocol")
 
@@ -60,6 +74,9 @@ class YggdrasilTunnel(Tunnel):
 class YggdrasilOptions(Options):
     """Where the nodes peer; there is no cipher, key exchange or integrity to choose (NO_CIPHER_CHOICE)."""
 
+    implementation: Literal["auto", "yggdrasil", "yggdrasil-current"] = Field(
+        "auto", description="yggdrasil: Debian's 0.4.7; yggdrasil-current: the current release built from its "
+        "Go module")
     peering: Literal["tls", "tcp"] = Field("tls", description="the peering's transport: TLS over TCP, or plain TCP")
     port: int = Field(12345, ge=1, le=65535, description="the listening node's TCP port")
     mtu: int | None = Field(None, ge=1280, le=9000, description=f"the IPv4 tunnel's, by hand; default {DEFAULT_MTU}")
@@ -77,7 +94,9 @@ class Yggdrasil(Driver):
     name = "yggdrasil"
     summary = "Yggdrasil mesh (NaCl box end to end, peered over TLS/TCP), IPv4 in VXLAN over its IPv6"
     tools = (Tool("yggdrasil", "yggdrasil", ("yggdrasil", "-version")),
-             Tool("bridge", "iproute2", ("bridge", "-V")))  # a mesh's VXLAN flood list
+             Tool("bridge", "iproute2", ("bridge", "-V")),  # a mesh's VXLAN flood list
+             Tool(CURRENT, CURRENT_BUILD.module, go=CURRENT_BUILD),
+             Tool("yggdrasilctl-current", CTL_BUILD.module, go=CTL_BUILD))
     Options = YggdrasilOptions
     mesh = "full"
 
@@ -88,11 +107,14 @@ class Yggdrasil(Driver):
         return None
 
     def describe(self, options, profile):
-        parts = ["yggdrasil", *(["tcp"] if options.peering == "tcp" else []), *([f"mtu-{options.mtu}"] if options.mtu else [])]
+        parts = ["yggdrasil", *(["tcp"] if options.peering == "tcp" else []),
+                 *([f"mtu-{options.mtu}"] if options.mtu else []),
+                 *([options.implementation] if options.implementation != "auto" else [])]
         return " ".join(parts)
 
     def implementations(self, options):
-        return [Implementation("yggdrasil", features=("tun",), tools=("yggdrasil",))]
+        return [Implementation("yggdrasil", features=("tun",), tools=("yggdrasil",)),
+                Implementation(CURRENT, features=("tun",), tools=(CURRENT,))]
 
     def ports(self, options):
         # The listening node's; the other dials out. Left out: each end's VXLAN socket (UDP 4789), the
@@ -107,9 +129,10 @@ class Yggdrasil(Driver):
         addresses = {}
         for site in (right, left):  # the listener first: the other end then connects at once
             config = env.write(site.node, f"yggdrasil-{site.node.role}.conf", json.dumps(configs[site.node.role]))
-            addresses[site.node.role] = site.node.run(["yggdrasil", "-useconffile", config, "-address"]).stdout.strip()
+            addresses[site.node.role] = site.node.run([_program(env), "-useconffile", config,
+                                                       "-address"]).stdout.strip()
             log = env.log(f"yggdrasil-{site.node.role}")
-            proc = site.node.spawn(["yggdrasil", "-useconffile", config, "-logto", "stdout"], log, what="yggdrasil")
+            proc = site.node.spawn([_program(env), "-useconffile", config, "-logto", "stdout"], log, what="yggdrasil")
             tunnel.processes.append((site.node, proc, log))
             if site is right:
                 wait_for(lambda: right.node.listening(options.port), 15, "yggdrasil to listen", tunnel)
@@ -131,12 +154,12 @@ class Yggdrasil(Driver):
         """Each node's configuration, by its role: fresh keys, the one explicit peering over the WAN,
         only the other's key accepted, no multicast discovery, no admin socket, a TUN named uniquely
         machine-wide (as wireguard's), with room for the VXLAN around the tunnel's packets."""
-        configs = {site.node.role: json.loads(site.node.run(["yggdrasil", "-genconf", "-json"]).stdout)
+        configs = {site.node.role: json.loads(site.node.run([_program(env), "-genconf", "-json"]).stdout)
                    for site in (left, right)}
         uri = f"{options.peering}://{right.underlay_ip}:{options.port}"
         for site, peer, end in ((left, right, "a"), (right, left, "b")):
             _peering(configs[site.node.role], [uri] if site is left else [], [uri] if site is right else [],
-                     [configs[peer.node.role]["PublicKey"]], f"vy{env.unique}{end}", mtu)
+                     [_public_key(configs[peer.node.role])], f"vy{env.unique}{end}", mtu)
         return configs
 
     def up_mesh(self, sites, options, profile, env: TunnelEnv) -> Mesh:
@@ -147,18 +170,23 @@ class Yggdrasil(Driver):
         (listener,) = self.ports(options).gateway  # every peer's: it listens and dials
         tunnel = YggdrasilTunnel(env, listener, mtu)
         uris = [f"{options.peering}://{site.underlay_ip}:{options.port}" for site in sites]
-        configs = [json.loads(site.node.run(["yggdrasil", "-genconf", "-json"]).stdout) for site in sites]
-        keys = [config["PublicKey"] for config in configs]
+        # fresh keys, the smallest dealt to peer 1: it is the root of 0.5's spanning tree (the smallest key
+        # wins), and a peer of the pair whose overhead a mesh run measures (1 and 2 by default, else 0 and 1,
+        # or 1 and 0), which so carries the coordinates FRAME_CURRENT counts
+        configs = sorted((json.loads(site.node.run([_program(env), "-genconf", "-json"]).stdout) for site in sites),
+                         key=_public_key)
+        configs.insert(1, configs.pop(0))
+        keys = [_public_key(config) for config in configs]
         paths, addresses = [], []
         for k, (site, config) in enumerate(zip(sites, configs)):
             _peering(config, uris[:k], [uris[k]], keys[:k] + keys[k + 1:], f"vy{env.unique}m{k}", mtu)
             paths.append(env.write(site.node, f"yggdrasil-p{k}.conf", json.dumps(config)))
-            addresses.append(site.node.run(["yggdrasil", "-useconffile", paths[k], "-address"]).stdout.strip())
+            addresses.append(site.node.run([_program(env), "-useconffile", paths[k], "-address"]).stdout.strip())
 
         def start(k: int) -> None:
             site, vxlan = sites[k], f"vx{env.unique}m{k}"
             log = env.log(f"yggdrasil-{site.node.role}")
-            proc = site.node.spawn(["yggdrasil", "-useconffile", paths[k], "-logto", "stdout"], log, what="yggdrasil")
+            proc = site.node.spawn([_program(env), "-useconffile", paths[k], "-logto", "stdout"], log, what="yggdrasil")
             tunnel.processes.append((site.node, proc, log))
             wait_for(lambda: site.node.listening(options.port), 15, f"yggdrasil in {site.node.role} to listen", tunnel)
             tunnel.devices.append((site.node, vxlan))
@@ -175,7 +203,7 @@ class Yggdrasil(Driver):
     def overhead(self, options, profile, implementation, inner_len: int) -> int:
         """For a packet of a young session, as the probes after set-up are: the session's nonce is a
         varint, 1 byte for its first 127 packets, one more at each further 7 bits."""
-        return OUTER[options.peering] + FRAME + SESSION + 1 + VXLAN
+        return OUTER[options.peering] + (FRAME_CURRENT if implementation == CURRENT else FRAME) + SESSION + 1 + VXLAN
 
     def full_packet_overhead(self, options, profile, implementation, mtu: int) -> int:
         return self.overhead(options, profile, implementation, mtu) + 3  # a nonce of up to 2^28 packets
@@ -204,6 +232,17 @@ class Yggdrasil(Driver):
                        source="yggdrasil log (the peering); the session's algorithms fixed by the software")
 
 
+def _program(env: TunnelEnv) -> str:
+    """The implementation's yggdrasil: Debian's by name, the build by its path."""
+    return str(gobuild.program(CURRENT_BUILD, CURRENT)) if env.implementation == CURRENT else "yggdrasil"
+
+
+def _public_key(config: dict) -> str:
+    """A node's public key: 0.4's generated configuration states it; 0.5's has only the private key, an
+    ed25519 private key in hex whose second half is the public key (as `yggdrasil -publickey` prints it)."""
+    return config.get("PublicKey") or config["PrivateKey"][64:]
+
+
 def _peering(config: dict, peers: list[str], listen: list[str], allowed: list[str], name: str, mtu: int) -> None:
     """A node's peerings (whom it dials, where it listens, whose keys it accepts), no multicast
     discovery, no admin socket, a TUN named uniquely machine-wide (as wireguard's), with room for the
@@ -213,8 +252,12 @@ def _peering(config: dict, peers: list[str], listen: list[str], allowed: list[st
 
 
 def parse_yggdrasil_log(text: str) -> Algorithms | None:
-    """'Connected TLS: <key>@<address>, source ...' -> the peering's protocol."""
+    """'Connected TLS: <key>@<address>, source ...' (0.4) -> the peering's protocol; 0.5 names no protocol
+    there ('Connected inbound: <address>@<remote>, source ...'), so a listening node's log says it by the
+    listener that took the connection ('TLS listener started on ...': the only one, as the driver sets it)."""
     match = re.search(r"Connected (?:outbound |inbound )?(TLS|TCP):", text)
+    if not match and re.search(r"Connected inbound: ", text):
+        match = re.search(r"(TLS|TCP) listener started on ", text)
     if not match:
         return None
     return Algorithms(control="Yggdrasil over TLS 1.3" if match[1] == "TLS" else "Yggdrasil over TCP",

@@ -11,9 +11,9 @@ import concurrent.futures
 import shlex
 from dataclasses import asdict, dataclass, field
 
-from ..errors import VpnlabError
+from ..core.errors import VpnlabError
 from ..catalog import declared
-from ..machines.features import parse_probe, probe_argv
+from ..core.features import parse_probe, probe_argv
 from ..tools import Tool, places
 from .inventory import Host
 from .ssh import SshHost

@@ -21,7 +21,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field
 
-from ..errors import VpnlabError
+from ..core.errors import VpnlabError
 
 REMOTE_ROOT = "/run/vpnlab"  # tmpfs on every systemd host: a reboot clears record and resources alike
 

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import VpnlabError
+from ..core.errors import VpnlabError
 from ..testbed.node import inside, proc_state, wait_listening
 from .hoststate import guard_ip_line, root_qdisc_device
 from .ssh import HostUnreachable, RemoteProcess, SshHost

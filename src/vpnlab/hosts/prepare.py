@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..catalog import DRIVERS, KINDS, declared
-from ..errors import VpnlabError
-from ..machines.features import KERNEL_PROBE, parse_probe
+from ..core.errors import VpnlabError
+from ..core.features import KERNEL_PROBE, parse_probe
 from ..tools import CORE
 from ..workloads import background
 from .inventory import ansible_program, limit, load_inventory
@@ -46,12 +46,12 @@ def study_packages(study) -> list[str]:
         commands |= set(KINDS[workload.kind].needs(workload))
     for link in study.links:
         commands |= background.needs(link.background) if link.background else set()
-    wanted = {tools[name].package for name in commands if name in tools and not tools[name].python}
+    wanted = {tools[name].package for name in commands if name in tools and tools[name].debian}
     for vpn in study.vpns:
         for layer in vpn.layers:
             driver = DRIVERS[layer.driver]
             # a package bootstrap.sh unpacks privately here (libreswan) is installed on a host as Debian's
-            wanted |= {t.package for t in driver.tools if not t.python} | set(driver.packages)
+            wanted |= {t.package for t in driver.tools if t.debian} | set(driver.packages)
     wanted |= {package for workload in study.workloads for package in KINDS[workload.kind].packages}
     if any(link.background for link in study.links):
         wanted |= set(background.PACKAGES)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import asyncssh
 
-from ..errors import CommandError, VpnlabError
+from ..core.errors import CommandError, VpnlabError
 from .hoststate import PROCSTAT, REMOTE_ROOT, RESOURCES, SHELL_FUNCTIONS, HostState, ManagementPath
 from .inventory import Host, HostKeyPolicy
 
@@ -185,8 +185,13 @@ class SshHost:
                 connect_timeout=CONNECT_TIMEOUT, keepalive_interval=10, keepalive_count_max=3)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise HostKeyUntrusted(untrusted_message(host, recorded)) from exc
+        except asyncssh.KeyImportError as exc:  # (a ValueError) the file is not a private key
+            raise HostUnreachable(f"host {host}: ansible_ssh_private_key_file {host.key_file}: not a private key "
+                                  f"vpnlab can read ({exc})") from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
-            raise HostUnreachable(f"cannot connect to host {host}: {exc or type(exc).__name__}") from exc
+            why = str(exc) or (f"no answer within {CONNECT_TIMEOUT} s" if isinstance(exc, asyncio.TimeoutError)
+                               else type(exc).__name__)
+            raise HostUnreachable(f"cannot connect to host {host}: {why}") from exc
 
     @property
     def lost(self) -> bool:

@@ -27,8 +27,8 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..catalog import DRIVERS, declared
-from ..machines.features import FEATURES, Capabilities, parse_probe, probe_argv
-from ..errors import StudyError, VpnlabError
+from ..core.features import FEATURES, Capabilities, parse_probe, probe_argv
+from ..core.errors import StudyError, VpnlabError
 from ..testbed.shaping import shape_commands
 from ..testbed.topology import HOST_ROLES, Layout, Testbed, chain_routes
 from ..measure.cpu import CpuMeter
@@ -58,6 +58,12 @@ SYSCTLS = {
     "net.core.rmem_max": 64 * 1024 * 1024,  # iperf3 -w is capped by these (as in the namespace testbed)
     "net.core.wmem_max": 64 * 1024 * 1024,
 }
+
+
+# Prints the modules (its arguments) that this python3 cannot import: imported, as the workload will
+# (a spec alone is found for an empty directory, a broken install passes it).
+FIND_MODULES = ("import importlib, sys\nfor m in sys.argv[1:]:\n    try: importlib.import_module(m)\n"
+                "    except Exception: print(m)")
 
 
 def tools_script() -> str:
@@ -151,12 +157,13 @@ class HostSet:
         return next(pair for pair in self.pairs if pair.roles == scenario.hosts)
 
     # -- before the run ------------------------------------------------------
-    def probe(self, commands: set[str]) -> dict[int, Capabilities]:
-        """Connect to every host and learn what it offers, the versions of `commands` there, the ports
-        its own network namespace holds, and how the hosts of each pair reach each other. Per pair (by
-        its index), what it can run: what both of its hosts can."""
+    def probe(self, commands: set[str], modules: tuple[str, ...] = ()) -> dict[int, Capabilities]:
+        """Connect to every host and learn what it offers, the versions of `commands` there, which of
+        the Python `modules` its python3 lacks, the ports its own network namespace holds, and how the
+        hosts of each pair reach each other. Per pair (by its index), what it can run: what both of
+        its hosts can."""
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(self.ssh))) as pool:
-            list(pool.map(lambda ssh: self._probe_host(ssh, commands), self.ssh.values()))
+            list(pool.map(lambda ssh: self._probe_host(ssh, commands, modules), self.ssh.values()))
             list(pool.map(lambda site_other: self._probe_path(*site_other),
                           [(p.sites[i], p.sites[1 - i]) for p in self.pairs for i in (0, 1)]))
         caps = {}
@@ -175,7 +182,11 @@ class HostSet:
         return Capabilities(" / ".join(dict.fromkeys(fact["kernel"] for fact in facts)), features,
                             {name: name for name in declared()}, {name: tool.hint for name, tool in declared().items()})
 
-    def _probe_host(self, ssh: SshHost, commands: set[str]) -> None:
+    def lacks_modules(self, name: str, modules) -> list[str]:
+        """Which of these Python modules the probed host's python3 cannot import."""
+        return [m for m in modules if m in self.facts[name]["lacks_modules"]]
+
+    def _probe_host(self, ssh: SshHost, commands: set[str], modules: tuple[str, ...]) -> None:
         ssh.attach()
         try:
             kernel = parse_probe(ssh.run(probe_argv()).stdout)
@@ -183,11 +194,13 @@ class HostSet:
             versions = dict(line.split("\t", 1) for line in ssh.script(version_script(commands), timeout=300)
                             .stdout.splitlines() if "\t" in line)
             self.held_ports[ssh.host.name] = held_ports(ssh.script(SOCKET_TABLES).stdout)
+            lacks = ssh.run(["python3", "-c", FIND_MODULES, *modules]).stdout.split() if modules else []
         except (ValueError, KeyError) as exc:
             raise HostUnreachable(f"host {ssh.host}: could not be examined ({exc})") from exc
         self.facts[ssh.host.name] = {"address": ssh.host.address, "kernel": kernel["kernel"],
                                      "cpu_model": kernel["cpu_model"], "cpus": kernel["cpus"],
-                                     "features": kernel["features"], "paths": paths, "tools": versions}
+                                     "features": kernel["features"], "paths": paths, "tools": versions,
+                                     "lacks_modules": lacks}
 
     def ports_held(self, scenario) -> list[str]:
         """What the probed hosts' own network namespaces already hold of the ports the scenario's

@@ -9,8 +9,8 @@ import signal
 import subprocess
 
 from ..catalog import declared
-from ..run.signals import held
-from .features import Capabilities, parse_probe, probe_argv
+from ..core.signals import held
+from ..core.features import Capabilities, parse_probe, probe_argv
 from ..testbed.state import PROBE_PREFIX
 from ..tools import find, versions
 

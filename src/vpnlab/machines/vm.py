@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..catalog import DRIVERS
-from ..errors import VpnlabError
-from ..files import tail
-from ..run import sessions
-from ..run.signals import held
+from ..core.errors import VpnlabError
+from ..core.files import tail
+from ..core import sessions
+from ..core.signals import held
 from ..testbed.state import RunState
-from .unpacked import CACHE, UnpackError, unpack
+from ..tools.unpacked import CACHE, UnpackError, unpack
 
 QEMU = "qemu-system-x86_64"
 PACKAGE = Path(__file__).resolve().parents[1]  # vpnlab itself, as the guest must find it
@@ -56,9 +56,10 @@ JOB = "job.json"  # in the work folder: what the guest is to run
 RESULTS = "results"  # in the work folder: the guest's results directory
 
 
-def write_job(work: Path, study_text: str, source: str, scenario_ids: list[str]) -> None:
+def write_job(work: Path, study, scenario_ids: list[str]) -> None:
     work.mkdir(parents=True, exist_ok=True)
-    (work / JOB).write_text(json.dumps({"study_text": study_text, "source": source, "scenarios": scenario_ids}))
+    (work / JOB).write_text(json.dumps({"study_text": study.source_text, "source": study.source_path,
+                                             "scenarios": scenario_ids}))
 
 
 class VmError(VpnlabError):

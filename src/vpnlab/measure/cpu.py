@@ -25,15 +25,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..machines.backend import EMULATED
-from ..plan.judging import DISTURBED
+from ..core.backend import EMULATED
+from ..core.flags import Flag, declare as declare_flag
 from ..metrics import declare
 from ..testbed import netns
 
 TICK = os.sysconf("SC_CLK_TCK")
 SATURATED_PCT = 90.0  # machine-wide busy share above which throughput is CPU-bound
 
-_ALL = "tcp, udp, ping, transfer"
+_ALL = "tcp, udp, udp_capacity, ping, transfer"
 METRICS = (
     declare("cpu_vpn_client_pct", "%", "CPU of the VPN daemons (all their threads and children) at the client-side "
             "tunnel end during the measurement, % of one core; absent without a VPN", False, level="cpu",
@@ -159,15 +159,27 @@ def _descendants(root: int, parents: dict[int, int]) -> set[int]:
     return found
 
 
-def busy_machine_flags(used: dict[str, float], wall: float, where: str = "") -> list[str]:
+BUSY_MACHINE = declare_flag("busy-machine", "programs outside the run took a share of the CPU during it", disturbed=True)
+SHARED_MACHINE = declare_flag("shared-machine", "another vpnlab run measured on this machine at the same time", disturbed=True)
+CPU_SATURATED = declare_flag("cpu-saturated", "a core, a daemon's thread or the whole machine was busy all the time: "
+                             "the figures are a bound set by it", cpu_bound=True)
+
+
+def shared_machine_flag(others) -> Flag:
+    """The flag of a repetition measured while other vpnlab runs (their ids and PIDs) were going on."""
+    return SHARED_MACHINE(f"another vpnlab run shared this machine ({', '.join(sorted(set(others)))}): its load is "
+                          "in these CPU and throughput figures")
+
+
+def busy_machine_flags(used: dict[str, float], wall: float, where: str = "") -> list[Flag]:
     """A flag when programs outside the run (name -> CPU seconds) took more than OTHER_LOAD_PCT of a
     core over `wall` seconds, naming the three busiest (and `where`: on which host)."""
     share = 100 * sum(used.values()) / wall if wall > 0 else 0.0
     if share <= OTHER_LOAD_PCT:
         return []
     top = ", ".join(f"{name} {100 * t / wall:.0f}%" for name, t in sorted(used.items(), key=lambda u: -u[1])[:3])
-    return [f"{DISTURBED}busy machine: programs outside this run took {share:.0f}% of a core{where} ({top}): their "
-            "load is in these CPU and throughput figures"]
+    return [BUSY_MACHINE(f"programs outside this run took {share:.0f}% of a core{where} ({top}): their "
+                         "load is in these CPU and throughput figures")]
 
 
 def used_since(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]],
@@ -200,7 +212,7 @@ class OtherLoadSeries:
         self.samples.append((time.time(), used_since(self._last, now)))
         self._last = now
 
-    def flags(self, start: float, end: float) -> list[str]:
+    def flags(self, start: float, end: float) -> list[Flag]:
         """For a span of wall-clock time: the samples taken in it (each covers the poll before it)."""
         used: dict[str, float] = {}
         for at, spent in self.samples:
@@ -261,7 +273,7 @@ class CpuMeter:
         """A meter of tunnel ends that are namespaces on this machine."""
         return cls([Namespaces(left, right, everywhere, traffic)], placement)
 
-    def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[str]]:
+    def finish(self, bytes_carried: float | None) -> tuple[dict[str, float], list[Flag]]:
         groups = self.placement.usage() if self._groups is not None else None
         wall = time.monotonic() - self._start
         window = _Window()
@@ -293,7 +305,7 @@ class _Window:
     used: dict[str, float] = field(default_factory=lambda: {"client": 0.0, "gateway": 0.0})  # daemons' s
     kernel_s: float = 0.0
     busiest: tuple[float, str] = (0.0, "")      # the busiest machine's busy share and its host
-    flags: list[str] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
     cores: list[tuple] = field(default_factory=list)    # (busy %, softirq %, which)
     threads: list[tuple] = field(default_factory=list)  # (% of one core, which)
 
@@ -314,18 +326,19 @@ class _Window:
                          for key, (name, t) in after.threads.items() if key[0] in after.daemons and span > 0]
 
 
-def saturated_flag(share: float, host: str) -> str:
+def saturated_flag(share: float, host: str) -> Flag:
     """The flag of a machine whose cores were all busy (a host's by name, else this one or its VM)."""
     if host:
-        return (f"cpu saturated on host {host} ({share:.0f}% of all cores): throughput is a bound set by that "
-                "host, not by the VPN alone")
+        return CPU_SATURATED(f"cpu saturated on host {host} ({share:.0f}% of all cores): throughput is a bound set "
+                             "by that host, not by the VPN alone")
     if EMULATED:
-        return (f"cpu saturated in an emulated VM ({share:.0f}% of all guest cores): throughput is a lower bound "
-                "set by emulation, not by the VPN")
-    return f"cpu saturated ({share:.0f}% of all cores): throughput is a bound set by this machine, not by the VPN alone"
+        return CPU_SATURATED(f"cpu saturated in an emulated VM ({share:.0f}% of all guest cores): throughput is a "
+                             "lower bound set by emulation, not by the VPN")
+    return CPU_SATURATED(f"cpu saturated ({share:.0f}% of all cores): throughput is a bound set by this machine, "
+                         "not by the VPN alone")
 
 
-def bottleneck_flags(values: dict[str, float], core: tuple | None, thread: tuple | None) -> list[str]:
+def bottleneck_flags(values: dict[str, float], core: tuple | None, thread: tuple | None) -> list[Flag]:
     """The busiest core (busy %, softirq %, which) and daemon thread (% of one core, which), into
     `values`; a flag for each that was saturated."""
     flags = []
@@ -333,17 +346,12 @@ def bottleneck_flags(values: dict[str, float], core: tuple | None, thread: tuple
         busy, soft, which = core
         values["cpu_busiest_core_pct"] = busy
         if busy > SATURATED_PCT:
-            flags.append(f"core {which} saturated ({busy:.0f}% busy, {soft:.0f}% in softirq): "
-                         "throughput is a bound set by that core")
+            flags.append(CPU_SATURATED(f"core {which} saturated ({busy:.0f}% busy, {soft:.0f}% in softirq): "
+                                       "throughput is a bound set by that core"))
     if thread:
         share, which = thread
         values["cpu_busiest_thread_pct"] = share
         if share > SATURATED_PCT:
-            flags.append(f"thread {which} at {share:.0f}% of a core: throughput is a bound set by that "
-                         "single-threaded daemon")
+            flags.append(CPU_SATURATED(f"thread {which} at {share:.0f}% of a core: throughput is a bound set by "
+                                       "that single-threaded daemon"))
     return flags
-
-
-def cpu_bound(flags: str) -> bool:
-    """A repetition's flags (';'-joined) say a core, the machine or a daemon's thread was saturated."""
-    return any("saturated" in flag or "single-threaded daemon" in flag for flag in flags.split(";"))

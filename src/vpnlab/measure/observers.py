@@ -13,10 +13,15 @@ import re
 import time
 from pathlib import Path
 
+from ..core.flags import Flag, declare as declare_flag
 from ..metrics import declare
+from ..testbed.router import fragments_created
+from .recovery import EventsObserver
 from ..testbed.topology import Testbed
 
-_ALL = "tcp, udp, ping, transfer"
+FRAGMENTED = declare_flag("fragmented", "IP fragments on the WAN: packets bigger than the path MTU")
+
+_ALL = "tcp, udp, udp_capacity, ping, transfer"
 WAN_METRICS = (
     declare("wan_avg_packet_bytes", "B", "mean size of the Ethernet frames that crossed the WAN, both directions (a background's too)",
             None, producers=_ALL),
@@ -27,15 +32,16 @@ WAN_METRICS = (
     declare("link_utilisation_total_pct", "%", "the WAN's busier direction during the measurement: its frames' bytes "
             "(the workload's, the background's and the tunnel's overhead) as a share of the link rate", None,
             level="background", producers="links with background and a rate"),
-    declare("wan_fragments", "count", "IP fragments the two WAN ends created: packets too big for the path MTU",
+    declare("wan_fragments", "count", "IP fragments the two WAN ends (and a router in the middle, for a link's mtu) "
+            "created: packets too big for the path MTU",
             False, producers=_ALL),
 )
 RTT_UNDER_LOAD = declare("rtt_under_load_ms", "ms", "mean round-trip time of pings sent every 0.2 s while the "
                          "workload loads the path (latency under load)", False, judged="added", positive=True,
-                         producers="tcp, udp, transfer")
+                         producers="tcp, udp, udp_capacity, transfer")
 RTT_UNANSWERED = declare("rtt_under_load_unanswered_pct", "%", "pings sent under load left without a reply "
                          "(up to the last one answered): rtt_under_load_ms is the mean of the others, so a lower "
-                         "bound when they are many", False, producers="tcp, udp, transfer")
+                         "bound when they are many", False, producers="tcp, udp, udp_capacity, transfer")
 PING_INTERVAL_S = 0.2
 LOST_AFTER_S = 2  # ping's -W 1, and a second more: no reply by then to any ping is a loss, not a delay
 _REPLY = re.compile(r"(?:icmp_)?seq=(\d+) .*?time=([\d.]+) ms")  # iputils; busybox says seq=
@@ -54,7 +60,7 @@ class WanObserver:
         self._counters = self.bed.wan_counters()
         self._fragments = self._fragments_created()
 
-    def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[str]]:
+    def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[Flag]]:
         wall = time.monotonic() - self._started
         after = self.bed.wan_counters()
         frames = sum(after[k] - self._counters[k] for k in ("tx_packets", "rx_packets"))
@@ -68,18 +74,16 @@ class WanObserver:
         if self.rate_mbit:  # on the wire, per direction: the background's downloads and an upload share no queue
             busier = max(after[k] - self._counters[k] for k in ("tx_bytes", "rx_bytes"))
             values["link_utilisation_total_pct"] = 100 * busier * 8 / wall / (self.rate_mbit * 1e6)
-        flags = [f"fragmented on the WAN: {fragments} IP fragments (packets bigger than the path MTU), whose cost is "
-                 "in these figures"] if fragments else []
+        flags = [FRAGMENTED(f"{fragments} IP fragments on the WAN (packets bigger than the path MTU), whose cost "
+                            "is in these figures")] if fragments else []
         return values, flags
 
     def _fragments_created(self) -> int:
-        """IP fragments created so far in the two WAN ends' namespaces (/proc/net/snmp)."""
-        total = 0
-        for node in self.bed.wan_nodes:
-            header, numbers = [line.split() for line in node.read_net("snmp").splitlines()
-                               if line.startswith("Ip:")][:2]
-            total += int(numbers[header.index("FragCreates")])
-        return total
+        """IP fragments created so far in the two WAN ends' namespaces and, where the link has one, the
+        router's in the middle of the WAN, which fragments what is bigger than the path's MTU and has no
+        DF bit (/proc/net/snmp)."""
+        nodes = getattr(self.bed, "path_nodes", None) or self.bed.wan_nodes
+        return sum(fragments_created(node.read_net("snmp")) for node in nodes)
 
 
 class LoadedRtt:
@@ -93,7 +97,7 @@ class LoadedRtt:
                                            what="ping")
         self._started = time.monotonic()
 
-    def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[str]]:
+    def finish(self, carried_bytes: float | None) -> tuple[dict[str, float], list[Flag]]:
         self.bed.source.stop(self._proc)
         return loaded_rtt_values(self.log.read_text(errors="replace"), time.monotonic() - self._started), []
 
@@ -112,10 +116,13 @@ def loaded_rtt_values(ping_output: str, seconds: float) -> dict[str, float]:
             "rtt_under_load_unanswered_pct": 100 * (asked - len(replies)) / asked}
 
 
-def observers_for(kind, bed: Testbed, log_dir: Path, link=None) -> list:
+def observers_for(kind, bed: Testbed, log_dir: Path, link=None, workload=None, tunnels=()) -> list:
     """The observers of a workload on `link` (as run): every one watches the WAN; a kind that loads
-    the path also gets its round trip measured meanwhile."""
+    the path also gets its round trip measured meanwhile; a workload with events gets them, and its
+    tunnel's recovery measured (recovery.py)."""
     found = [WanObserver(bed, link)]
     if kind.loads_path:
         found.append(LoadedRtt(bed, log_dir))
+    if workload is not None and workload.events:
+        found.append(EventsObserver(bed, log_dir, workload.events, tunnels))
     return found

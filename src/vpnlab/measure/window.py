@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..catalog import TRAFFIC_TOOLS
+from ..core.flags import Flag
+
+from ..core.errors import VpnlabError
 from .cpu import CpuMeter
-from ..drivers.pptp import HOLD_FLAG, held_by_pptpd
 from .observers import observers_for
+from .recovery import WORKLOAD_BROKEN
 from ..testbed.topology import Testbed
 from ..workloads.background import BackgroundTraffic
-from ..workloads.base import WorkloadContext
+from ..workloads.base import Measurement, WorkloadContext
 
 PER_BYTE = ("cpu_s_per_gb", "wan_bytes_per_byte")  # per byte carried: with a background, its bytes count too
 
@@ -21,13 +23,31 @@ PER_BYTE = ("cpu_s_per_gb", "wan_bytes_per_byte")  # per byte carried: with a ba
 class Sample:
     values: dict[str, float] = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict)      # tool -> its output
-    flags: list[str] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
 
 
-def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundTraffic | None) -> Sample:
-    """Run the workload once, with the CPU meter around it, the observers watching and the
-    background beside it."""
-    observers = observers_for(scenario.kind, ctx.bed, ctx.log_dir, scenario.link_as_run)
+def run_through_events(scenario, ctx: WorkloadContext) -> Measurement:
+    """The workload's measurement. With events, one they broke (its TCP connection reset, its transfer cut) is
+    their result, as a tunnel that did not come back is: `workload_survived` 0, flagged with why (its tool's error,
+    or that it hung past its time limit on a path that never came back)."""
+    events = scenario.workload_as_run.events
+    try:
+        measurement = scenario.kind.run(scenario.workload_as_run, ctx)
+    except VpnlabError as exc:
+        if not events:
+            raise
+        return Measurement({"workload_survived": 0.0}, str(exc), scenario.kind.kind, [WORKLOAD_BROKEN(str(exc))])
+    if events:
+        measurement.values["workload_survived"] = 1.0
+    return measurement
+
+
+def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundTraffic | None,
+            traffic_tools: frozenset[str]) -> Sample:
+    """Run the workload once, with the CPU meter around it (`traffic_tools`: the programs it leaves out
+    of the tunnel ends' daemons), the observers watching and the background beside it."""
+    observers = observers_for(scenario.kind, ctx.bed, ctx.log_dir, scenario.link_as_run, scenario.workload_as_run,
+                              ctx.tunnels)
     if background:
         background.start()
     try:
@@ -35,13 +55,15 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
             observer.start()
         meter = (ctx.bed.cpu_meter(layers) if ctx.bed.remote  # real hosts: each one's own /proc (hosts/cpu.py)
                  else CpuMeter.here(*tunnel_ends(ctx.bed, layers), getattr(ctx.bed, "placement", None),
-                                    [node.namespace for node in ctx.bed.nodes], TRAFFIC_TOOLS))
-        measurement = scenario.kind.run(scenario.workload_as_run, ctx)
+                                    [node.namespace for node in ctx.bed.nodes], traffic_tools))
+        measurement = run_through_events(scenario, ctx)
         cpu, cpu_flags = meter.finish(measurement.carried_bytes)
         for observer in observers:
             seen, noted = observer.finish(measurement.carried_bytes)
             cpu, cpu_flags = cpu | seen, cpu_flags + noted
     except BaseException:
+        for observer in observers:
+            getattr(observer, "abandon", lambda: None)()  # (an events player stops making events)
         if background:
             background.abandon()
         raise
@@ -52,18 +74,18 @@ def measure(scenario, ctx: WorkloadContext, layers: int, background: BackgroundT
     if record:
         sample.raw["cpu"] = json.dumps(record)  # the method, the placement, both methods' figures
     add_utilisation(sample.values, scenario.link_as_run.rate_mbit)
-    sample.flags += hold_flags(scenario, sample.values)
+    sample.flags += software_flags(scenario, sample.values)
     if background:
         sample.raw["background"] = account
         share_with_background(sample.values, measurement.carried_bytes, record.get("wall_s"))
     return sample
 
 
-def hold_flags(scenario, values: dict[str, float]) -> list[str]:
-    """The flag of a sample that measured pptpd's GRE reorder hold rather than PPTP (drivers/pptp.py)."""
-    held = "pptpd" in scenario.implementations and held_by_pptpd(
-        scenario.workload.kind, scenario.workload_as_run.model_dump(), scenario.link_as_run.loss_pct, values)
-    return [HOLD_FLAG] if held else []
+def software_flags(scenario, values: dict[str, float]) -> list[Flag]:
+    """What each layer's VPN software says of the sample (Driver.sample_flags: pptpd's hold)."""
+    params, loss = scenario.workload_as_run.model_dump(), scenario.link_as_run.loss_pct
+    return [flag for driver, implementation in zip(scenario.drivers, scenario.implementations)
+            for flag in driver.sample_flags(implementation, scenario.workload.kind, params, loss, values)]
 
 
 def add_utilisation(values: dict[str, float], rate_mbit: float | None) -> None:

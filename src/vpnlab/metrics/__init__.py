@@ -4,7 +4,7 @@ Each producer declares its own metrics with `declare` (a workload kind in its mo
 in drivers/base.py, CPU accounting, the observers, background traffic). This module imports none
 of them: catalog.py imports every producer and answers for the whole registry (`catalog.metric`),
 and everything that shows, exports, grades or plots a metric asks it. `vpnlab list` prints it and
-the README's metric table (`python -m vpnlab.metrics`) is checked against it.
+the metric table in docs/metrics.md (`python -m vpnlab.catalog metrics`) is checked against it.
 """
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ from typing import Any
 
 import yaml
 
-from ..errors import StudyError
+from ..core.errors import StudyError
+from .study import read_yaml
 
-_STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
-_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*")   # a field, then any indices
+_STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]", re.ASCII)
+_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*", re.ASCII)   # a field, then any indices
 
 
 def parse(assignment: str) -> tuple[list[str | int], Any]:
@@ -32,10 +33,7 @@ def parse(assignment: str) -> tuple[list[str | int], Any]:
             raise StudyError(f"--set {assignment!r}: cannot read the path {path!r} (fields and [index], "
                              "joined by dots)")
         steps += [name or int(index) for name, index in found]
-    try:
-        return steps, yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError as exc:
-        raise StudyError(f"--set {assignment!r}: the value is not valid YAML: {exc}") from exc
+    return steps, read_yaml(value, f"--set {assignment!r}: the value") if value.strip() else ""
 
 
 def _set(data: Any, steps: list[str | int], value: Any, assignment: str) -> None:
@@ -59,7 +57,7 @@ def apply(text: str, assignments: list[str]) -> str:
     """The study text with every assignment applied, in order; unchanged when there is none."""
     if not assignments:
         return text
-    data = yaml.safe_load(text)
+    data = read_yaml(text, "the study")
     if not isinstance(data, dict):
         raise StudyError("--set: the study is not a mapping at the top level")
     for assignment in assignments:

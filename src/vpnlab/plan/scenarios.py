@@ -7,7 +7,6 @@ it is, so a resumed run recognises the scenarios it already finished.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import random
@@ -15,11 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
-from ..machines import vm
-from ..machines.capabilities import Capabilities, detect, vm_capabilities
 from ..catalog import DRIVERS, KINDS
-from ..errors import CapabilityError
 from .study import Link, RepetitionRule, Study, VpnConfig
+from ..measure.recovery import RECOVERY_WAIT_S
 from ..testbed.mesh import MESH_SETTLE_S
 from ..workloads import background
 
@@ -89,6 +86,10 @@ class Scenario:
             del link["background"]  # ids from before background traffic existed stay valid
         if not link["shape"]:
             del link["shape"]  # nor did `shape` (real hosts)
+        if link["mtu"] is None and link["icmp"] == "allowed":
+            del link["mtu"], link["icmp"]  # nor did a path's MTU and filtered ICMP (a router in the WAN)
+        if not self.link.behind_nat:
+            del link["nat"], link["nat_udp_timeout_s"]  # nor did a NAT on the client side
         key = {
             "topology": self.topology,
             "vpn": self.vpn.as_dict(),
@@ -127,6 +128,11 @@ class Scenario:
         """The workload kind (its module's contract) this scenario runs."""
         return KINDS[self.workload.kind]
 
+    @property
+    def drivers(self) -> list:
+        """The driver of each tunnel layer, outermost first (none for the baseline)."""
+        return [DRIVERS[layer.driver] for layer in self.vpn.layers]
+
     def repetition_s(self, in_vm: bool = False) -> float:
         rate = self.link_as_run.rate_mbit
         if in_vm:
@@ -135,7 +141,10 @@ class Scenario:
         if mix and rate:  # the workload gets what the background leaves of the link
             rate = max(rate - mix.offered_kbit / 1000, rate / 10)
         mesh = self.idle_window_s + MESH_SETTLE_S if self.topology == "mesh" else 0
-        return self.kind.estimate_s(self.workload_as_run, rate) + mesh
+        workload = self.workload_as_run
+        events = max((e.end_s for e in workload.events), default=0)  # then up to RECOVERY_WAIT_S more
+        busy = self.kind.estimate_s(workload, rate)
+        return max(busy, events + RECOVERY_WAIT_S if workload.events else 0) + mesh
 
     def estimate_s(self, in_vm: bool = False, most: bool = False, repetitions: int | None = None) -> float:
         """Here or in the VM. With an adaptive rule, the minimum (the interval may be tight after
@@ -217,101 +226,3 @@ def round_order(study: Study, scenarios: list[Scenario], round_no: int) -> list[
     if study.order == "shuffled":
         random.Random(f"{study.seed}:{round_no}").shuffle(order)
     return order
-
-
-def check_scenario(scenario: Scenario, caps: Capabilities) -> list[str]:
-    """Resolve the scenario's implementations on `caps`; what they lack (empty: it can run)."""
-    missing = []
-    if not caps.has("netns") or not caps.has("veth"):
-        missing.append("network namespaces and veth pairs")
-    if scenario.link.rate_mbit and not caps.has("tbf"):
-        missing.append("the tbf qdisc (link rate)")
-    if scenario.link.needs_netem and not caps.has("netem"):
-        missing.append("the netem qdisc (link delay, jitter or loss)")
-    scenario.implementations = []
-    for layer in scenario.vpn.layers:
-        driver = DRIVERS[layer.driver]
-        try:
-            scenario.implementations.append(driver.resolve(layer.options, caps).name)
-        except CapabilityError as exc:
-            if str(exc) not in missing:  # the same driver nested in itself lacks the same things
-                missing.append(str(exc))
-    tools = set(scenario.kind.needs(scenario.workload))
-    if scenario.link.background:
-        tools |= background.needs(scenario.link.background)
-    for tool in sorted(tools):
-        if not caps.tool(tool):
-            missing.append(f"'{tool}' ({caps.hint(tool)})")
-    return missing
-
-
-def _needs(scenario: Scenario, missing: list[str]) -> str:
-    return f"scenario {scenario.index} ({scenario.label}) needs: " + "; ".join(missing)
-
-
-def check_plan(plan: Plan, caps: Capabilities) -> dict[int, str]:
-    """Resolve each scenario's implementations; scenario index -> what this machine lacks for it."""
-    problems = {}
-    for scenario in plan.scenarios:
-        missing = check_scenario(scenario, caps)
-        if missing:
-            problems[scenario.index] = _needs(scenario, missing)
-    return problems
-
-
-BACKENDS = ("auto", "netns", "vm")
-
-
-def assign_backends(plan: Plan, caps: Capabilities, backend: str,
-                    vm_caps: Capabilities | None, vm_problem: str | None) -> tuple[dict[int, str], set[str]]:
-    """Where each scenario runs: (index -> why it cannot run anywhere, ids of those that go to the VM).
-
-    `netns` runs everything on this host; `vm` everything in the VM; `auto` runs in the VM only
-    what this host's kernel or tools cannot. `vm_caps` is what the guest will offer (None when no
-    VM can be booted here, `vm_problem` says why)."""
-    if backend == "netns":
-        return check_plan(plan, caps), set()
-    problems, to_vm = {}, set()
-    for scenario in plan.scenarios:
-        host_missing = check_scenario(scenario, caps) if backend == "auto" else ["the VM backend (asked for)"]
-        if not host_missing:
-            continue
-        if vm_caps is None:
-            problems[scenario.index] = _needs(scenario, host_missing + [f"a VM to run in, but {vm_problem}"])
-            continue
-        vm_missing = check_scenario(scenario, vm_caps)
-        if vm_missing:
-            problems[scenario.index] = _needs(scenario, vm_missing) + " (even in the VM)"
-        else:
-            to_vm.add(scenario.id)
-    return problems, to_vm
-
-
-def place(plan: Plan, backend: str) -> tuple[Capabilities, dict[int, str], set[str]]:
-    """Detect this host (and whether a VM can run here) and assign the backends: this host's
-    capabilities, scenario index -> why it cannot run, ids of the scenarios for the VM."""
-    caps = detect()
-    vm_problem = vm.available() if backend != "netns" else "not asked for"
-    vm_caps = None
-    if vm_problem is None:
-        vm_caps = vm_capabilities(caps, vm.describe().get("kernel", "distribution kernel"))
-    problems, in_vm = assign_backends(plan, caps, backend, vm_caps, vm_problem)
-    in_vm |= add_vm_twins(plan, in_vm)
-    return caps, problems, in_vm
-
-
-def add_vm_twins(plan: Plan, in_vm: set[str]) -> set[str]:
-    """A VPN measured in the VM is graded against no VPN measured in the VM: emulation slows
-    both. For each such VPN whose baseline runs on this host, add the baseline's twin to the
-    plan, for the VM. Returns the twins' ids."""
-    baselines = {s.group: s for s in plan.scenarios if not s.vpn.layers}
-    wanted = {s.group for s in plan.scenarios if s.vpn.layers and s.id in in_vm}
-    twins = set()
-    for group in sorted(wanted):
-        base = baselines.get(group)
-        if base is None or base.id in in_vm:
-            continue
-        twin = dataclasses.replace(base, index=len(plan.scenarios), vm_twin=True, implementations=[])
-        plan.scenarios.append(twin)
-        twins.add(twin.id)
-    return twins

@@ -7,11 +7,10 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import AfterValidator, Field, TypeAdapter, field_validator, model_validator
 
 from .. import catalog
-from .schema import Strict
+from ..core.schema import Strict
 
 
 # --- the schema -----------------------------------------------------------------------------------
@@ -122,13 +121,6 @@ class Choice(Strict):
 
 
 Choices = list[Choice]
-_choices = TypeAdapter(Choices)
-
-
-def parse_choices(study_text: str) -> list[Choice]:
-    """The conditions a study's text marks as vpnlab's choices."""
-    raw = yaml.safe_load(study_text) if study_text else None
-    return _choices.validate_python(raw.get("choices") or []) if isinstance(raw, dict) else []
 
 
 def _unique(findings: list[Finding]) -> list[Finding]:
@@ -141,15 +133,6 @@ def _unique(findings: list[Finding]) -> list[Finding]:
 
 # the type of the study file's top-level `findings` (the study loader validates it)
 Findings = Annotated[list[Finding], AfterValidator(_unique)]
-_findings = TypeAdapter(Findings)
-
-
-def parse(study_text: str) -> list[Finding]:
-    """The findings of a study's YAML text (already validated when the study loaded)."""
-    raw = yaml.safe_load(study_text) if study_text else None
-    if not isinstance(raw, dict):
-        return []
-    return _findings.validate_python(raw.get("findings") or [])
 
 
 # --- which stored scenarios a side names -----------------------------------------------------------

@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 import stat
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,15 +22,18 @@ import yaml
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from ..catalog import DRIVERS
-from ..errors import StudyError
-from ..files import file_kind
-from .judging import AnalysisSettings
-from .schema import CONTROL, Strict, TrueOrFalse, shorten, socket_buffer_limit
+from ..core.errors import StudyError
+from ..core.files import file_kind
+from .analysis_settings import AnalysisSettings
+from ..core.schema import CONTROL, Strict, TrueOrFalse, shorten, socket_buffer_limit
+from ..testbed.nat import NAT_UDP_TIMEOUT_MAX_S
+from ..testbed.router import IPV6_MTU_MIN, PATH_MTU_MAX, PATH_MTU_MIN
 from ..testbed.topology import HOST_ROLES, MAX_LAYERS
 from ..testbed.mesh import IDLE_WINDOW_S, MAX_PEERS, MIN_PEERS
 from ..catalog import KINDS
 from ..workloads.background import PRESETS as BACKGROUND_PRESETS
 from ..workloads.background import Background
+from ..workloads.base import NAT_EVENTS
 
 MAX_FILE_BYTES = 1024 * 1024  # a study is a few KB: sweeps are lists, not copies
 MAX_SCENARIOS = 10_000        # counted from the sweeps' sizes before any is expanded
@@ -98,6 +102,26 @@ class Link(Strict):
     background: Background | None = Field(None, description="'office', 'none' or {name, flows}")
     shape: bool = Field(False, description="on real hosts (a study with `hosts:`), shaping is opt-in: rate, delay, "
                         "jitter and loss then shape the hosts' WAN interfaces (recorded there, always removed)")
+    mtu: int | None = Field(None, ge=PATH_MTU_MIN, le=PATH_MTU_MAX, description="the underlay's MTU on the path, "
+                            f"set on a router in the middle of the WAN, not on the VPN's own interfaces "
+                            f"({PATH_MTU_MIN} to {PATH_MTU_MAX}; an IPv6 path at least {IPV6_MTU_MIN}: the WAN "
+                            "here carries IPv4)")
+    icmp: Literal["allowed", "blocked"] = Field("allowed", description="blocked: that router drops the ICMP "
+                                                "'fragmentation needed' and ICMPv6 'packet too big' it would send "
+                                                "back (nftables), as a misconfigured firewall does")
+    nat: Literal["none", "masquerade"] = Field("none", description="masquerade: the client side sits behind a NAT "
+                                               "(nftables masquerade on that router, nothing forwarded inwards), as "
+                                               "at home or on a mobile network")
+    nat_udp_timeout_s: int | None = Field(None, ge=1, le=NAT_UDP_TIMEOUT_MAX_S, description="how long that NAT "
+                                          "keeps an idle UDP mapping (its namespace's conntrack UDP timeouts; "
+                                          "default the kernel's: 30 s one way, 120 s both ways); only with nat: "
+                                          "masquerade")
+
+    @model_validator(mode="after")
+    def timeout_needs_nat(self):
+        if self.nat_udp_timeout_s is not None and not self.behind_nat:
+            raise ValueError("nat_udp_timeout_s: a NAT's UDP timeout needs nat: masquerade on this link")
+        return self
 
     @field_validator("background", mode="before")
     @classmethod
@@ -114,7 +138,7 @@ class Link(Strict):
     @property
     def label(self) -> str:
         if self.name:
-            return self.name + self.background_label
+            return self.name + self.path_label + self.background_label
         parts = [f"{self.rate_mbit:g}mbit" if self.rate_mbit else "unshaped"]
         if self.delay_ms:
             parts.append(f"{self.delay_ms:g}ms")
@@ -122,7 +146,24 @@ class Link(Strict):
             parts.append(f"j{self.jitter_ms:g}ms")
         if self.loss_pct:
             parts.append(f"loss{self.loss_pct:g}%")
-        return "-".join(parts) + self.background_label
+        return "-".join(parts) + self.path_label + self.background_label
+
+    @property
+    def path_label(self) -> str:
+        """What the router in the middle of the WAN does, in the label (a named link's too)."""
+        nat = "-nat" + (f"{self.nat_udp_timeout_s}s" if self.nat_udp_timeout_s else "") if self.behind_nat else ""
+        return (f"-mtu{self.mtu}" if self.mtu else "") + ("-icmp-blocked" if self.icmp == "blocked" else "") + nat
+
+    @property
+    def needs_router(self) -> bool:
+        """A router in the middle of the WAN (testbed/router.py) enforces the path's MTU, filters its ICMP and
+        is the client side's NAT (testbed/nat.py)."""
+        return self.mtu is not None or self.icmp == "blocked" or self.behind_nat
+
+    @property
+    def behind_nat(self) -> bool:
+        """The client side sits behind a NAT (testbed/nat.py)."""
+        return self.nat == "masquerade"
 
     @property
     def background_label(self) -> str:
@@ -150,6 +191,7 @@ class VpnConfig:
     profile: str = "default"
     label: str = ""
     inner: "VpnConfig | None" = None
+    cores: int | None = None   # each tunnel end's daemons on this many cores (None: one each where there are enough)
 
     @property
     def is_baseline(self) -> bool:
@@ -165,6 +207,8 @@ class VpnConfig:
         data = {"driver": self.driver, "profile": self.profile, "options": self.options.model_dump(mode="json")}
         if self.inner:
             data["inner"] = self.inner.as_dict()
+        if self.cores is not None:  # (absent otherwise: scenarios stored before it keep their ids)
+            data["cores"] = self.cores
         return data
 
 
@@ -174,6 +218,16 @@ class _VpnEntry(Strict):
     profile: Literal["default", "fips"] = "default"
     options: dict[str, Any] = Field(default_factory=dict)
     inner: "_VpnEntry | None" = None
+    cores: int | list[int] | None = Field(None, description="each tunnel end's daemons pinned to this many cores "
+                                          "(a list sweeps them): how the VPN scales with cores")
+
+    @field_validator("cores")
+    @classmethod
+    def some_cores(cls, value):
+        for n in value if isinstance(value, list) else [value] if value is not None else []:
+            if isinstance(n, bool) or not 1 <= n <= 1024:
+                raise ValueError(f"a number of cores from 1 to 1024, got {n!r}")
+        return value
 
 
 # --- repetitions ---------------------------------------------------------------
@@ -239,11 +293,7 @@ class _StudyFile(Strict):
     @field_validator("repetitions", mode="before")
     @classmethod
     def count(cls, value):
-        if isinstance(value, bool) or not isinstance(value, int):
-            return value
-        if not 1 <= value <= 1000:
-            raise ValueError("expected a count from 1 to 1000, or {min, max, ci_target_pct}")
-        return {"min": value, "max": value, "ci_target_pct": None}
+        return repetition_count(value)
 
     links: list[dict[str, Any]] = Field(default_factory=lambda: [{}], min_length=1)
     workloads: list[dict[str, Any]] = Field(min_length=1)
@@ -251,6 +301,23 @@ class _StudyFile(Strict):
         None, description="the two ends of the WAN on real hosts: {client, gateway} or {left, right} -> inventory "
         "host names (vpnlab run --inventory); a list of such pairs runs the study on each, in parallel where they "
         "share no host")
+
+
+def repetition_count(value):
+    """`repetitions: N` as the rule it stands for (a fixed count); anything else as it is."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    if not 1 <= value <= 1000:
+        raise ValueError("expected a count from 1 to 1000, or {min, max, ci_target_pct}")
+    return {"min": value, "max": value, "ci_target_pct": None}
+
+
+def study_fields(names: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """Name -> (type, default) of these top-level fields of a study file, as the study model has them."""
+    fields = _StudyFile.model_fields
+    return {name: (fields[name].annotation if not fields[name].metadata else
+                   Annotated[(fields[name].annotation, *fields[name].metadata)],
+                   fields[name].get_default(call_default_factory=True)) for name in names}
 
 
 @dataclass
@@ -270,6 +337,9 @@ class Study:
     pin_tunnel_ends: bool = True
     peers: int | None = None          # topology mesh only
     idle_window_s: float = IDLE_WINDOW_S
+    analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
+    findings: list = field(default_factory=list)   # a seed's published findings (seed_findings.Finding)
+    choices: list = field(default_factory=list)    # what vpnlab chose where the seed is silent (seed_findings.Choice)
     nesting: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -306,10 +376,13 @@ def validation_problems(exc: ValidationError, prefix: str, skip_tags: bool = Fal
     return lines
 
 
+LIST_FIELDS = {"events"}  # a workload's: its value is a list, not a sweep
+
+
 def expand_sweeps(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """A list value in an entry is a sweep: one entry per combination, in file order."""
+    """A list value in an entry is a sweep (but for LIST_FIELDS'): one entry per combination, in file order."""
     keys = list(entry)
-    values = [v if isinstance(v, list) else [v] for v in entry.values()]
+    values = [[v] if k in LIST_FIELDS or not isinstance(v, list) else v for k, v in entry.items()]
     if any(len(v) == 0 for v in values):
         empty = next(k for k, v in zip(keys, values) if len(v) == 0)
         raise ValueError(f"{empty}: empty list (a sweep needs at least one value)")
@@ -317,7 +390,7 @@ def expand_sweeps(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _sweep_label(entry: dict, variant: dict) -> str:
-    swept = [k for k, v in entry.items() if isinstance(v, list)]
+    swept = [k for k, v in entry.items() if isinstance(v, list) and k not in LIST_FIELDS]
     return ",".join(f"{k}={variant[k]}" for k in swept)
 
 
@@ -357,15 +430,23 @@ def _build_vpn(entry: _VpnEntry, where: str, problems: list[str], inner: bool = 
         label = f"{base}[{sweep}]" if sweep and entry.label else base
         for inner in inner_configs:
             full_label = f"{inner.label} in {label}" if inner else label
-            configs.append(VpnConfig(entry.driver, options, entry.profile, full_label, inner))
+            for cores in _cores(entry, driver):
+                shown = f"{full_label} on {cores} core{'s' if cores > 1 else ''}" if cores else full_label
+                configs.append(VpnConfig(entry.driver, options, entry.profile, shown, inner, cores))
     return configs
+
+
+def _cores(entry: _VpnEntry, driver) -> list[int | None]:
+    if entry.cores is None or driver.baseline:  # no VPN has no tunnel ends to pin
+        return [None]
+    return entry.cores if isinstance(entry.cores, list) else [entry.cores]
 
 
 def _sweeps(entry: Any) -> list[tuple[str, int]]:
     """(field, number of values) of each sweep in a raw entry, read before anything is expanded."""
     if not isinstance(entry, dict):
         return []
-    return [(str(key), len(value)) for key, value in entry.items() if isinstance(value, list)]
+    return [(str(key), len(value)) for key, value in entry.items() if isinstance(value, list) and key not in LIST_FIELDS]
 
 
 def _vpn_sweeps(entry: Any, prefix: str = "") -> list[tuple[str, int]]:
@@ -375,6 +456,8 @@ def _vpn_sweeps(entry: Any, prefix: str = "") -> list[tuple[str, int]]:
     options = entry.get("options")
     found = [(f"{prefix}options.{key}", len(value)) for key, value in options.items()
              if isinstance(value, list)] if isinstance(options, dict) else []
+    if isinstance(entry.get("cores"), list):
+        found.append((f"{prefix}cores", len(entry["cores"])))
     if prefix.count("inner.") <= MAX_LAYERS:  # deeper nesting is refused later; a YAML alias may even loop
         found += _vpn_sweeps(entry.get("inner"), prefix + "inner.")
     return found
@@ -442,6 +525,8 @@ def _parse(text: str, source: str, here: bool) -> Study:
         problems += dict.fromkeys(f"{where}.shape: only for a study on real hosts (with `hosts:`); the testbed "
                                   "here always shapes its WAN as the link says" for where, link in placed_links
                                   if link.shape)
+    _check_path(top, placed_links, problems)
+    _check_events(top, placed_links, placed, placed_vpns, problems)
     if problems:
         raise _invalid(source, problems)
     return Study(
@@ -460,6 +545,9 @@ def _parse(text: str, source: str, here: bool) -> Study:
         pin_tunnel_ends=top.pin_tunnel_ends,
         peers=top.peers,
         idle_window_s=top.idle_window_s,
+        analysis=top.analysis,
+        findings=top.findings,
+        choices=top.choices,
     )
 
 
@@ -472,6 +560,9 @@ def read_yaml(text: str, source: str) -> Any:
         raise StudyError(f"{source}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise StudyError(f"{source}: not valid YAML: {exc}") from exc
+    except ValueError as exc:  # Python's own limit on an integer's digits
+        raise StudyError(f"{source}: a number of more than {sys.get_int_max_str_digits()} digits; "
+                         "no field takes one") from exc
 
 
 def _load(text: str, source: str) -> "_StudyFile":
@@ -610,12 +701,59 @@ def _check_hosts(top: "_StudyFile", links: list, problems: list[str]) -> None:
                             "are two hosts")
         elif [p for _, p in pairs].index(pair) != [w for w, _ in pairs].index(where):
             problems.append(f"{where}: the same pair as hosts[{[p for _, p in pairs].index(pair)}]")
+    for i, entry in enumerate(top.vpns):
+        if isinstance(entry, dict) and entry.get("cores") is not None:
+            problems.append(f"vpns[{i}].cores: pins the tunnel ends of this machine's testbed; on real hosts "
+                            "their daemons run on the cores the hosts give them")
     for where, link in links:
         shaped = [name for name in SHAPED_FIELDS if getattr(link, name)]
         if shaped and not link.shape:
             problems.append(f"{where}.{shaped[0]}: on real hosts shaping is opt-in: add `shape: true` to this link "
                             f"(it shapes the hosts' WAN interfaces, and is removed afterwards), or leave "
                             f"{' and '.join(shaped)} out to measure the real path as it is")
+
+
+PATH_FIELDS = ("mtu", "icmp", "nat", "nat_udp_timeout_s")  # the router's in the middle of the WAN
+
+
+def _check_path(top: "_StudyFile", links: list, problems: list[str]) -> None:
+    """A link's `mtu`, `icmp` and `nat` are a router's in the middle of the WAN, which only the two-sided
+    topologies here have, the NAT on their client (left) side: not a mesh (its peers' links meet at a core,
+    no side is the client's), not real hosts (their path is what it is)."""
+    if top.topology != "mesh" and top.hosts is None:
+        return
+    where_not = "a mesh's links meet at its core" if top.topology == "mesh" else \
+        "on real hosts the path between them is the real one"
+    problems += dict.fromkeys(f"{where}.{name}: only for a remote-access or site-to-site study on this machine, "
+                              f"whose WAN gets a router in the middle that sets it; {where_not}"
+                              for where, link in links for name in PATH_FIELDS if name in link.model_fields_set)
+
+
+def _check_events(top: "_StudyFile", links: list, workloads: list, vpns: list, problems: list[str]) -> None:
+    """A workload's events happen within it, on a testbed of this machine with a client side, those that
+    act on a NAT on links that have one, a rekey to VPNs whose software can be made to (the outer layer's)."""
+    without_nat = [where for where, link in links if not link.behind_nat]
+    cannot_rekey = [(where, vpn) for where, vpn in vpns if vpn.layers and not DRIVERS[vpn.layers[0].driver].rekeys]
+    can = ", ".join(sorted(name for name, driver in DRIVERS.items() if driver.rekeys))
+    for where, workload in workloads:
+        for i, event in enumerate(workload.events):
+            here = f"{where}.events[{i}]"
+            if top.topology == "mesh" or top.hosts is not None:
+                problems.append(f"{here}: events happen to the WAN of a remote-access or site-to-site study on this "
+                                "machine; " + ("a mesh has no client side" if top.topology == "mesh" else
+                                               "on real hosts the path is the real one"))
+                continue
+            lasts = KINDS[workload.kind].estimate_s(workload, None)
+            if event.at_s >= lasts:
+                problems.append(f"{here}.at_s: {event.at_s:g} s is past the workload's end (it lasts about "
+                                f"{lasts:.3g} s); an event happens during it")
+            if event.kind in NAT_EVENTS and without_nat:
+                problems.append(f"{here}.{event.kind}: acts on the client side's NAT, and {without_nat[0]} has none "
+                                "(nat: masquerade)")
+            if event.rekey and cannot_rekey:
+                where_vpn, vpn = cannot_rekey[0]
+                problems.append(f"{here}.rekey: {where_vpn} ({vpn.label}): {vpn.layers[0].driver} offers no way to "
+                                f"force a rekey here; drivers that do: {can}")
 
 
 def _check_mesh(top: "_StudyFile", vpns: list, workloads: list, problems: list[str]) -> None:
@@ -696,18 +834,6 @@ def builtin_studies() -> dict[str, str]:
     """Name -> YAML text of the studies shipped with vpnlab."""
     folder = resources.files("vpnlab") / "studies"
     return {p.name.removesuffix(".yaml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".yaml")}
-
-
-def findings_text(stored_text: str) -> tuple[str, bool]:
-    """The study text whose findings judge a stored run: for a run of a built-in seed
-    study, the built-in's text as this vpnlab ships it (the seed's findings, encoded again since the run;
-    what the run measured is unchanged), else the run's own; True when it is the built-in's and differs."""
-    try:
-        name = (yaml.safe_load(stored_text) or {}).get("name")
-    except (yaml.YAMLError, AttributeError):
-        return stored_text, False
-    current = builtin_studies().get(name) if isinstance(name, str) else None
-    return (current, True) if current and current != stored_text else (stored_text, False)
 
 
 def load_builtin(name: str, here: bool = False) -> Study:

@@ -1,1 +1,1 @@
-"""The report stage: what a reader gets: the HTML report, export, the README's verdict table, files written for the user."""
+"""The report stage: what a reader gets: the HTML report, export, the seeds' verdict table (docs/seeds.md), files written for the user."""

@@ -12,7 +12,8 @@ from dataclasses import asdict
 
 from ..analyse.analysed import Analysed
 from ..analyse.compare import study_comparisons
-from ..run.stopping import stored_rule, target_met
+from ..analyse.stopping import target_met
+from ..core.flags import stored
 from ..catalog import KINDS, metric as get_metric
 
 # Every table names scenarios, VPNs, links and workloads the same way: scenario_id, vpn_label,
@@ -25,8 +26,9 @@ COLUMNS = [
     "run_link_rate_mbit", "run_link_delay_ms", "run_link_jitter_ms", "run_link_loss_pct", "run_workload_params",
     "round", "position",  # the round (block) the repetition ran in, which the paired tests pair on, and its place
     "pair",  # a mesh's: one pair's own value ("1->2"); blank: the sample's (for all pairs, their sum or mean)
+    "hosts",  # real hosts: the inventory host of each role (JSON, {"client": "gw-a", ...}); blank: this machine
 ]
-AS_RUN_UNRECORDED = dict.fromkeys(COLUMNS[-8:-3])  # a store from before vpnlab recorded it: blank
+AS_RUN_UNRECORDED = dict.fromkeys(c for c in COLUMNS if c.startswith("run_"))  # a store from before vpnlab recorded it
 
 
 def rows(analysed: Analysed) -> list[dict]:
@@ -63,11 +65,12 @@ def _row(sc, sample, metric: str, value: float, unit: str, pair: str) -> dict:
         "metric": metric,
         "value": value,
         "unit": unit,
-        "flags": sample.flags,
+        "flags": stored(sample.flags),
         "measured_at": sample.measured_at,
         "link_label": sc.link_label,
         "workload_label": sc.workload_label,
-    } | as_run_columns(sc.as_run) | {"round": sample.round, "position": sample.position, "pair": pair}
+    } | as_run_columns(sc.as_run) | {"round": sample.round, "position": sample.position, "pair": pair,
+                                           "hosts": sc.hosts}
 
 
 def as_run_columns(as_run: str) -> dict:
@@ -83,7 +86,7 @@ def summary_rows(analysed: Analysed) -> list[dict]:
     """One row per scenario and metric: n, mean, sd, 95% CI and its method, the value against no VPN
     with its interval, grade (or why there is none), outliers flagged."""
     scenarios = {s.id: s for s in analysed.scenarios}
-    rule = stored_rule(analysed.study_text) if analysed.runs else None
+    rule = analysed.study.repetitions
     out = []
     for sid, summaries in analysed.summaries.items():
         sc = scenarios[sid]

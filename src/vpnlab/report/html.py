@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import re
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -28,11 +27,14 @@ from ..analyse.analysed import Analysed, analyse  # noqa: E402
 from ..analyse.analysis import Summary, baseline_of, fmt, relative_text, summary_text  # noqa: E402
 from ..analyse.compare import STUDY_HEADINGS, printed, study_footnotes, study_rows  # noqa: E402
 from .algorithms import table as algorithm_table  # noqa: E402
-from .labels import Labels, for_scenarios as short_labels  # noqa: E402
-from ..run.stopping import lasting_notes, stored_rule, target_met  # noqa: E402
+from ..analyse.labels import Labels, for_scenarios as short_labels  # noqa: E402
+from ..analyse.stopping import lasting_notes, target_met  # noqa: E402
+from ..plan.study import RepetitionRule  # noqa: E402
 from ..analyse.stats.grades import MIN_N, band  # noqa: E402
 from ..analyse.stats.outliers import K as OUTLIER_K  # noqa: E402
+from ..measure.observers import FRAGMENTED  # noqa: E402
 from ..machines.provenance import current_wording, machine_lines, measured_where, sitting_versions  # noqa: E402
+from .field_table import field_table  # noqa: E402
 from .outputs import Output  # noqa: E402
 from ..store import ScenarioRow, Stored  # noqa: E402
 from ..catalog import KINDS  # noqa: E402
@@ -94,6 +96,8 @@ class Report:
     mesh_pairs: list = field(default_factory=list)       # a mesh's pairs, each one's mean (mesh_pair_rows)
     mesh_rows: list = field(default_factory=list)        # a mesh's figures against no VPN (mesh_rows)
     mesh_metrics: list = field(default_factory=list)     # ... their columns
+    field_columns: list = field(default_factory=list)    # the field conditions measured (field_table.py)
+    field_rows: list = field(default_factory=list)       # ... each VPN's verdict under each
 
 
 # What a mesh's reader asks of each VPN: what it carried in all and between its worst pair, the delay
@@ -214,6 +218,43 @@ def _bar_figure(title: str, unit: str, rows: list[tuple[ScenarioRow, Summary]], 
                                "confidence interval; grey: no VPN")
 
 
+def _cost_figures(scenarios: list, stat: dict, short: Labels) -> list[Figure]:
+    """On an unshaped link, per TCP workload: each VPN's goodput against the CPU it spends per GB, both
+    with their intervals; configurations of one driver (its builds, its cores) joined by a line."""
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for s in scenarios:
+        if s.workload == "tcp" and s.link_rate_mbit is None and not s.is_baseline and s.status != "failed" \
+                and (s.id, "throughput_mbps") in stat and (s.id, "cpu_s_per_gb") in stat:
+            groups[(s.link_label, s.workload_label)].append(s)
+    return [_cost_figure(f"throughput against CPU per GB - {workload} on {link} (the VPN is the bottleneck)",
+                         members, stat, short)
+            for (link, workload), members in sorted(groups.items()) if len(members) > 1]
+
+
+def _cost_figure(title: str, members: list, stat: dict, short: Labels) -> Figure:
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    by_driver: dict[str, list] = defaultdict(list)
+    for sc in sorted(members, key=lambda s: s.idx):
+        by_driver[sc.vpn].append(sc)
+    for driver, same in by_driver.items():
+        cost, speed = [stat[(s.id, "cpu_s_per_gb")] for s in same], [stat[(s.id, "throughput_mbps")] for s in same]
+        xs, xerr = _whiskers(cost)
+        ys, yerr = _whiskers(speed)
+        line = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o", capsize=3, linestyle="-" if len(same) > 1 else "",
+                           label=driver)
+        for sc, x, y in zip(same, xs, ys):
+            ax.annotate(short.of(sc), (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points",
+                        color=line[0].get_color())
+    ax.set_xlabel("CPU per GB carried [s/GB] (lower is cheaper)")
+    ax.set_ylabel("throughput [Mbit/s]")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax, "driver")
+    ax.set_title(title, fontsize=10)
+    return _figure(title, fig, "points: geometric means; whiskers: their 95% confidence intervals; a line joins "
+                               "the configurations of one driver (its builds, its cores); up and to the left is "
+                               "faster and cheaper")
+
+
 def _sweep_figure(title: str, param: str, metric: str, unit: str,
                   lines: dict[ScenarioRow, list[tuple[float, Summary]]], short: Labels) -> Figure:
     """A numeric sweep (window, rate, size): one line per VPN with its intervals as error bars."""
@@ -282,37 +323,39 @@ def compose(analysed: Analysed, directory: Path) -> Report:
     report.implementations = sorted({(s.vpn, s.implementation) for s in scenarios if not s.is_baseline})
     report.links = sorted({s.link_label for s in scenarios})
     report.rules = sorted({s.repetition_rule for s in scenarios})
-    met_line, missed = _target_met(scenarios, stat, analysed.study_text)
+    met_line, missed = _target_met(scenarios, stat, analysed.study.repetitions)
     report.rules += met_line
     report.notes += missed
     report.labels = short_labels(scenarios)
     report.algorithms = algorithm_table(stored, scenarios, report.labels)
 
-    graded = [w for f in findings.parse(analysed.study_text) if f.graded for w in f.b.workloads]
+    graded = [w for f in analysed.study.findings if f.graded for w in f.b.workloads]
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell, graded)
     if settings.seed_grading == "jaha-2014":
         report.seed_table_vi = _table_vi(scenarios, stat, report.links,
                                          _seed_cell(scenarios, stat, settings.latency_floor_ms), graded)
     _short_table_labels(report)
     _figures(report, scenarios, stat)
+    report.figures[:0] = _cost_figures(scenarios, stat, report.labels)  # where the link does not limit: first
     _interval_figures(report, scenarios, analysed.series)
     _tunnels(report, scenarios, stat)
     report.mesh_pairs = mesh_pair_rows(scenarios, stored.pair_values())
     report.mesh_metrics, report.mesh_rows = mesh_rows(scenarios, stat)
+    report.field_columns, report.field_rows = field_table(scenarios, stat)
     used = _recommend(report, scenarios, stat, analysed.family)
     _comparisons(report, scenarios, analysed.family, used)
-    report.methods = methods.paragraph(analysed.study_text, report.rules, cpu=analysed.cpu_text)
+    report.methods = methods.paragraph(analysed.study, report.rules, cpu=analysed.cpu_text,
+                                       pairing=analysed.pairing_text)
     report.against = analysed.against  # "Against the original study": findings.html.j2
     return report
 
 
-def _target_met(scenarios: list, stat: dict, study_text: str) -> tuple[list[str], list]:
+def _target_met(scenarios: list, stat: dict, rule: RepetitionRule) -> tuple[list[str], list]:
     """With an adaptive rule: how many scenarios' final intervals (as computed now) are within the
     study's target, and those that are not, as a note with the scenarios and their intervals."""
-    rule = stored_rule(study_text)
     finals = [(s, stat[(s.id, KINDS[s.workload].primary)]) for s in scenarios
               if s.workload in KINDS and (s.id, KINDS[s.workload].primary) in stat]
-    if rule is None or not rule.adaptive:
+    if not rule.adaptive:
         return [], []
     wide = [(s, f) for s, f in finals if not target_met(f, rule)]
     line = f"confidence target met in {len(finals) - len(wide)} of {len(finals)} adaptive scenarios"
@@ -324,21 +367,20 @@ def _target_met(scenarios: list, stat: dict, study_text: str) -> tuple[list[str]
 
 
 def _grouped_flags(store: Stored) -> list[tuple[str, list[str]]]:
-    """Each kind of flag once (its text up to the first colon, figures and parentheses left out), with
-    how many repetitions carry it, an example, and the scenarios: under emulation most repetitions of
+    """Each kind of flag once, with how many repetitions carry it, an example, and the scenarios: under emulation most repetitions of
     a study carry the same one, and a line per scenario would bury the rare ones."""
     labels = {s.id: s.label for s in store.scenarios()}
     reps: dict[str, dict[tuple[str, int], str]] = defaultdict(dict)
     for row in store.samples():
         if row.repetition > 0:
-            for flag in filter(None, row.flags.split(";")):
-                reps[_flag_kind(flag)].setdefault((row.scenario_id, row.repetition), flag)
+            for flag in row.flags:
+                reps[flag.kind].setdefault((row.scenario_id, row.repetition), flag)
     groups = []
     for kind, flagged in sorted(reps.items(), key=lambda kv: len(kv[1])):  # the rare ones first
         scenarios = sorted({labels[sid] for sid, _ in flagged})
         example = next(iter(flagged.values()))
         many = f"{len(flagged)} repetitions flagged alike, e.g." if len(flagged) > 1 else "1 repetition flagged:"
-        groups.append((f"{many} {example}", scenarios))
+        groups.append((f"{many} {example.declared.meaning or example.kind}: {example.text}", scenarios))
     return groups
 
 
@@ -372,18 +414,14 @@ def _unflagged_fragments(store: Stored) -> list[tuple[str, list[str]]]:
     labels = {s.id: s.label for s in store.scenarios()}
     found: dict[str, list[float]] = defaultdict(list)
     for row in store.samples():
-        if row.metric == "wan_fragments" and row.value > 0 and "fragmented" not in row.flags and row.repetition > 0:
+        if row.metric == "wan_fragments" and row.value > 0 and row.repetition > 0 \
+                and FRAGMENTED.name not in {flag.kind for flag in row.flags}:
             found[labels[row.scenario_id]].append(row.value)
     if not found:
         return []
     return [(f"{sum(map(len, found.values()))} repetitions fragmented on the WAN (packets bigger than the path "
              "MTU), whose cost is in their figures", [f"{label}: {len(v)} repetitions, {statistics.median(v):.0f} "
                                                        "fragments (median)" for label, v in sorted(found.items())])]
-
-
-def _flag_kind(flag: str) -> str:
-    heading = re.sub(r"\s*\([^)]*\)", "", flag.split(":")[0])
-    return re.sub(r"\d+(\.\d+)?", "#", heading).strip()
 
 
 def _outlier_groups(scenarios: list, summaries: dict) -> list[tuple[str, list[str]]]:

@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-from ..errors import VpnlabError
-from ..files import PSEUDO_FILESYSTEMS, filesystem_type
+from ..core.errors import VpnlabError
+from ..core.files import PSEUDO_FILESYSTEMS, filesystem_type
 
 STDOUT = "-"
 

@@ -1,4 +1,4 @@
-"""The README's table of seed verdicts, generated from results stores: one Markdown row per store,
+"""The table of seed verdicts in docs/seeds.md, generated from results stores: one Markdown row per store,
 saying what ran and each finding's verdict with its ratio named for what it is (B/A of a metric,
 e.g. transfer_s B/A: a ratio of transfer times, above 1 when B was slower)."""
 
@@ -8,10 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 from ..analyse.analysed import analyse
-from ..analyse.findings import VERDICTS, Judgement, judge
-from ..plan.schema import CONTROL
+from ..analyse.findings import CHANGELOG, VERDICTS, Judgement, changes, judge
+from ..core.schema import CONTROL
 from ..store import Stored
-from ..plan.study import findings_text
 
 HEADER = "| seed study | what ran | verdicts |\n|---|---|---|"
 
@@ -20,10 +19,14 @@ def row(directory: Path) -> str:
     """The Markdown row of one results directory (read only), its control characters as visible escapes."""
     analysed = analyse(directory)
     runs = analysed.runs  # (read_store refuses a store with none)
-    text, reencoded = findings_text(runs[-1]["study_text"])
-    judged = judge(analysed.stored, text)
+    judging, reencoded = analysed.study.judged_by
+    judged = judge(analysed.stored, judging)
     ran = what_ran(analysed.stored, runs)
     encoding = " (findings as this vpnlab encodes them, judged on the stored samples)" if reencoded else ""
+    changed, removed = changes(analysed.study, judging) if reencoded else ({}, [])
+    if changed or removed:
+        encoding = (f" (findings as this vpnlab encodes them, judged on the stored samples; {len(changed)} changed or "
+                    f"added and {len(removed)} removed since the run: {CHANGELOG})")
     text = f"| `{runs[-1]['study_name']}` | {ran} | {verdicts_text(judged)}{encoding} |"
     return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..catalog import DRIVERS, metric
 from ..drivers.base import TunnelEnv, wait_for
-from ..errors import TunnelError, VpnlabError
+from ..core.errors import TunnelError, VpnlabError
 from ..measure.observers import LoadedRtt
 from .proof import prove
 from .repetition import Attempt
@@ -74,7 +74,8 @@ def run_mesh_repetition(scenario, state: RunState, log_dir: Path, arrivals: str 
             add_link_shares(results, measured, scenario.link_as_run.rate_mbit)
             attempt.sample.values, attempt.sample.raw["pairs"] = combine(scenario.kind, results)
             attempt.sample.values |= loaded.finish(None)[0] if loaded else {}
-            attempt.sample.flags = sorted({f"pair {label}: {flag}" for label, m in results.items() for flag in m.flags})
+            attempt.sample.flags = sorted({flag.within(f"pair {label}") for label, m in results.items() for flag in m.flags},
+                                          key=str)
         except (VpnlabError, subprocess.SubprocessError) as exc:
             attempt.failure = str(exc)
         deadline = answer_deadline(scenario.link_as_run)

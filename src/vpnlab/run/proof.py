@@ -24,7 +24,7 @@ from pathlib import Path
 
 import dpkt
 
-from ..errors import VpnlabError
+from ..core.errors import VpnlabError
 from ..testbed.idle import wait_asleep
 from ..testbed.topology import Testbed
 

@@ -14,9 +14,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import VpnlabError
-from ..plan.judging import shared_machine_flag
-from ..report.algorithms import record as record_algorithms
+from ..core.errors import VpnlabError
+from .algorithms import record as record_algorithms
+from ..catalog import TRAFFIC_TOOLS
+from ..measure.cpu import shared_machine_flag
 from ..measure.window import Sample, measure
 from ..testbed import netns
 from ..testbed.state import RunState, other_live_runs
@@ -47,24 +48,28 @@ def run_repetition(scenario, state: RunState, log_dir: Path, arrivals: str, host
         if hosts:
             bed = hosts.testbed(state, layout, scenario.link_as_run, f"{scenario.index}", not scenario.vpn.layers)
         else:
-            bed = Testbed.build(state, layout, scenario.link_as_run, tag=f"{scenario.index}", pin=scenario.pin)
+            bed = Testbed.build(state, layout, scenario.link_as_run, tag=f"{scenario.index}", pin=scenario.pin,
+                                cores=scenario.vpn.cores)
         ctx = WorkloadContext(bed, log_dir)
         bring_up(stage, bed, scenario, state, log_dir)
         prove_and_measure(stage, bed, scenario, log_dir)
         attempt.notes = stage.notes
+        ctx.tunnels = stage.tunnels
         scenario.kind.prepare(scenario.workload_as_run, ctx)  # (its files and servers) outside every window
         warm_up(bed)
         background = BackgroundTraffic(ctx, scenario.link.background, arrivals) if scenario.link.background else None
         with TunnelWatch(stage, bed, scenario.kind.needs(scenario.workload)) as watch:
             others = other_live_runs(state.run_id)
             try:
-                attempt.sample = measure(scenario, ctx, len(stage.tunnels), background)
+                attempt.sample = measure(scenario, ctx, len(stage.tunnels), background, TRAFFIC_TOOLS)
             except (VpnlabError, subprocess.SubprocessError) as exc:
                 attempt.failure = str(exc)
             others += other_live_runs(state.run_id)
         if others:
             attempt.sample.flags.append(shared_machine_flag(others))
-        attempt.failure = watch.death or still_carrying(stage, bed, scenario.link_as_run) or attempt.failure
+        # after events, a tunnel that did not come back is their result (`recovered`), not a failure
+        attempt.failure = (watch.death or still_carrying(stage, bed, scenario.link_as_run,
+                                                         packets=not scenario.workload.events) or attempt.failure)
         attempt.sample.values |= stage.values
         record_algorithms(stage, scenario, attempt.sample)  # declared and negotiated, per layer
     except (VpnlabError, subprocess.SubprocessError) as exc:
@@ -84,12 +89,13 @@ def warm_up(bed: Testbed) -> None:
                    timeout=10)
 
 
-def still_carrying(stage: TunnelStage, bed: Testbed, link) -> str | None:
-    """None if every daemon runs and a packet still crosses end to end, else what is wrong."""
+def still_carrying(stage: TunnelStage, bed: Testbed, link, packets: bool = True) -> str | None:
+    """None if every daemon runs and (unless not `packets`) a packet still crosses end to end, else
+    what is wrong."""
     problem = stage.health()
     if problem:
         return f"the tunnel died during the measurement: {problem}"
-    if any(first_packet(bed, link) for _ in range(CHECK_ATTEMPTS)):
+    if not packets or any(first_packet(bed, link) for _ in range(CHECK_ATTEMPTS)):
         return None
     logs = "\n".join(t.logs() for t in stage.tunnels)
     return "after the measurement no packet crossed end to end any more" + (f"\n{logs}" if logs else "")

@@ -23,17 +23,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import version
 from ..machines import vm
-from ..machines.backend import EMULATED, IN_GUEST
+from ..core.backend import EMULATED, IN_GUEST
 from ..machines.capabilities import Capabilities, this_machine, tool_versions
 from ..catalog import unit
-from ..measure.cpu import OtherLoadSeries
-from ..files import tail
-from ..plan.judging import shared_machine_flag
+from ..measure.cpu import OtherLoadSeries, shared_machine_flag
+from ..core.files import tail, write_own
 from ..machines.provenance import TCG_NOTE
 from ..plan.scenarios import Plan, Scenario, duration, measured_pace, round_order
 from .mesh_run import run_mesh_repetition
 from .repetition import run_repetition
-from .signals import Interrupted
+from ..core.signals import Interrupted
 from .stopping import rounds_wanted, stein_note
 from ..store import DB_NAME, Store
 from ..testbed.state import RunState, clean_stale_runs, other_live_runs
@@ -141,7 +140,7 @@ class Runner:
         self.out_dir = Path(out_dir).resolve()
         self.in_vm = in_vm  # ids of the scenarios that run in the VM
         self.caps = caps
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, emoji=False)
         self.show_progress = progress
         self.failures: list[tuple[Scenario, str]] = []
         self.unfinished: list[tuple[Scenario, str]] = []  # short of their rule when the VM guest ended
@@ -149,7 +148,7 @@ class Runner:
     def run(self) -> str:
         """Run every unfinished repetition; returns the run's final status."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "study.yaml").write_text(self.plan.study.source_text)
+        write_own(self.out_dir / "study.yaml", self.plan.study.source_text)
         for line in clean_stale_runs():
             self.console.print(f"[yellow]cleaned up after a crashed {line}[/]")
         store = Store.open_dir(self.out_dir)
@@ -196,6 +195,7 @@ class Runner:
             status = "completed-with-failures" if self.failures else "incomplete" if self.unfinished else "completed"
         except (KeyboardInterrupt, Interrupted):
             status = "interrupted"
+            self._settle_measured(store)
             raise
         finally:
             for problem in self.hosts.close() if self.hosts else []:
@@ -204,6 +204,13 @@ class Runner:
             store.finish_run(run_id, status)
             store.close()
         return status
+
+    def _settle_measured(self, store: Store) -> None:
+        """On an interruption: a scenario whose last repetition was stored before the signal, and which
+        needs no more, is done (`show` would call it not finished otherwise)."""
+        for scenario in self.plan.scenarios:
+            if store.status(scenario.id) == "running" and not self._needs_more(store, scenario):
+                self._settle(store, scenario)
 
     def _refuse(self, store: Store) -> None:
         """The scenarios the place they run cannot run (a host's kernel lacks a piece) fail with the
@@ -245,7 +252,7 @@ class Runner:
         try:
             with watch:
                 # the guest runs this very vpnlab, wherever it was imported from (a checkout on PYTHONPATH too)
-                guest.run([sys.executable, "-m", "vpnlab.machines.guest", work], timeout,
+                guest.run([sys.executable, "-m", "vpnlab.run.guest", work], timeout,
                           {"VPNLAB_STORE_JOURNAL": "DELETE", "PYTHONPATH": str(vm.PACKAGE.parent)})
         except vm.VmError as exc:
             error = str(exc)
@@ -276,7 +283,7 @@ class Runner:
         with one as the host does (the guest runs only those still short)."""
         in_vm = [s.id for s in self.plan.scenarios if s.id in self.in_vm]
         store.hand_over(work / vm.RESULTS / DB_NAME, in_vm)
-        vm.write_job(work, self.plan.study.source_text, self.plan.study.source_path, in_vm)
+        vm.write_job(work, self.plan.study, in_vm)
 
     def _todo(self, store: Store) -> tuple[list[Scenario], float]:
         """The scenarios short of their rule, and how long their missing repetitions take by the

@@ -13,39 +13,14 @@ balanced for the paired tests.
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING
 
-import yaml
-
-from ..analyse.stats import Interval, SteinPlan, guarded_stein_interval, stein_total_n
-from ..plan.study import RepetitionRule
+from ..analyse.stats import SteinPlan, stein_total_n
+from ..analyse.stopping import STEIN_NOTE, final_interval
 
 if TYPE_CHECKING:
     from ..plan.scenarios import Scenario
     from ..store import Store
-
-
-def stored_rule(study_text: str) -> RepetitionRule | None:
-    """The repetition rule of a stored study (as run, with any --set applied), None if unreadable."""
-    try:
-        study = yaml.safe_load(study_text)
-        rule = study.get("repetitions", 3) if isinstance(study, dict) else 3
-        return RepetitionRule.fixed(rule) if isinstance(rule, int) else RepetitionRule(**rule)
-    except (yaml.YAMLError, TypeError, ValueError):
-        return None
-
-
-def final_interval(values: list[float], rule: RepetitionRule, pilot: list[float] | None = None) -> Interval | None:
-    """Stein's final interval of an adaptive scenario's primary metric (values in repetition order):
-    the geometric mean of all values, the pilot's spread and df (the first `min` values, unless the
-    pilot the rule ran on is given: flagged values left out do not make a new one), widened where the
-    t interval of all of them reaches further (stats.guarded_stein_interval); None without a positive pilot."""
-    pilot = values[:rule.min] if pilot is None else pilot
-    if not rule.adaptive or len(pilot) < max(rule.min, 2) or min(values + pilot) <= 0:
-        return None
-    plan = stein_total_n(pilot, rule.ci_target_pct / 100)
-    return guarded_stein_interval(values, plan.pilot_sd_log, plan.pilot_df)
 
 
 def pilot_plan(store: Store, scenario: Scenario) -> SteinPlan | None:
@@ -77,25 +52,6 @@ def rounds_wanted(store: Store, scenario: Scenario, scenarios: list[Scenario]) -
     totals = [plan.total_n for s in _compared(scenario, scenarios)
               if store.status(s.id) != "failed" and (plan := pilot_plan(store, s)) is not None]
     return min(rule.max, max(totals))
-
-
-STEIN_NOTE = "adaptive repetitions by Stein's two-stage rule on the log scale"  # (one note: no '; ' in it)
-# Stein's note as stored when the scenario settled (before 2026-11-26 split in three at '; '): the report,
-# `show` and the export say it afresh from the intervals as computed now (target_met), not from it.
-STEIN_PARTS = re.compile(rf"^({re.escape(STEIN_NOTE)}|\d+ ran \(whole rounds|final interval )")
-
-
-def lasting_notes(notes: str) -> list[str]:
-    """A scenario's stored notes, Stein's left out."""
-    return [note for note in notes.split("; ") if note and not STEIN_PARTS.match(note)]
-
-
-def target_met(final, rule: RepetitionRule | None) -> bool | None:
-    """Whether an adaptive scenario's final interval (a Summary of its primary metric, as computed now)
-    is within the rule's target; None without an adaptive rule or a summary."""
-    if rule is None or not rule.adaptive or final is None:
-        return None
-    return not math.isnan(final.ci_high) and final.ci_high <= final.centre * (1 + rule.ci_target_pct / 100)
 
 
 def stein_note(store: Store, scenario: Scenario) -> tuple[bool, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..catalog import DRIVERS
 from ..drivers.base import Tunnel, TunnelEnv, wait_for
-from ..errors import TunnelError
+from ..core.errors import TunnelError
 from .proof import PROBE_INNER_LEN, prove
 from ..testbed.state import RunState
 from ..testbed.topology import Testbed
@@ -67,11 +67,28 @@ def bring_up(stage: TunnelStage, bed: Testbed, scenario, state: RunState, log_di
         carried = min(fits, tunnel.mtu or fits)
     if not stage.tunnels:
         return
+    path_note(stage, scenario)
     if placement and not placement.pinned:
         stage.notes.append(f"tunnel ends {placement.text}: they shared the CPUs")
     wait_for(lambda: first_packet(bed, scenario.link_as_run), SETUP_TIMEOUT_S, f"the first packet through {scenario.vpn.label}",
              stage.tunnels[-1], interval=0)
     stage.values["setup_s"] = time.monotonic() - started
+
+
+def path_note(stage: TunnelStage, scenario) -> None:
+    """A path narrower in the middle of the WAN (a link's `mtu`) than the outer layer's full-size packets:
+    what they need to cross it, said on the scenario."""
+    link, outer = scenario.link_as_run, stage.tunnels[0]
+    if not link.mtu or not outer.mtu:
+        return
+    config, impl = scenario.vpn.layers[0], scenario.implementations[0]
+    driver = DRIVERS[config.driver]
+    size = outer.mtu + driver.full_packet_overhead(config.options, config.profile, impl, outer.mtu)
+    if size > link.mtu:
+        stage.notes.append(f"layer 0 ({config.driver}) has MTU {outer.mtu}: its full-size packets ({size} B on the "
+                           f"WAN) are bigger than the path's MTU of {link.mtu} in the middle of the WAN: they cross "
+                           "only fragmented or once the VPN finds the path's MTU (ICMP "
+                           + ("blocked there)" if link.icmp == "blocked" else "allowed there)"))
 
 
 def wan_mtu(bed: Testbed) -> int:

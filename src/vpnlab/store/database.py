@@ -1,16 +1,19 @@
-"""The store's file: its schema and upgrades, the read-only check that a file is an intact store this
-vpnlab reads, and the connection that turns a full disk into DiskFull naming the store."""
+"""The store's file: its schema and upgrades, its read-only URI, and the connection that turns a full
+disk into DiskFull naming the store (checking.py checks that a file is an intact store)."""
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import errno
 import os
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from ..errors import VpnlabError
+from ..core.errors import VpnlabError
 
 SCHEMA_VERSION = 6
 READABLE_SINCE = 5   # results_dir.read_store reads these as they are (what was added since is derived)
@@ -138,56 +141,32 @@ class StoreError(VpnlabError, ValueError):
     vpnlab's tables, a newer schema, or damaged. (A ValueError too, as the schema check was.)"""
 
 
-def check_store(path: Path) -> list[dict]:
-    """Check, without writing anything, that `path` is an undamaged vpnlab results store this
-    vpnlab can read; its runs (id, status, study_name, study_text), oldest first. Raises
-    StoreError saying what is wrong otherwise."""
-    return inspect_store(Path(path))[1]
-
-
-def inspect_store(path: Path) -> tuple[int, list[dict]]:
-    """check_store's work: the store's schema version and its runs."""
-    # Only SQLite opens the file: closing any other descriptor of it would drop every POSIX lock
-    # this process holds on it (a store it has open), and another process could then delete that
-    # store's write-ahead log as abandoned, with what was committed since.
-    if not os.access(path, os.R_OK):
-        raise StoreError(f"{path}: cannot be read ({'no such file' if not path.exists() else 'permission denied'})")
-    if not path.stat().st_size:
-        raise StoreError(f"{path}: an empty file, not a vpnlab results store; left untouched")
-    db = None
-    try:
-        db = sqlite3.connect(read_only_uri(path), uri=True)
-        problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
-        if problems != ["ok"]:
-            raise StoreError(f"{path}: the results store is damaged ({'; '.join(problems)}); left untouched")
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not TABLES <= tables:
-            raise StoreError(f"{path}: an SQLite database but not a vpnlab results store (it has no "
-                             f"{', '.join(sorted(TABLES - tables))} table); left untouched")
-        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        try:
-            version = int(row[0])
-        except (TypeError, ValueError):
-            raise StoreError(f"{path}: the results store is damaged (no schema version); left untouched") from None
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{path}: results schema {version}, this vpnlab reads up to {SCHEMA_VERSION}: "
-                             "use the vpnlab that wrote it (or a newer one); left untouched")
-        return version, [dict(zip(("id", "status", "study_name", "study_text"), r))
-                         for r in db.execute("SELECT id, status, study_name, study_text FROM runs ORDER BY id")]
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):
-            raise StoreError(f"{path}: not a vpnlab results store (not an SQLite database); left untouched") from exc
-        raise StoreError(f"{path}: the results store is damaged or unreadable ({exc}); left untouched") from exc
-    finally:
-        if db is not None:
-            db.close()
-
-
 def read_only_uri(path: Path) -> str:
     """A URI that opens the store without writing: immutable (not even a lock or a -shm file) when
     no journal or write-ahead log lies beside it, else read-only, so a WAL a crash left is read."""
+    path = _readable(path)
     beside = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))
     return f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if beside else "&immutable=1")
+
+
+_COPIES: dict[tuple, Path] = {}
+
+
+def _readable(path: Path) -> Path:
+    """The store, or where it can be read: SQLite reads a write-ahead log only beside its -shm index,
+    which it cannot create on a read-only filesystem; the store and its log are then read from a
+    private copy (made once per process, removed at exit), the original left as it is."""
+    wal, shm = path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
+    if not wal.exists() or shm.exists() or os.access(path.parent, os.W_OK):
+        return path
+    key = (str(path.resolve()), path.stat().st_mtime_ns, wal.stat().st_mtime_ns)
+    if key not in _COPIES:
+        folder = Path(tempfile.mkdtemp(prefix="vpnlab-read-"))
+        atexit.register(shutil.rmtree, folder, True)
+        for source in (path, wal):
+            shutil.copyfile(source, folder / source.name)
+        _COPIES[key] = folder / path.name
+    return _COPIES[key]
 
 
 class _Connection(sqlite3.Connection):

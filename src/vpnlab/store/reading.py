@@ -9,7 +9,9 @@ import sqlite3
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from ..plan.stored import StoredStudy, of_runs
 from .database import VALID, _Connection
+from .legacy_flags import read_flags
 from .rows import SampleRow, ScenarioRow
 
 T = TypeVar("T")
@@ -21,6 +23,10 @@ class Reading:
     def runs(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM runs ORDER BY id").fetchall()
 
+    def study(self) -> StoredStudy:
+        """The study as the last sitting ran it, parsed once (plan/stored.py)."""
+        return of_runs(self.runs())
+
     def scenarios(self) -> list[ScenarioRow]:
         return [ScenarioRow(**dict(r)) for r in self.db.execute("SELECT * FROM scenarios ORDER BY idx")]
 
@@ -28,7 +34,7 @@ class Reading:
         """Samples with their repetition's flags, round and failure. Valid only (the default):
         not of a failed repetition nor of a failed scenario, as every statistic needs."""
         where = f"WHERE {VALID}" if valid_only else ""
-        return [SampleRow(**dict(r)) for r in self.db.execute(
+        return [SampleRow(**{**dict(r), "flags": read_flags(r["flags"])}) for r in self.db.execute(
             "SELECT s.*, COALESCE(r.flags, '') AS flags, r.round AS round, COALESCE(r.failure, '') AS failure,"
             " r.position AS position"
             " FROM samples s JOIN scenarios sc ON sc.id = s.scenario_id LEFT JOIN repetitions r"
@@ -142,6 +148,9 @@ class Stored:
 
     def runs(self) -> list[sqlite3.Row]:
         return self._runs
+
+    def study(self) -> StoredStudy:
+        return self.derived("study", lambda: of_runs(self._runs))
 
     def scenarios(self) -> list[ScenarioRow]:
         return self._scenarios

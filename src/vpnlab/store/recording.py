@@ -16,8 +16,12 @@ import math
 import sys
 from pathlib import Path
 
+from ..core.files import write_own
+from ..core.flags import SEPARATOR, Flag, declare, stored
 from .database import (BASELINE_VPN, LOW_SPACE_BYTES, RESERVE_BYTES, RESERVE_NAME, SETUP_REPETITION, DiskFull,
                        free_bytes, now)
+
+NOT_FINITE = declare("not-finite", "a value was not a finite number and is stored as missing")
 
 
 class Recording:
@@ -36,7 +40,7 @@ class Recording:
     def start_run(self, *, version: str, kernel: str, hostname: str, capabilities: dict,
                   tool_versions: dict, study_name: str, study_text: str, hosts: dict | None = None) -> int:
         try:  # real blocks (zeros, not a hole): freed to mark the run interrupted if the disk fills
-            self._reserve.write_bytes(bytes(RESERVE_BYTES))
+            write_own(self._reserve, bytes(RESERVE_BYTES))
         except OSError as exc:
             self._reserve.unlink(missing_ok=True)
             if exc.errno == errno.ENOSPC:
@@ -93,8 +97,9 @@ class Recording:
         """The link and workload a scenario runs with here (emulation scales them). A sitting that runs
         them otherwise than an earlier one did is noted: its samples are pooled with the earlier ones."""
         link = scenario.link_as_run
+        path = {"mtu": link.mtu, "icmp": link.icmp} if link.needs_router else {}  # (as before without a router)
         as_run = json.dumps({"link": {"rate_mbit": link.rate_mbit, "delay_ms": link.delay_ms,
-                                      "jitter_ms": link.jitter_ms, "loss_pct": link.loss_pct},
+                                      "jitter_ms": link.jitter_ms, "loss_pct": link.loss_pct, **path},
                              "workload": scenario.workload_as_run.model_dump(mode="json")}, sort_keys=True)
         with self.db:
             before = self.db.execute("SELECT as_run FROM scenarios WHERE id=?", (scenario.id,)).fetchone()[0]
@@ -121,7 +126,7 @@ class Recording:
             self.db.execute("UPDATE scenarios SET status=?, failure=? WHERE id=?", (status, failure, scenario_id))
 
     def record_repetition(self, run_id: int, scenario_id: str, repetition: int, values: dict[str, float],
-                          raw: dict[str, str], flags: list[str], round_: int | None = None,
+                          raw: dict[str, str], flags: list[Flag], round_: int | None = None,
                           position: int | None = None, failure: str | None = None,
                           units: dict[str, str] | None = None) -> None:
         """Samples (with their `units`, as the catalog gives them to the runner; '' without one), raw
@@ -147,16 +152,16 @@ class Recording:
                 self.db.execute(
                     "INSERT OR REPLACE INTO repetitions (scenario_id, repetition, run_id, completed_at, flags, round,"
                     " position, failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (scenario_id, repetition, run_id, stamp, ";".join(flags), round_, position, failure),
+                    (scenario_id, repetition, run_id, stamp, stored(flags), round_, position, failure),
                 )
 
-    def add_flag(self, scenario_id: str, repetition: int, flag: str) -> None:
+    def add_flag(self, scenario_id: str, repetition: int, flag: Flag) -> None:
         with self.db:
-            self.db.execute("UPDATE repetitions SET flags = CASE WHEN flags = '' THEN ? ELSE flags || ';' || ? END"
-                            " WHERE scenario_id=? AND repetition=?", (flag, flag, scenario_id, repetition))
+            self.db.execute(f"UPDATE repetitions SET flags = CASE WHEN flags = '' THEN ? ELSE flags || '{SEPARATOR}' || ? END"
+                            " WHERE scenario_id=? AND repetition=?", (str(flag), str(flag), scenario_id, repetition))
 
 
-def _finite(values: dict, flags: list[str]) -> tuple[dict[str, float], list[str]]:
+def _finite(values: dict, flags: list[Flag]) -> tuple[dict[str, float], list[Flag]]:
     """The values that are finite numbers; each other one is left out (missing) and flagged."""
     kept, flags = {}, list(flags)
     for metric, value in values.items():
@@ -167,8 +172,7 @@ def _finite(values: dict, flags: list[str]) -> tuple[dict[str, float], list[str]
         if math.isfinite(number):
             kept[metric] = number
         else:
-            flags.append(f"{metric} was {str(value)[:40].replace(';', ',')!r}, not a finite number: "
-                         "stored as missing")
+            flags.append(NOT_FINITE(f"{metric} was {str(value)[:40]!r}, not a finite number: stored as missing"))
     return kept, flags
 
 

@@ -16,21 +16,26 @@ after checking, read-only, that it is an undamaged vpnlab store.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import itertools
+import lzma
 import os
+import shutil
 import sqlite3
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import VpnlabError
-from ..files import PSEUDO_FILESYSTEMS, filesystem_type
+from ..core.errors import VpnlabError
+from ..core.files import PSEUDO_FILESYSTEMS, filesystem_type, planted
 from . import (DB_NAME, LOW_SPACE_BYTES, READABLE_SINCE, RESERVE_NAME, SCHEMA_VERSION, DiskFull, ReadOnlyStore,
                     Store, StoreError, check_store, free_bytes, inspect_store, read_only_uri)
 
 LOCK_NAME = ".vpnlab-lock"
+PACKED_NAME = DB_NAME + ".xz"   # a store compressed with xz: read as it is, never written
 OURS = {LOCK_NAME, RESERVE_NAME}   # what an otherwise empty directory may hold: a claim that wrote nothing
 EXIT_DISK_FULL = 1
 EXIT_BAD_STORE = 2
@@ -55,6 +60,8 @@ def read_store(directory: Path) -> ReadOnlyStore:
     report, compare, `run --resume --dry-run`): checked first, then opened read-only; never
     created, never migrated. An older store is refused with the command that upgrades it."""
     path = Path(directory) / DB_NAME
+    if not path.is_file() and (Path(directory) / PACKED_NAME).is_file():
+        path = unpacked(Path(directory) / PACKED_NAME)
     if not path.is_file():
         raise StoreError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
     version, runs = inspect_store(path)
@@ -66,11 +73,24 @@ def read_store(directory: Path) -> ReadOnlyStore:
     return ReadOnlyStore(path, read_only_uri(path))
 
 
+def unpacked(packed: Path) -> Path:
+    """A store compressed with xz (results.sqlite.xz: how runs/ keeps the seeds' stores), decompressed
+    into a private folder removed at exit; the file itself is only read."""
+    folder = Path(tempfile.mkdtemp(prefix="vpnlab-unpacked-"))
+    atexit.register(shutil.rmtree, folder, True)
+    try:
+        with lzma.open(packed) as source, open(folder / DB_NAME, "wb") as copy:
+            shutil.copyfileobj(source, copy, 1 << 20)
+    except (lzma.LZMAError, EOFError) as exc:
+        raise StoreError(f"{packed}: not a store compressed with xz ({exc}); left untouched") from None
+    return folder / DB_NAME
+
+
 def upgrade(directory: Path) -> tuple[int, Path | None]:
     """Bring an older store to this vpnlab's schema in place, after copying it beside itself
     (`results.sqlite.v3.bak`; `.bak.1` and so on when that name is taken: no copy is overwritten),
-    with the directory locked against a run (`run --resume` does the same under its claim). The
-    version it had, and the copy (None: it was current)."""
+    with the directory locked against a run (`run --resume` does the same under its claim), its
+    lock file removed after. The version it had, and the copy (None: it was current)."""
     path = Path(directory) / DB_NAME
     if not path.is_file():
         raise StoreError(f"{directory}: not a vpnlab results directory (no {DB_NAME})")
@@ -78,18 +98,24 @@ def upgrade(directory: Path) -> tuple[int, Path | None]:
     try:
         upgraded = _migrate(path)
     finally:
+        (Path(directory) / LOCK_NAME).unlink()  # held, so no run has it: no lock left once the upgrade ends
         os.close(fd)
     return upgraded or (SCHEMA_VERSION, None)
 
 
 def _migrate(path: Path) -> tuple[int, Path] | None:
     """Under the directory's lock: an older store copied, then brought to this schema in place;
-    the schema it had and the copy (None: it was current)."""
+    the schema it had and the copy (None: it was current). A store that cannot be upgraded is
+    refused before the copy; one whose upgrade fails is left as it was, and so is no copy."""
     version, _ = inspect_store(path)
     if version == SCHEMA_VERSION:
         return None
     backup = _backup(path, version)
-    Store(path).close()  # its opening migrates
+    try:
+        Store(path).close()  # its opening migrates
+    except BaseException:
+        backup.unlink()
+        raise
     return version, backup
 
 
@@ -140,28 +166,89 @@ def claim(out_dir: Path, study_text: str, resume: bool) -> Claim:
 
 def _lock(directory: Path) -> int:
     """The directory's lock, held (the descriptor), or a VpnlabError naming the run that holds it."""
-    try:
-        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    refuse_planted(directory)
+    while True:
+        fd = _open_lock(directory)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise VpnlabError(f"{directory}: another vpnlab run (pid {holder}) is writing into this directory; "
+                              "wait for it to end (or stop it) before running here") from None
+        if _is_there(fd, directory / LOCK_NAME):
+            return fd
+        os.close(fd)  # an upgrade removed the file between our open and our lock: lock the one there now
+
+
+def _open_lock(directory: Path) -> int:
+    try:  # never through a link, nor into a file that has another name
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise DiskFull(directory, stopped=False) from exc
         raise VpnlabError(f"{directory}: cannot write there ({exc.strerror})") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
         os.close(fd)
-        raise VpnlabError(f"{directory}: another vpnlab run (pid {holder}) is writing into this directory; "
-                          "wait for it to end (or stop it) before running here") from None
+        raise VpnlabError(f"{directory}/{LOCK_NAME}: not a file of vpnlab's own (it has another name); left untouched")
     return fd
+
+
+def _is_there(fd: int, path: Path) -> bool:
+    """Whether the open file `fd` is still the one at `path`."""
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return os.path.samestat(os.fstat(fd), there)
+
+
+def refuse_planted(directory: Path) -> None:
+    """Refuse a results directory holding a link vpnlab did not make: a file it writes there (a lock,
+    the reserve, the study copy, a log, a capture, the store's journal) would write its target."""
+    if found := planted(directory) if directory.is_dir() else []:
+        raise VpnlabError(f"{directory}: holds what vpnlab never makes and would write through: "
+                          + "; ".join(found) + ". Nothing was touched; remove it, or choose another directory")
+
+
+def live_status(directory: Path, status: str) -> str:
+    """A run's status as it is now: one stored as running whose directory no process holds (the kernel
+    drops a dead process's lock) was killed; said so, and how to finish it. Reads only."""
+    if status != "running" or _held(Path(directory)):
+        return status
+    return f"killed (no vpnlab holds it now; finish it with: vpnlab run --resume {directory})"
+
+
+def _held(directory: Path) -> bool:
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock: nothing ever held it, or a copy of the directory
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def admissible(out_dir: Path, study_text: str, resume: bool) -> None:
     """Refuse (VpnlabError) a directory this run must not write into; reads, never writes (a dry
     run checks its --out with it, as the run would)."""
+    try:
+        os.lstat(out_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a parent that is a file
+        why = "a part of the path is a file, not a directory" if exc.errno == errno.ENOTDIR else exc.strerror
+        raise VpnlabError(f"--out {out_dir}: {why}; choose another directory") from None
     if (kind := filesystem_type(out_dir)) in PSEUDO_FILESYSTEMS:
         raise VpnlabError(f"--out {out_dir}: on the kernel's {kind} filesystem: not a place for results; "
                           "choose a directory on a disk")
+    if out_dir.is_dir():
+        refuse_planted(out_dir)
     store = out_dir / DB_NAME
     if resume:
         if not store.is_file():

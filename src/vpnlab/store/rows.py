@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ..core.flags import Flag
 from .database import BASELINE_VPN
 
 
@@ -91,7 +92,7 @@ class SampleRow:
     value: float
     unit: str
     measured_at: str
-    flags: str
+    flags: tuple[Flag, ...]
     round: int | None = None
     failure: str = ""
     position: int | None = None   # its place in the round's order

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import VpnlabError
+from ..core.errors import VpnlabError
 from .contract import Node, Process
 
 LOOK_S = 0.01  # between two looks: asleep twice in one call is asleep there, not passing through

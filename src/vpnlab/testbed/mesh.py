@@ -18,7 +18,7 @@ import ipaddress
 import subprocess
 from dataclasses import dataclass, field
 
-from ..errors import CommandError
+from ..core.errors import CommandError
 from .node import Node
 from .shaping import shape_commands
 from .state import RunState

@@ -137,3 +137,33 @@ def pids(namespace: str) -> list[int]:
         if (ns.st_dev, ns.st_ino) == (target.st_dev, target.st_ino):
             found.append(int(entry.name))
     return found
+
+
+def read_sysctl(namespace: str, key: str) -> str | None:
+    """A net.* sysctl's value in the namespace; None where this kernel has no such key there."""
+    def read() -> str | None:
+        try:
+            return Path("/proc/sys", *key.split(".")).read_text().strip()
+        except FileNotFoundError:
+            return None
+    return _inside(namespace, read)
+
+
+NETLINK_NETFILTER = 12
+CTNETLINK_DELETE = (1 << 8) | 2  # NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_DELETE: without attributes, all
+NLM_F_REQUEST_ACK = 0x1 | 0x4
+
+
+def flush_conntrack(namespace: str) -> None:
+    """Forget every connection the namespace's conntrack tracks, NAT mappings among them (what
+    `conntrack -F` does, over ctnetlink, so without conntrack-tools)."""
+    def flush() -> None:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER) as nl:
+            nl.bind((0, 0))
+            nl.send(struct.pack("=IHHII", 20, CTNETLINK_DELETE, NLM_F_REQUEST_ACK, 1, 0)
+                    + struct.pack("=BBH", socket.AF_INET, 0, 0))
+            reply = nl.recv(4096)
+        code = struct.unpack_from("=i", reply, 16)[0]  # the ack's nlmsgerr: 0, or minus an errno
+        if code not in (0, -errno.ENOENT):  # ENOENT: nothing was tracked
+            raise OSError(-code, f"conntrack flush in {namespace}: {os.strerror(-code)}")
+    _inside(namespace, flush)

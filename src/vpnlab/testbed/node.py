@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..machines.backend import SLOWDOWN
-from ..errors import CommandError, VpnlabError
-from ..run import sessions
-from ..run.signals import held
+from ..core.backend import SLOWDOWN
+from ..core.errors import CommandError, VpnlabError
+from ..core import sessions
+from ..core.signals import held
 from . import netns
 from .state import RunState
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..run.placement import remove_group
+from .cgroups import remove_group
 from . import netns
 
 STATE_ROOT = Path(os.environ.get("VPNLAB_STATE_DIR", "/run/vpnlab"))

@@ -23,10 +23,13 @@ import ipaddress
 import subprocess
 from dataclasses import dataclass, field
 
-from ..errors import CommandError, VpnlabError
-from ..run.placement import Placement
+from ..core.errors import CommandError, VpnlabError
+from .cgroups import Placement
 from .contract import Node
 from .node import Node as NamespaceNode
+from . import faults, netns
+from . import nat as client_nat
+from . import router as path_router
 from .shaping import shape_commands
 from .state import RunState
 
@@ -122,6 +125,10 @@ class Testbed:
     layout: Layout
     nodes: list[Node] = field(default_factory=list)
     placement: Placement | None = None  # the tunnel ends' cgroups and cores (placement.py)
+    router: Node | None = None  # in the middle of the WAN, for a link's mtu or icmp (router.py)
+    icmp_filtered: bool = False  # its nftables drop the ICMP errors saying a packet is too big
+    nat: bool = False  # it is the client side's NAT (nat.py)
+    link: object = None  # the link as built (study.Link)
 
     # -- addressing ------------------------------------------------------
     # Each node's interface on link i is called l<i> (names are per namespace).
@@ -170,26 +177,36 @@ class Testbed:
 
     # -- building ----------------------------------------------------------
     @classmethod
-    def build(cls, state: RunState, layout: Layout, link, tag: str, pin: bool = True) -> "Testbed":
+    def build(cls, state: RunState, layout: Layout, link, tag: str, pin: bool = True,
+              cores: int | None = None) -> "Testbed":
         """Create namespaces, veth links, addresses, routes and WAN shaping.
 
         `tag` keeps namespaces of consecutive scenarios apart in one run; `pin` False leaves the
-        tunnel ends unpinned even where there are cores enough (the study's pin_tunnel_ends).
+        tunnel ends unpinned even where there are cores enough (the study's pin_tunnel_ends); `cores`
+        pins each end to that many (a VPN entry's `cores`).
         """
-        bed = cls(state, layout)
+        bed = cls(state, layout, link=link)
         names = [state.namespace_name(f"{tag}{role}") for role in layout.roles]
+        if getattr(link, "needs_router", False):
+            names.append(state.namespace_name(f"{tag}router"))
         for name in names:
             state.add_namespace(name)  # recorded first: a crash right after still gets cleaned
         # one process for all (each costs a third of a second under emulation, in a VM guest)
         _run(["ip", "-batch", "-"], "".join(f"netns add {name}\n" for name in names))
         bed.nodes += [NamespaceNode(role, name, state) for role, name in zip(layout.roles, names)]
-        bed.placement = Placement.create(state, layout, bed.nodes, pin=pin)
+        if len(names) > len(layout.roles):
+            bed.router = NamespaceNode("router", names[-1], state)
+        bed.placement = Placement.create(state, layout, bed.nodes, pin=pin, per_end=cores)
         count = len(bed.nodes)
         for i in range(count - 1):
             left, right = bed.nodes[i], bed.nodes[i + 1]
             # Created inside the left namespace, peer moved straight into the right one:
             # nothing ever exists in the default namespace.
-            left.ip(f"link add l{i} type veth peer name l{i} netns {right.namespace}")
+            if i == layout.wan and bed.router:
+                left.ip(f"link add l{i} type veth peer name {path_router.LEFT} netns {bed.router.namespace}")
+                bed.router.ip(f"link add {path_router.RIGHT} type veth peer name l{i} netns {right.namespace}")
+            else:
+                left.ip(f"link add l{i} type veth peer name l{i} netns {right.namespace}")
         for n, node in enumerate(bed.nodes):
             links = [j for j in (n - 1, n) if 0 <= j < count - 1]
             node.sysctl(**{
@@ -216,11 +233,74 @@ class Testbed:
             # its counters (and tbf) see the packets a real link would carry.
             node.run(["ethtool", "-K", f"l{layout.wan}", "tso", "off", "gso", "off", "gro", "off"])
             node.tc(*shape_commands(f"l{layout.wan}", link))
+        if bed.router:
+            bed._build_router(link)
         return bed
 
+    def _build_router(self, link) -> None:
+        """The router between the WAN's ends: proxy ARP, the path's MTU on its routes, ICMP filtered
+        as the link says (router.py), the client side's NAT (nat.py)."""
+        wan = self.layout.wan
+        router = self.router
+        router.sysctl(**path_router.sysctls())
+        router.ip(*path_router.ip_commands(link, self.address(wan, wan), self.address(wan + 1, wan),
+                                           (str(LEFT_HALF), str(RIGHT_HALF))))
+        for dev in (path_router.LEFT, path_router.RIGHT):  # it forwards the packets as they came
+            router.run(["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+        if link.icmp == "blocked":
+            router.run(["nft", "-f", "-"], input=path_router.nft_ruleset())
+            self.icmp_filtered = True
+        if link.behind_nat:
+            router.run(["nft", "-f", "-"], input=client_nat.nft_ruleset())
+            self.nat = True
+            if link.nat_udp_timeout_s:
+                client_nat.set_udp_timeout(router, link.nat_udp_timeout_s)
+
+    def dropped_icmp(self) -> int:
+        """ICMP "too big" errors the router's filter dropped so far (0 without a filter)."""
+        if not self.router or not self.icmp_filtered:
+            return 0
+        table = self.router.run(["nft", "-j", "list", "table", "inet", path_router.TABLE]).stdout
+        return path_router.dropped_icmp(table)
+
+    # -- events during a workload (faults.py) ----------------------------------
+    def cut_wan(self) -> None:
+        """Both WAN ends drop whatever reaches them, until restore_wan."""
+        for side, node in enumerate(self.wan_nodes):
+            node.run(["nft", "-f", "-"], input=faults.outage_ruleset(self.wan_device(side)))
+
+    def restore_wan(self) -> None:
+        for node in self.wan_nodes:
+            node.run(["nft", "delete", "table", "netdev", faults.OUTAGE_TABLE], check=False)
+
+    def change_client_address(self) -> str:
+        """Move the client side's WAN address (behind a NAT, the NAT's outer one); the new address."""
+        wan = self.layout.wan
+        if self.nat:
+            old, new, node, device, prefix = (path_router.ADDRESSES[client_nat.OUTER], client_nat.MOVED_OUTER_ADDRESS,
+                                              self.router, client_nat.OUTER, 32)
+        else:
+            old, new, node, device, prefix = (self.address(wan, wan), faults.MOVED_END_ADDRESS, self.wan_nodes[0],
+                                              self.wan_device(0), WAN_NET.prefixlen)
+            if self.router:
+                self.router.ip(path_router.end_route(self.link, new, path_router.LEFT))
+        node.sysctl(**{f"net.ipv4.conf.{device}.promote_secondaries": 1})
+        node.ip(*faults.move_address_commands(device, old, new, prefix))
+        return new
+
+    def forget_nat_mappings(self) -> None:
+        netns.flush_conntrack(self.router.namespace)
+
+    @property
+    def path_nodes(self) -> list[Node]:
+        """The namespaces that carry the WAN's packets: its two ends and the router between them."""
+        return [*self.wan_nodes, *([self.router] if self.router else [])]
+
     def destroy(self) -> None:
-        self.state.remove_namespaces([node.namespace for node in self.nodes])
+        self.state.remove_namespaces([node.namespace for node in self.nodes]
+                                     + ([self.router.namespace] if self.router else []))
         self.nodes.clear()
+        self.router = None
         if self.placement:
             self.placement.remove()
 

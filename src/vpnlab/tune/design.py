@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import StudyError
+from ..core.errors import StudyError
+from ..core.files import write_own
 from ..plan.scenarios import Plan, duration, make_plan
 from ..plan.study import VpnConfig, parse_study
 from .race import RaceRules
@@ -41,7 +42,7 @@ class RaceDesign:
         return RaceRules(self.max_rounds, self.alpha, self.margin, self.min_rounds, len(self.candidates))
 
     def save(self, directory: Path) -> None:
-        (directory / RULES_FILE).write_text(json.dumps(asdict(self), indent=1) + "\n")
+        write_own(directory / RULES_FILE, json.dumps(asdict(self), indent=1) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> "RaceDesign":
@@ -51,7 +52,7 @@ class RaceDesign:
             raise StudyError(f"{directory}: no readable {RULES_FILE}: not a race's results ({exc})") from exc
 
 
-def study_text(spec: TuneSpec, candidates: list[VpnConfig], rounds: int) -> str:
+def race_study_yaml(spec: TuneSpec, candidates: list[VpnConfig], rounds: int) -> str:
     """The race as a study file."""
     study = {
         "name": spec.name,
@@ -82,7 +83,7 @@ def round_s(plan: Plan) -> float:
 def design(spec: TuneSpec, candidates: list[VpnConfig]) -> tuple[Plan, RaceDesign]:
     """The race's plan and rules: as many rounds as the budget allows for the whole field (every
     candidate and the baseline), at least the minimum rounds, or a StudyError naming the budget."""
-    probe = make_plan(parse_study(study_text(spec, candidates, 1), spec.source, here=True))
+    probe = make_plan(parse_study(race_study_yaml(spec, candidates, 1), spec.source, here=True))
     full = round_s(probe)
     rounds = min(MAX_ROUNDS, math.floor(spec.budget_s / full))
     if rounds < spec.race.min_rounds:
@@ -90,7 +91,7 @@ def design(spec: TuneSpec, candidates: list[VpnConfig]) -> tuple[Plan, RaceDesig
                          f"{len(candidates)} candidates and no VPN (about {duration(full)} a round), fewer than "
                          f"race.min_rounds ({spec.race.min_rounds}); give at least "
                          f"{duration(full * spec.race.min_rounds)} or narrow the space")
-    plan = make_plan(parse_study(study_text(spec, candidates, rounds), spec.source, here=True))
+    plan = make_plan(parse_study(race_study_yaml(spec, candidates, rounds), spec.source, here=True))
     baseline = next(s.id for s in plan.scenarios if s.vpn.is_baseline)
     race = RaceDesign(spec.metric, spec.higher_is_better, spec.race.alpha, spec.race.margin_pct / 100,
                       spec.race.min_rounds, rounds, spec.budget_s, spec.ceilings,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..machines.capabilities import Capabilities
 from ..catalog import DRIVERS
 from ..drivers.base import SECURITY_CLASSES
-from ..errors import CapabilityError
+from ..core.errors import CapabilityError
 from ..plan.study import VpnConfig
 from .spec import Constraints, SpaceEntry
 

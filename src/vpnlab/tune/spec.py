@@ -19,15 +19,15 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from ..catalog import DRIVERS, KINDS, METRICS
-from ..errors import StudyError
-from ..plan.schema import Strict, shorten
-from ..files import file_kind
+from ..catalog import DRIVERS, KINDS, METRICS, recorded_by
+from ..core.errors import StudyError
+from ..core.schema import Strict, shorten
+from ..core.files import file_kind
 from ..plan.study import WORKLOAD_ADAPTER, Link, read_yaml, refuse_control_characters, validation_problems
 
 MAX_SPEC_BYTES = 64 * 1024
 DEFAULT_BUDGET = "30m"
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.ASCII)
 CEILINGS = {"cpu_s_per_gb_max": "cpu_s_per_gb", "latency_under_load_ms_max": "rtt_under_load_ms"}
 
 
@@ -117,7 +117,7 @@ class TuneSpec:
                 if (limit := getattr(self.constraints, key)) is not None}
 
 
-EXAMPLE = "example"  # the spec shipped with vpnlab (tune/example.yaml), the README's
+EXAMPLE = "example"  # the spec shipped with vpnlab (tune/example.yaml), shown in docs/tuning.md
 
 
 def load_spec(path: str | Path, budget: str | None = None) -> TuneSpec:
@@ -150,8 +150,9 @@ def parse_spec(text: str, source: str = "<spec>", budget: str | None = None) -> 
     refuse_control_characters(raw, source)
     try:
         top = _SpecFile.model_validate(raw)
-    except ValidationError as exc:
-        raise StudyError(f"{source}: invalid tune spec\n  " + "\n  ".join(validation_problems(exc, ""))) from exc
+    except ValidationError as exc:  # with the metric's problem too, if it has one: every problem at once
+        problems = validation_problems(exc, "") + _named_metric_problem(raw)
+        raise StudyError(f"{source}: invalid tune spec\n  " + "\n  ".join(problems)) from exc
     problems: list[str] = []
     link = _validated(lambda: Link.model_validate(top.link), "link", problems)
     workload = _validated(lambda: WORKLOAD_ADAPTER.validate_python(top.traffic.workload), "traffic.workload",
@@ -180,18 +181,35 @@ def _validated(make, where: str, problems: list[str], skip_tags: bool = False):
         return None
 
 
+def _named_metric_problem(raw: dict) -> list[str]:
+    """The problem of a named metric that is no metric, read from the raw spec (its model invalid)."""
+    traffic = raw.get("traffic")
+    name = traffic.get("metric") if isinstance(traffic, dict) else None
+    if not isinstance(name, str) or (name in METRICS and METRICS[name].positive):
+        return []
+    return [_not_comparable(name)]
+
+
+def _not_comparable(name: str) -> str:
+    candidates = ", ".join(sorted(m for m, x in METRICS.items() if x.positive))
+    return (f"traffic.metric: {name!r} is not a metric the race can compare on the log scale (it needs one "
+            f"above zero: {candidates})")
+
+
 def _metric(top: _SpecFile, workload, problems: list[str]) -> tuple[str, bool]:
-    """The metric optimised and whether higher is better: the workload's primary unless named."""
+    """The metric optimised and whether higher is better: the workload's primary unless named, and one
+    its workload records."""
     if workload is None:
         return "", True
-    kind, known = KINDS[workload.kind], METRICS
+    kind = KINDS[workload.kind]
     name = top.traffic.metric or kind.primary
-    metric = known.get(name)
+    metric = METRICS.get(name)
     if metric is None or not metric.positive:
-        candidates = ", ".join(sorted(m for m, x in known.items() if x.positive))
-        problems.append(f"traffic.metric: {name!r} is not a metric the race can compare on the log scale "
-                        f"(it needs one above zero: {candidates})")
+        problems.append(_not_comparable(name))
         return name, True
+    if name not in recorded_by(kind):
+        problems.append(f"traffic.metric: a {kind.kind} workload does not record {name} (it records "
+                        f"{', '.join(sorted(m for m in recorded_by(kind) if METRICS[m].positive))})")
     if top.traffic.direction is None and metric.higher_is_better is None:
         problems.append(f"traffic.direction: {name} has no direction of its own; say higher or lower")
     higher = metric.higher_is_better if top.traffic.direction is None else top.traffic.direction == "higher"

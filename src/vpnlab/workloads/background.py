@@ -20,16 +20,20 @@ from typing import Callable, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..machines.backend import SLOWDOWN
-from ..errors import MeasurementError
+from ..core.backend import SLOWDOWN
+from ..core.errors import MeasurementError
+from ..core.flags import declare as declare_flag
 from ..metrics import declare
-from ..plan.schema import Size, Strict, parse_size
+from ..core.schema import Size, Strict, parse_size
 from ..testbed.node import LISTEN_TIMEOUT_S
 from ..tools import Tool
 from . import office
 from .base import WorkloadContext
 from .datasets import make_on
-from .transfer import DATASET_PACKAGES, NGINX, VSFTPD, data_dir, ensure_servers, file_server, private_dir
+from .transfer import DATASET_MODULES, NGINX, VSFTPD, data_dir, ensure_servers, file_server, private_dir
+
+BACKGROUND = declare_flag("background", "the background traffic did not run as offered (transactions "
+                          "failed or could not start)")
 
 PROTOCOLS = ("http", "ftp", "smtp", "pop3", "dns")
 METRICS = (
@@ -55,7 +59,8 @@ DNSMASQ = Tool("dnsmasq", "dnsmasq-base", ("dnsmasq", "--version"), path="/usr/s
 FLOW_TOOLS = {"http": (NGINX,), "ftp": (VSFTPD,), "smtp": (), "pop3": (DOVECOT,), "dns": (DNSMASQ,)}
 TOOLS = tuple(dict.fromkeys(t for tools in FLOW_TOOLS.values() for t in tools))
 # The SMTP server runs under the sink's Python (a host's own: `python3 -m aiosmtpd`), as do the files' maker.
-PACKAGES = ("python3-aiosmtpd", *DATASET_PACKAGES)
+MODULES = {"aiosmtpd": "python3-aiosmtpd", **DATASET_MODULES}
+PACKAGES = tuple(MODULES.values())
 # Off the well-known ports, as the file servers' (transfer.PORTS): a host's own may hold those.
 PORTS = {"smtp": 2525, "pop3": 1110, "dns": 5300}
 # One transaction of each protocol: a web object, a file, a mail sent, a mail fetched.
@@ -307,13 +312,13 @@ def summary(mix: Background, window: float, counters: list[dict]) -> tuple[dict[
                      f"{c['failed']} failed, {c['skipped']} not started (busy), {kbps:.1f} kbit/s carried{offered}"
                      + "".join(f"\n  error: {e}" for e in c["errors"]))
         if c["skipped"]:
-            flags.append(f"background {flow.protocol}: {c['skipped']} transactions not started, "
-                         f"{office.MAX_IN_FLIGHT} were still running (the link, or this machine's CPU, could not keep "
-                         "up with the offered rate)")
+            flags.append(BACKGROUND(f"{flow.protocol}: {c['skipped']} transactions not started, "
+                                    f"{office.MAX_IN_FLIGHT} were still running (the link, or this machine's CPU, "
+                                    "could not keep up with the offered rate)"))
     failures = sum(c["failed"] for c in counters)
     values["background_kbps"] = sum(c["window_bytes"] for c in counters) * 8 / window / 1000
     values["background_offered_kbps"] = mix.offered_kbit
     values["background_failures"] = float(failures)
     if failures:
-        flags.append(f"background traffic: {failures} transactions failed")
+        flags.append(BACKGROUND(f"{failures} transactions failed"))
     return values, "\n".join(lines) + "\n", flags

@@ -7,11 +7,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..machines.backend import hang_limit
-from ..errors import MeasurementError
+from ..core.backend import hang_limit
+from ..core.errors import MeasurementError
+from ..core.flags import declare as declare_flag
 from ..metrics import declare
 from ..tools import Tool
 from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
+
+ALL_LOST = declare_flag("all-lost", "every echo request was lost: no round-trip time")
 
 METRICS = (
     declare("rtt_min_ms", "ms", "smallest round-trip time", False, judged="added", positive=True, producers="ping"),
@@ -72,5 +75,5 @@ class Ping(WorkloadKind):
         output = proc.stdout + proc.stderr
         measurement = Measurement(parse(output), output, "ping")
         if "rtt_avg_ms" not in measurement.values:
-            measurement.flags.append("all echo requests lost")
+            measurement.flags.append(ALL_LOST("all echo requests lost"))
         return measurement

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from ..core.flags import Flag, declare as declare_flag
 from ..metrics import declare
-from ..plan.schema import SOCKET_BUFFER_MAX, Size, human_size, parse_size, whole_seconds
+from ..core.schema import SOCKET_BUFFER_MAX, Size, human_size, parse_size, whole_seconds
 from . import iperf
 from .base import Measurement, SeriesFigure, WorkloadContext, WorkloadKind, WorkloadOptions
 
@@ -30,6 +32,8 @@ RETRANSMITS = declare("retransmits", "segments", "TCP retransmissions at the sen
 class TcpOptions(WorkloadOptions):
     """iperf3 TCP bulk transfer."""
 
+    ADDED_LATER: ClassVar[dict[str, Any]] = {**WorkloadOptions.ADDED_LATER, "process_per_stream": False}
+
     kind: Literal["tcp"] = "tcp"
     # float, not int: a scenario's id hashes the dumped options (10.0), and old runs resume by it
     duration_s: float = Field(10, ge=1, le=3600, description="whole seconds (iperf3 -t)")
@@ -38,6 +42,9 @@ class TcpOptions(WorkloadOptions):
     window: Size | None = Field(None, description="socket buffer (iperf3 -w), at most 64M and this machine's "
                                 "net.core.rmem_max and wmem_max")
     streams: int = Field(1, ge=1, le=128)
+    process_per_stream: bool = Field(False, description="one iperf3 pair per stream, each on its own port, "
+                                     "summed (iperf3 3.12 runs a process's streams on one thread: at capacity "
+                                     "that thread is the limit); else one iperf3 with -P")
     reverse: bool = Field(False, description="server sends, client receives")
 
     @field_validator("duration_s", "omit_s", mode="before")
@@ -73,7 +80,7 @@ class TcpOptions(WorkloadOptions):
         if self.window:
             parts.append(f"w{human_size(self.window)}")
         if self.streams > 1:
-            parts.append(f"P{self.streams}")
+            parts.append(f"P{self.streams}" + ("x" if self.process_per_stream else ""))
         if self.reverse:
             parts.append("rev")
         return "-".join(parts)
@@ -87,15 +94,20 @@ def parse(data: dict) -> dict[str, float]:
     return values
 
 
-def retransmit_flags(data: dict) -> list[str]:
+RETRANSMITS = declare_flag("retransmits", f"TCP retransmitted more than {RETRANSMIT_FLAG_PCT:g}% of its segments: "
+                           "the path is lossy or a queue overflows")
+SHORT_WINDOW = declare_flag("short-window", "iperf3 measured a much shorter period than asked (a starved client)")
+
+
+def retransmit_flags(data: dict) -> list[Flag]:
     sent = data["end"].get("sum_sent", {})
     if "retransmits" not in sent or not sent.get("bytes"):
         return []
     share = 100 * sent["retransmits"] / (sent["bytes"] / MSS)
-    return [f"retransmits {share:.1f}% of segments"] if share > RETRANSMIT_FLAG_PCT else []
+    return [RETRANSMITS(f"{share:.1f}% of segments")] if share > RETRANSMIT_FLAG_PCT else []
 
 
-def short_window_flags(data: dict) -> list[str]:
+def short_window_flags(data: dict) -> list[Flag]:
     """iperf3 stops -t + -O seconds after it starts, whenever its warm-up ended: a warm-up stretched by a
     starved client leaves a measured period (either side's; the shorter) far below the one asked."""
     asked, periods = _test_start(data).get("duration"), _measured_periods(data)
@@ -104,8 +116,8 @@ def short_window_flags(data: dict) -> list[str]:
     found = f"iperf3 measured {min(periods):.1f} s of the {asked:g} s asked"
     omit, took = _test_start(data).get("omit"), warm_up_s(data)
     if omit and took:
-        return [f"{found} (its {omit:g} s warm-up took {took:.1f} s): throughput is over a short, late window"]
-    return [f"{found}: throughput is over a short window"]
+        return [SHORT_WINDOW(f"{found} (its {omit:g} s warm-up took {took:.1f} s): throughput is over a short, late window")]
+    return [SHORT_WINDOW(f"{found}: throughput is over a short window")]
 
 
 def warm_up_s(data: dict) -> float:
@@ -156,15 +168,23 @@ class Tcp(WorkloadKind):
         return options.duration_s + options.omit_s + 0.5
 
     def prepare(self, options: TcpOptions, ctx: WorkloadContext) -> None:
-        iperf.ensure_server(ctx)
+        for stream in range(options.streams if options.process_per_stream else 1):
+            iperf.ensure_server(ctx, stream)
 
     def run(self, options: TcpOptions, ctx: WorkloadContext) -> Measurement:
-        args = ["-t", options.duration_s, "-O", options.omit_s, "-P", options.streams, "--get-server-output"]
+        apart = options.process_per_stream and options.streams > 1
+        args = ["-t", options.duration_s, "-O", options.omit_s, "-P", 1 if apart else options.streams,
+                "--get-server-output"]
         if options.window:
             args += ["-w", options.window]
         if options.reverse:
             args.append("-R")
-        data, raw = iperf.client(ctx, args, options.duration_s + options.omit_s)
+        duration = options.duration_s + options.omit_s
+        if apart:
+            data = iperf.merged(iperf.clients(ctx, args, duration, options.streams))
+            raw = json.dumps(data)
+        else:
+            data, raw = iperf.client(ctx, args, duration)
         flags = retransmit_flags(data) + short_window_flags(data)
         return Measurement(parse(data), raw, "iperf3", flags, carried_bytes=carried_bytes(data))
 

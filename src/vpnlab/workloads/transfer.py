@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import time
 from pathlib import PurePosixPath
-from typing import Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..drivers.pki import make_pki
-from ..errors import MeasurementError
+from ..core.errors import MeasurementError
 from ..metrics import declare
-from ..plan.schema import Size, human_size, parse_size
+from ..core.schema import Size, human_size, parse_size
 from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool
 from . import datasets
-from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions, without_one_pair
+from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
 METRICS = (
     declare("transfer_s", "s", "time to download the file, or all `files` of it one after another (curl's own "
@@ -34,13 +34,16 @@ MKTEMP, RM = Tool("mktemp", "coreutils"), Tool("rm", "coreutils")
 CLIENTS = {"http": (NGINX, CURL), "https": (NGINX, CURL), "ftp": (VSFTPD, CURL),
            "ssh": (SSHD, Tool("scp", "openssh-client"), Tool("ssh", "openssh-client"),  # (scp runs ssh)
                    Tool("ssh-keygen", "openssh-client"), MKTEMP, RM)}
-# What datasets.py, run on the sink by its Python, imports beyond the standard library
-DATASET_PACKAGES = ("python3-numpy", "python3-pil")
+# What datasets.py, run on the sink by its Python, imports beyond the standard library: module -> package
+DATASET_MODULES = {"numpy": "python3-numpy", "PIL": "python3-pil"}
+DATASET_PACKAGES = tuple(DATASET_MODULES.values())
 
 
 class TransferOptions(WorkloadOptions):
     """Download one file from the sink over a real protocol server, or `files` files totalling `size`
     one after another in one session (one curl or scp command, as a user fetching a folder)."""
+
+    ADDED_LATER: ClassVar[dict[str, Any]] = {**WorkloadOptions.ADDED_LATER, "files": 1}
 
     kind: Literal["transfer"] = "transfer"
     protocol: Literal["http", "https", "ssh", "ftp"] = "http"
@@ -61,14 +64,6 @@ class TransferOptions(WorkloadOptions):
         if self.files > self.size:
             raise ValueError(f"files ({self.files}) is more than size ({self.size} bytes): each file needs a byte")
         return self
-
-    @model_serializer(mode="wrap")
-    def _one_file_as_before(self, handler):
-        # `files` came after runs were stored: left out at 1, so those scenarios keep their ids
-        data = handler(self)
-        if isinstance(data, dict) and self.files == 1:
-            data.pop("files", None)
-        return without_one_pair(self, data)
 
     @property
     def sizes(self) -> list[int]:
@@ -241,6 +236,7 @@ class Transfer(WorkloadKind):
     loads_path = True
     plotted = ("transfer_s",)
     packages = DATASET_PACKAGES
+    modules = DATASET_MODULES
 
     def needs(self, options: TransferOptions) -> tuple[str, ...]:
         return tuple(t.command for t in CLIENTS[options.protocol])

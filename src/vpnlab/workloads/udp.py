@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..metrics import declare
-from ..plan.schema import Size, parse_size, whole_seconds
+from ..core.schema import Size, parse_size, whole_seconds
 from . import iperf
 from .base import Measurement, WorkloadContext, WorkloadKind, WorkloadOptions
 
@@ -27,6 +27,13 @@ LOSS = declare("udp_loss_pct", "%", "datagrams sent that never arrived (those af
 MIN_SIZE, MAX_SIZE = 16, 65507
 
 
+def datagram_size(value) -> int:
+    size = parse_size(value)
+    if not MIN_SIZE <= size <= MAX_SIZE:
+        raise ValueError(f"iperf3 sends UDP payloads of {MIN_SIZE} to {MAX_SIZE} bytes (-l), got {size}")
+    return size
+
+
 class UdpOptions(WorkloadOptions):
     """iperf3 UDP at a fixed send rate."""
 
@@ -39,10 +46,7 @@ class UdpOptions(WorkloadOptions):
     @field_validator("size", mode="before")
     @classmethod
     def parse_datagram_size(cls, value):
-        size = parse_size(value)
-        if not MIN_SIZE <= size <= MAX_SIZE:
-            raise ValueError(f"iperf3 sends UDP payloads of {MIN_SIZE} to {MAX_SIZE} bytes (-l), got {size}")
-        return size
+        return datagram_size(value)
 
     @field_validator("duration_s", mode="before")
     @classmethod

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...plan.analysis_settings import DEFAULT_FLOOR_MS
+
 # Lower bounds of each band, as a fraction of the baseline (Jaha 2014, section IV) ...
 THROUGHPUT_BANDS = [(0.85, "excellent"), (0.75, "very good"), (0.65, "good"), (0.40, "acceptable"),
                     (0.25, "weak"), (0.0, "very weak")]
@@ -17,7 +19,7 @@ LATENCY_BANDS = [(1.176, "excellent"), (1.333, "very good"), (1.538, "good"), (2
 ORDER = ["very weak", "weak", "acceptable", "good", "very good", "excellent"]
 KINDS = ("throughput", "latency")
 MIN_N = 3
-DEFAULT_FLOOR_MS = 1.0
+
 
 
 def band(ratio: float, kind: str) -> str:

@@ -1,0 +1,3 @@
+module suah.dev/protect
+
+go 1.17

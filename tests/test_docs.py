@@ -1,0 +1,93 @@
+"""The README is a front door and docs/ holds the rest: every relative link in them resolves (a file
+that exists and, for `#anchor`, a heading of it, by GitHub's slugs), the README stays short, every
+docs page is reachable from it, and the README's worked example is the study file it names."""
+import re
+from pathlib import Path
+
+import pytest
+
+from vpnlab.plan.study import parse_study
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks and inline code spans (where brackets are not links)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its text lower-cased, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[`*_]{1,2}(?=\S)|(?<=\S)[`*_]{1,2}", "", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    found = set()
+    for line in prose(path.read_text()).splitlines():
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def links(path: Path) -> list[str]:
+    return LINK.findall(prose(path.read_text()))
+
+
+def test_the_slugs_are_githubs():
+    assert slug("Current releases from their Go modules") == "current-releases-from-their-go-modules"
+    assert slug("What the VPN software does here, found and explained") == \
+        "what-the-vpn-software-does-here-found-and-explained"
+    assert slug("The `fips` profile: what it changes") == "the-fips-profile-what-it-changes"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...: not ours to check
+            continue
+        file, _, anchor = target.partition("#")
+        where = (page.parent / file).resolve() if file else page
+        if not where.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and (where.suffix != ".md" or anchor not in anchors(where)):
+            broken.append(f"{target}: no heading #{anchor} in {where.relative_to(ROOT)}")
+    assert not broken, f"{page.relative_to(ROOT)}: {broken}"
+
+
+def test_the_readme_is_short():
+    lines = len(README.read_text().splitlines())
+    assert lines <= 250, f"README.md has {lines} lines: move the detail into docs/"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in links(README)}
+    assert [p.name for p in DOCS if p.resolve() not in linked] == []
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_each_docs_page_has_a_title_and_a_way_back(page):
+    first, _, back = page.read_text().splitlines()[:3]
+    assert first.startswith("# ") and back == "[Back to the README](../README.md)", page.name
+
+
+def test_the_worked_example_is_the_study_file_it_names_and_runs():
+    text = README.read_text()
+    example = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+    assert example == (ROOT / "docs" / "examples" / "capacity-mini.yaml").read_text()
+    study = parse_study(example, "docs/examples/capacity-mini.yaml")
+    assert len(study.workloads) == 2 and {v.driver for v in study.vpns} == {"none", "wireguard", "openvpn"}
+    assert "sudo ./bootstrap.sh run " in text and "sudo ./bootstrap.sh test " in text
+    figure = ROOT / "docs" / "img" / "capacity-mini.png"
+    assert "](docs/img/capacity-mini.png)" in text and figure.stat().st_size < 100_000
