@@ -27,16 +27,24 @@ import re
 import shlex
 import shutil
 import stat
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import StudyError
-from ..files import file_kind
+from ..core.errors import StudyError
+from ..core.files import file_kind
+from ..core.schema import shorten
 
 # Hidden groups that every inventory has.
 IMPLICIT_GROUPS = {"all", "ungrouped"}
+MAX_INVENTORY_BYTES = 16 << 20   # thousands of hosts; Ansible takes some 6 bytes of memory per byte read
+# How long ansible-inventory may take: an executable inventory is a program that can hang; a static one
+# cannot, but Ansible's own start-up takes 25 s in an emulated guest and over a minute under load there.
+INVENTORY_TIMEOUT_S = 60
+STATIC_INVENTORY_TIMEOUT_S = 600
 # A host name or address SSH reads as one: a DNS name, IPv4, IPv6 (with a zone: fe80::1%eth0).
 SSH_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]*$")
 
@@ -103,12 +111,13 @@ def load_inventory(path: str | Path) -> dict[str, Host]:
     # An inventory Ansible cannot parse is otherwise only a warning and an empty host list.
     env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
            "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true"}
+    _check_size(path)
     argv = [ansible_program("ansible-inventory"), "-i", str(path), "--list"]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
-    if proc.returncode != 0:
-        raise StudyError(f"inventory {path}: Ansible cannot read it:\n  " + _reason(proc.stderr))
+    returncode, stdout, stderr = _listing(argv, env, path, _time_limit(path))
+    if returncode != 0:
+        raise StudyError(f"inventory {path}: Ansible cannot read it:\n  " + _reason(stderr))
     try:
-        listing = json.loads(proc.stdout)
+        listing = json.loads(stdout)
     except ValueError as exc:
         raise StudyError(f"inventory {path}: ansible-inventory printed no JSON ({exc})") from exc
     hostvars = listing.get("_meta", {}).get("hostvars", {})
@@ -117,6 +126,56 @@ def load_inventory(path: str | Path) -> dict[str, Host]:
     groups = _groups_of(listing)
     return {name: _host(path, name, variables, groups.get(name, ()))
             for name, variables in sorted(hostvars.items())}
+
+
+def _files(path: Path) -> list[Path]:
+    """The inventory file, or the files of an inventory folder (links within it not followed)."""
+    return [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+
+
+def _check_size(path: Path) -> None:
+    """An inventory's files within MAX_INVENTORY_BYTES, before Ansible reads them (a 2 GB one took 12.6
+    GB of memory); an executable one is a program, and its output is limited by _listing instead."""
+    files = _files(path)
+    total = sum(p.stat().st_size for p in files if not os.access(p, os.X_OK))
+    if total > MAX_INVENTORY_BYTES:
+        raise StudyError(f"inventory {path}: {total:,} bytes, more than an inventory may hold here "
+                         f"({MAX_INVENTORY_BYTES >> 20} MiB)")
+
+
+def _time_limit(path: Path) -> int:
+    """INVENTORY_TIMEOUT_S for an inventory holding a program Ansible would run, else the static limit."""
+    files = _files(path)
+    runs_a_program = any(os.access(p, os.X_OK) for p in files)
+    return INVENTORY_TIMEOUT_S if runs_a_program else STATIC_INVENTORY_TIMEOUT_S
+
+
+def _listing(argv: list[str], env: dict, path: Path, limit_s: int) -> tuple[int, str, str]:
+    """ansible-inventory's exit code, output and errors, within `limit_s`: an executable inventory that
+    hangs is stopped with everything it started (its own process group)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, start_new_session=True)
+        try:
+            proc.wait(limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise StudyError(f"inventory {path}: Ansible did not finish reading it within {limit_s} s "
+                             "(an executable inventory that hangs?); stopped it") from None
+        if os.fstat(out.fileno()).st_size > MAX_INVENTORY_BYTES:
+            raise StudyError(f"inventory {path}: Ansible's listing of it is more than {MAX_INVENTORY_BYTES >> 20} MiB")
+        out.seek(0), err.seek(0)
+        return proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
+def _port(value, where: str) -> int:
+    """A TCP port as Ansible's ssh would take it: a whole number 1-65535, as a number or its digits."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not (isinstance(value, int) or (text.isascii() and text.isdigit())):
+        raise StudyError(f"{where}: {shorten(value)} is not a whole number (a TCP port, 1-65535)")
+    if not 1 <= (port := int(text)) <= 65535:
+        raise StudyError(f"{where}: {shorten(value)} is not a TCP port (1-65535)")
+    return port
 
 
 def _reason(stderr: str) -> str:
@@ -151,11 +210,7 @@ def _host(path: Path, name: str, variables: dict, groups: tuple[str, ...]) -> Ho
         if "{{" in str(variables.get(key, "")):
             raise StudyError(f"inventory {path}: host {name}: {key} is a template "
                              f"({variables[key]}); vpnlab needs a literal value")
-    try:
-        port = int(variables.get("ansible_port", 22))
-    except ValueError:
-        raise StudyError(f"inventory {path}: host {name}: ansible_port is not a number: "
-                         f"{variables['ansible_port']!r}") from None
+    port = _port(variables.get("ansible_port", 22), f"inventory {path}: host {name}: ansible_port")
     key_file = variables.get("ansible_ssh_private_key_file") or variables.get("ansible_private_key_file")
     become = str(variables.get("ansible_become", False)).lower() in ("true", "yes", "1")
     return Host(name=name, address=str(variables.get("ansible_host", name)), port=port,
