@@ -225,14 +225,47 @@ def test_a_local_main_module_is_recorded_as_built_against_its_module():
     build = tailscale.BUILDS["tailscale-testcontrol"]
     assert (build.package, build.local, build.experiments) == ("vpnlab.invalid/testcontrol", "testcontrol", ("nojsonv2",))
     assert (gobuild.MAINS / "testcontrol" / "go.mod").read_text().count("require tailscale.com v1.98.10") == 1
-    assert gobuild.folder(build).name == "testcontrol@v1.98.10" and "(vpnlab's, against tailscale.com@v1.98.10)" in build.target
+    assert gobuild.folder(build).name.startswith("testcontrol@v1.98.10+edited-")
+    assert "(vpnlab's, against tailscale.com@v1.98.10)" in build.target
     record = gobuild._as_built_against(build, gobuild._record(build, gobuild.parse_version_m(LOCAL_VERSION_M)),
                                        LOCAL_VERSION_M)
     assert (record["module"], record["version"], record["path"], record["local"]) == (
         "tailscale.com", "v1.98.10", build.package, build.package)
     assert record["settings"]["GOEXPERIMENT"] == "nojsonv2"
-    assert gobuild.describe(record) == ("tailscale.com v1.98.10 (built from its module with go1.27.3-X:nojsonv2, "
-                                        "into vpnlab's program vpnlab.invalid/testcontrol)")
+    assert gobuild.describe(record | {"edited": ["a/b.go"]}) == (
+        "tailscale.com v1.98.10 (built from its module with go1.27.3-X:nojsonv2, "
+        "into vpnlab's program vpnlab.invalid/testcontrol, a/b.go edited by vpnlab)")
     with pytest.raises(gobuild.GoBuildError, match="against tailscale.com v1.96.0"):
         other = LOCAL_VERSION_M.replace("v1.98.10\th1", "v1.96.0\th1")
         gobuild._as_built_against(build, gobuild._record(build, gobuild.parse_version_m(other)), other)
+
+
+def release_copy(tmp_path, text: str):
+    """A copy of tailscale.com v1.98.10 holding one file (the edits' only fake)."""
+    place = tmp_path / "tstest/integration/testcontrol"
+    place.mkdir(parents=True)
+    (place / "testcontrol.go").write_text(text)
+    return place / "testcontrol.go"
+
+
+def test_the_control_servers_addresses_are_edited_into_the_benchmarking_ranges(tmp_path):
+    """Each edit replaces its text as often as declared, in the copy; the allocation's edits come after the
+    release's own (tsaddr's ranges: every program of the release has those)."""
+    build = tailscale.BUILDS["tailscale-testcontrol"]
+    assert build.edits[:len(tailscale.RELEASE.edits)] == tailscale.RELEASE.edits
+    assert all(b.edits == tailscale.RELEASE.edits for name, b in tailscale.BUILDS.items() if name != "tailscale-testcontrol")
+    file = release_copy(tmp_path, "a := netaddr.IPv4(100, 64, uint8(nodeID>>8), uint8(nodeID))\n"
+                                  "c := netaddr.IPv4(100, 64, uint8(node.ID>>8), uint8(node.ID))\n")
+    gobuild._edit(gobuild.GoBuild("tailscale.com", "v1.98.10", edits=build.edits[len(tailscale.RELEASE.edits):]), tmp_path)
+    assert file.read_text() == ("a := netaddr.IPv4(198, 19, 254, uint8(nodeID))\n"
+                                "c := netaddr.IPv4(198, 19, 254, uint8(node.ID))\n")
+
+
+def test_an_edit_for_another_release_fails_the_build_naming_the_text(tmp_path):
+    release_copy(tmp_path, "a := netaddr.IPv4(100, 64, uint8(nodeID>>8), uint8(nodeID))\n")
+    expected = r"holds 'netaddr.IPv4\(100, 64, uint8\(node.ID.*' 0 times, not 1: vpnlab's edit is for another release"
+    allocation = tailscale.BUILDS["tailscale-testcontrol"].edits[len(tailscale.RELEASE.edits):]
+    with pytest.raises(gobuild.GoBuildError, match=expected):
+        gobuild._edit(gobuild.GoBuild("tailscale.com", "v1.98.10", edits=allocation), tmp_path)
+    with pytest.raises(gobuild.GoBuildError, match="the module has no net/tsaddr/tsaddr.go"):
+        gobuild._edit(tailscale.RELEASE, tmp_path)

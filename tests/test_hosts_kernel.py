@@ -1,6 +1,6 @@
 """Real hosts with a full kernel (kernel_lab.py: the hosts lab inside one guest of the VM backend,
 whose Debian kernel has what this machine's lacks): netem's delay and loss on the hosts' WAN, and
-libreswan (kernel ESP), kernel WireGuard and PPTP (PPP) between hosts over it, each proved encrypted on
+libreswan (kernel ESP) and kernel WireGuard between hosts over it, each proved encrypted on
 their WAN with its modelled overhead; jaha-2014, whose scenarios need PPP, L2TP, kernel ESP and netem,
 shortened and run from its own file with `vpnlab run --inventory`, every scenario on the hosts, none
 refused (the other seeds' cuts run on this machine's hosts: test_hosts_seeds.py).
@@ -23,8 +23,9 @@ pytestmark = pytest.mark.timeout(TIMEOUT_S)
 # netem on the hosts' own WAN interfaces, 10 ms and 2% loss each way, and each tunnel between the two
 # hosts over it; 300 pings (3 s) each. No VPN measures the link: a 20 ms round trip, 3.96% of pings
 # lost (a request or its reply). Through a tunnel, ping proves it (encrypted on the hosts' WAN,
-# overhead as modelled) and measures the round trip. (L2TP/IPsec, which jaha's cut below runs on hosts
-# with the same checks, is not repeated here: a scenario on hosts in an emulated guest costs a minute.)
+# overhead as modelled) and measures the round trip. (PPP and kernel ESP between hosts are L2TP/IPsec's,
+# which jaha's cut below runs with the same checks; PPTP is not repeated here: a scenario on hosts in an
+# emulated guest costs a minute, and the VM's remote-access study runs PPTP in a full kernel.)
 TUNNELS = """\
 name: hosts-kernel-tunnels
 topology: remote-access
@@ -35,14 +36,13 @@ vpns:
   - driver: none
   - driver: wireguard
   - driver: libreswan
-  - driver: pptp
 links: [{name: wan-netem, delay_ms: 10, loss_pct: 2, shape: true}]
 workloads: [{kind: ping, count: 300, interval_s: 0.01}]
 """
 TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"] if vpn["driver"] != "none"]
 # jaha-2014 shortened (hosts_harness.seed_cut), two repetitions, with the metrics each must record
 # twice: L2TP/IPsec over its WLAN link (24 Mbit/s, 1 ms with 0.5 ms of jitter, 0.1% loss: netem on the
-# hosts), 20 pings of 64 bytes; its PPTP is the tunnels case's. Each `vpnlab run` in an emulated guest
+# hosts), 20 pings of 64 bytes. Each `vpnlab run` in an emulated guest
 # spends a minute or two before its first repetition (imports, the inventory, the hosts' probe): the
 # two cases run at once, each on its own two hosts.
 JAHA = {"vpns": [3], "links": [0], "workloads": [(3, {"size": 64, "count": 20})],

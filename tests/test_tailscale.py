@@ -5,13 +5,16 @@ derper over TLS. Each carries real TCP, the probes sealed as the model says, the
 tailscaled and stored with each repetition; a tailscaled killed mid-measurement fails that repetition only.
 Goodput direct and relayed is printed."""
 
+import ipaddress
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from statistics import mean
 
 import dpkt
@@ -21,7 +24,8 @@ from conftest import run_here
 from side_by_side import build_as_bootstrap_does
 from test_faults import _processes
 from vpnlab.algorithms import TOOL
-from vpnlab.drivers.tailscale import BUILDS, CONTROL_SERVER, DERP_PORT, DIRECT, RELAYED, WG_PORT
+from vpnlab.core.networks import benchmarking
+from vpnlab.drivers.tailscale import BUILDS, CONTROL_SERVER, DERP_PORT, DIRECT, RELAYED, TAILNET_V4, WG_PORT
 from vpnlab.plan.study import parse_study
 from vpnlab.run import proof
 from vpnlab.tools import gobuild
@@ -51,7 +55,42 @@ def built():
     records = {command: gobuild.recorded(build, command) for command, build in BUILDS.items()}
     assert {(r["module"], r["version"]) for r in records.values()} == {("tailscale.com", "v1.98.10")}, records
     assert records["tailscale-testcontrol"]["local"] == "vpnlab.invalid/testcontrol"
+    # the tailnet's ranges edited into the benchmarking ones in every program, the allocation in the server's
+    assert {command: r["edited"] for command, r in records.items()} == {
+        "tailscaled": ["net/tsaddr/tsaddr.go"], "tailscale": ["net/tsaddr/tsaddr.go"], "derper": ["net/tsaddr/tsaddr.go"],
+        "tailscale-testcontrol": ["net/tsaddr/tsaddr.go", "tstest/integration/testcontrol/testcontrol.go"]}
     return records
+
+
+@contextmanager
+def addresses_seen():
+    """Every (interface, address) on an interface in any namespace while the block runs, looked at five times
+    a second (tailscaled puts the control server's addresses on its TUN device once it has joined)."""
+    seen, stop = set(), threading.Event()
+
+    def look():
+        while not stop.is_set():
+            listed = subprocess.run(["ip", "-all", "netns", "exec", "ip", "-o", "addr", "show"],
+                                    capture_output=True, text=True).stdout
+            seen.update((f[1], f[3].split("/")[0]) for f in map(str.split, listed.splitlines())
+                        if len(f) > 3 and f[2] in ("inet", "inet6"))
+            stop.wait(0.2)
+
+    looker = threading.Thread(target=look, daemon=True)
+    looker.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        looker.join()
+
+
+def check_only_benchmarking(seen: set[tuple[str, str]]) -> None:
+    """No address outside the benchmarking ranges was added (loopback and link-local are the kernel's own),
+    and the tailnet's were seen on tailscaled's TUN devices."""
+    added = {(dev, a) for dev, a in seen if not (ipaddress.ip_address(a).is_loopback or ipaddress.ip_address(a).is_link_local)}
+    assert [pair for pair in added if not benchmarking(pair[1])] == [], added
+    assert any(dev.startswith("ts") and a.startswith(TAILNET_V4 + ".") for dev, a in added), added
 
 
 def sealed_probes(pcap, path: str) -> int:
@@ -87,7 +126,9 @@ def stored(out):
 
 
 def test_direct_and_relayed_carry_tcp_sealed_over_the_path_they_record(built, tmp_path, no_leftovers, capsys):
-    run_here(parse_study(STUDY), tmp_path)
+    with addresses_seen() as seen:
+        run_here(parse_study(STUDY), tmp_path)
+    check_only_benchmarking(seen)
     scenarios, values, paths, versions, flags = stored(tmp_path)
     assert set(scenarios) == {"none", "tailscale", "tailscale relayed"}
     assert not [f for f in flags if "algorithms-differ" in f], flags  # each repetition on the path it asked for
@@ -181,7 +222,9 @@ workloads: [{kind: tcp, duration_s: 2, omit_s: 0, pairs: all}]
 def test_three_peers_join_one_tailnet_and_carry_every_pair(built, tmp_path, no_leftovers):
     """A mesh of three in the tailnet of one control server (on peer 0's node): every pair's TCP directly,
     the measured pair's overhead on the direct model."""
-    run_here(parse_study(MESH), tmp_path)
+    with addresses_seen() as seen:
+        run_here(parse_study(MESH), tmp_path)
+    check_only_benchmarking(seen)
     db = sqlite3.connect(tmp_path / "results.sqlite")
     (failure,) = db.execute("SELECT failure FROM repetitions").fetchone()
     mine = dict(db.execute("SELECT metric, value FROM samples"))

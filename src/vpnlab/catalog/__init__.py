@@ -25,7 +25,7 @@ from ..drivers.tinc import Tinc
 from ..drivers.wireguard import WireGuard
 from ..drivers.yggdrasil import Yggdrasil
 from ..metrics import REGISTRY, Level, Metric
-from ..tools import BASE_PACKAGES, BUILD, CORE, HOSTS, VM, Tool
+from ..tools import BASE_PACKAGES, BUILD, CORE, HOSTS, REPORT, VM, Tool
 from ..workloads import background, office
 from ..workloads.base import WorkloadKind
 from ..workloads.path_mtu import PathMtu
@@ -73,7 +73,7 @@ def unit(name: str) -> str:
 
 def declared(extra: tuple[Tool, ...] = ()) -> dict[str, Tool]:
     """Command -> declaration, over the testbed, the VM backend, every driver and workload kind."""
-    tools = [*CORE, *VM, *background.TOOLS, *HOSTS, *BUILD, *extra]
+    tools = [*CORE, *REPORT, *VM, *background.TOOLS, *HOSTS, *BUILD, *extra]
     for driver in DRIVERS.values():
         tools += driver.tools
     for kind in KINDS.values():

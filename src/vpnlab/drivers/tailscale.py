@@ -8,7 +8,7 @@ certificate for its IP address, clients not verified, STUN beside it) on the gat
 that derper alone. Logging to Tailscale (logtail), the port mapper and DNS changes are off.
 
 Each end runs tailscaled over a kernel TUN device the driver makes first with the end's testbed address on it
-(so that address, not the 100.64.0.0/10 one the control server assigns, is what the kernel picks as source),
+(so that address, not the tailnet one the control server assigns, is what the kernel picks as source),
 and joins with `tailscale up`, advertising that address and the networks behind it as routes, which the control
 server approves; each end accepts the other's. `path: relayed` drops UDP between the two ends' WAN addresses
 with nftables in their own namespaces, so the peers find no direct path and send their WireGuard packets
@@ -28,17 +28,36 @@ from pydantic import Field
 
 from ..algorithms import AEAD, Algorithms
 from ..core.errors import TunnelError
+from ..core.networks import benchmarking
 from ..testbed.contract import Node
 from ..tools import GoBuild, Tool, gobuild
+from ..tools.gobuild import SourceEdit
 from .base import Driver, Implementation, Mesh, Options, Ports, Tunnel, TunnelEnv, route_into, wait_for
 
+# Tailscale's nodes get addresses from 100.64.0.0/10 and fd7a:115c:a1e0::/48, the ranges of net/tsaddr, which
+# the rest of tailscale.com asks whether an address is a tailnet's, and the control server gives node N
+# 100.64.0.N; tailscaled puts them on its TUN device. vpnlab adds addresses from the benchmarking ranges alone:
+# its builds edit tsaddr's ranges (and its service address, the MagicDNS resolver's) into them, and the
+# control server gives node N TAILNET_V4.N.
+TAILNET_V4, TAILNET_V6 = "198.19.254", "2001:2:0:fe"
+_TSADDR = "net/tsaddr/tsaddr.go"
+_RANGES = (SourceEdit(_TSADDR, '"100.64.0.0/10"', f'"{TAILNET_V4}.0/24"'),
+           SourceEdit(_TSADDR, "netaddr.IPv4(100, 100, 100, 100)", f"netaddr.IPv4({TAILNET_V4.replace('.', ', ')}, 253)"),
+           SourceEdit(_TSADDR, 'TailscaleServiceIPString   = "100.100.100.100"',
+                      f'TailscaleServiceIPString   = "{TAILNET_V4}.253"'),
+           SourceEdit(_TSADDR, '"fd7a:115c:a1e0::53"', f'"{TAILNET_V6}::53"'),
+           SourceEdit(_TSADDR, '"fd7a:115c:a1e0::/48"', f'"{TAILNET_V6}::/64"'),
+           SourceEdit(_TSADDR, '"fd7a:115c:a1e0:ab12:4843:cd96:6200::/104"', f'"{TAILNET_V6}::ff00:0/104"'))
+_CONTROL = "tstest/integration/testcontrol/testcontrol.go"
+_ALLOCATION = tuple(SourceEdit(_CONTROL, f"netaddr.IPv4(100, 64, uint8({n}>>8), uint8({n}))",
+                               f"netaddr.IPv4({TAILNET_V4.replace('.', ', ')}, uint8({n}))") for n in ("nodeID", "node.ID"))
 # tailscale.com at the newest release whose every dependency the Go module proxy serves (2026-12-01:
 # v1.104.7 needs modules it refuses, among them tailscale's wireguard-go and gvisor; v1.98.10 resolves
 # them all). Go 1.27 turns encoding/json/v2 on, whose API moved past the experimental one v1.98.10's
 # go-json-experiment pins: built with GOEXPERIMENT=nojsonv2.
-RELEASE = GoBuild("tailscale.com", "v1.98.10", "cmd/tailscaled", experiments=("nojsonv2",))
+RELEASE = GoBuild("tailscale.com", "v1.98.10", "cmd/tailscaled", experiments=("nojsonv2",), edits=_RANGES)
 BUILDS = {"tailscaled": RELEASE, "tailscale": RELEASE.command("cmd/tailscale"),
-          "derper": RELEASE.command("cmd/derper"), "tailscale-testcontrol": RELEASE.own_main("testcontrol")}
+          "derper": RELEASE.command("cmd/derper"), "tailscale-testcontrol": RELEASE.own_main("testcontrol", _ALLOCATION)}
 CONTROL_SERVER = "tailscale.com's integration-test control server (tstest/integration/testcontrol)"
 WG_PORT, DERP_PORT, STUN_PORT, CONTROL_PORT = 41641, 8443, 3478, 8080
 # The control client redials only Noise over HTTPS, port 443 of the control server's host, within two minutes of
@@ -277,8 +296,20 @@ def _peers(tunnel: TailscaleTunnel, node: Node) -> dict[str, dict]:
     return {peer["HostName"]: peer for peer in (status.get("Peer") or {}).values()}
 
 
+def _check_tailnet(tunnel: TailscaleTunnel, node: Node) -> None:
+    """The addresses the control server gave `node` are the benchmarking ranges' (a build of the server without
+    vpnlab's edits would give Tailscale's own): a TunnelError otherwise, and the tunnel comes down."""
+    status = json.loads(_cli(tunnel, node, "status", "--json").stdout)
+    outside = [a for a in (status.get("Self") or {}).get("TailscaleIPs") or ()
+               if not benchmarking(a)]
+    if outside:
+        raise TunnelError(f"the control server gave {node.role} {', '.join(outside)}, outside 198.18.0.0/15 and "
+                          f"2001:2::/48: its build is not vpnlab's ({BUILDS['tailscale-testcontrol'].target})")
+
+
 def _await_path(tunnel: TailscaleTunnel, node: Node, path: str, count: int) -> None:
     """Until `node`'s tailscaled has `count` peers and each answers its `tailscale ping` over `path`."""
+    _check_tailnet(tunnel, node)
     wait_for(lambda: len(_peers(tunnel, node)) == count, 10, f"{count} peers in tailscale status in {node.role}",
              tunnel, interval=0.2)
     for name, peer in _peers(tunnel, node).items():

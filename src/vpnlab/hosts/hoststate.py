@@ -22,11 +22,11 @@ import shlex
 from dataclasses import asdict, dataclass, field
 
 from ..core.errors import VpnlabError
+from ..core.networks import BENCHMARK_NETWORKS
 
 REMOTE_ROOT = "/run/vpnlab"  # tmpfs on every systemd host: a reboot clears record and resources alike
 
 # RFC 2544 benchmarking ranges: the only networks vpnlab adds to a host's own namespace.
-BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:2::/48"))
 
 # Shell functions every remote teardown and stop uses. A process is ours only while its PID
 # still has the start time we recorded (field 22 of /proc/PID/stat, counted after the

@@ -13,6 +13,7 @@ Addresses (all inside 198.18.0.0/15, RFC 2544's benchmarking range):
   tunnel layer L            198.19.(1+L).0/24, inside the tunnel
   links left of the WAN     198.18.i.0/24, counted from host-a: all within 198.18.0.0/17
   links right of the WAN    198.18.(128+k).0/24, counted from host-b: all within 198.18.128.0/17
+  Tailscale's tailnet       198.19.254.0/24 and 2001:2:0:fe::/64 (drivers/tailscale.py)
 so that what lies behind each tunnel end is one prefix that contains an address
 of that end (IPsec traffic selectors want both).
 """

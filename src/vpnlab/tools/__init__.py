@@ -66,6 +66,9 @@ CORE = (
     # the router in the middle of a WAN whose link filters ICMP (testbed/router.py)
     Tool("nft", "nftables", ("nft", "--version")),
 )
+# The report's figures, made where vpnlab runs (not on hosts): matplotlib lists the system's fonts with
+# fc-list once, when it builds its font cache.
+REPORT = (Tool("fc-list", "fontconfig", ("fc-list", "--version")),)
 # The VM backend: the emulator, the guest's initramfs and modules, and the kernel download.
 VM = (
     Tool("qemu-system-x86_64", "qemu-system-x86", ("qemu-system-x86_64", "--version")),

@@ -26,6 +26,11 @@ A program no module ships as a command (tailscale.com's integration-test control
 small main module of vpnlab's own (`local`: gomains/NAME, module path vpnlab.invalid/NAME) that requires
 MODULE@VERSION; it is built in a copy of its folder (`go mod tidy` resolves and checks every dependency),
 and its record names MODULE at VERSION as the one it was built against, and the main module beside it.
+A build may edit files of its module (`edits`: each an exact text to replace, found exactly as often as
+declared, so another release's file fails the build instead of being edited wrongly): the module as the
+proxy served it is copied, the copy edited and built in its place (a `replace` in the throwaway or local
+main module; the module cache keeps the release as published, and Go refuses to overlay it), and the build
+lives in a folder of its own (its edits' digest in the name) whose record names the files edited.
 A build may name Go experiments to set (GOEXPERIMENT: `nojsonv2` where Go's newer encoding/json/v2 breaks
 an older module pinned to the experimental API).
 """
@@ -33,6 +38,7 @@ an older module pinned to the experimental API).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.util
 import json
 import os
@@ -60,6 +66,16 @@ class GoBuildError(VpnlabError):
 
 
 @dataclass(frozen=True)
+class SourceEdit:
+    """One text replaced in one file of the required module (its path in the module)."""
+
+    file: str
+    old: str
+    new: str
+    count: int = 1  # how often `old` occurs in the release's file
+
+
+@dataclass(frozen=True)
 class GoBuild:
     """A program built from a Go module at an exact version (`go install MODULE@VERSION`)."""
 
@@ -69,6 +85,7 @@ class GoBuild:
     stand_ins: tuple[str, ...] = ()  # dependencies the proxy refuses, replaced by vpnlab's (gostandins/)
     experiments: tuple[str, ...] = ()  # GOEXPERIMENT settings the module needs with the declared Go
     local: str = ""  # vpnlab's own main module gomains/LOCAL, built against the module at its version
+    edits: tuple[SourceEdit, ...] = ()  # edits to the module's files (see above)
 
     @property
     def package(self) -> str:
@@ -85,21 +102,34 @@ class GoBuild:
 
     def command(self, main: str) -> GoBuild:
         """Another main package of the same module at the same version ("cmd/nebula-cert")."""
-        return GoBuild(self.module, self.version, main, self.stand_ins, self.experiments)
+        return GoBuild(self.module, self.version, main, self.stand_ins, self.experiments, edits=self.edits)
 
-    def own_main(self, name: str) -> GoBuild:
-        """vpnlab's main module gomains/NAME built against this module at this version."""
-        return GoBuild(self.module, self.version, stand_ins=self.stand_ins, experiments=self.experiments, local=name)
+    def own_main(self, name: str, edits: tuple[SourceEdit, ...] = ()) -> GoBuild:
+        """vpnlab's main module gomains/NAME built against this module at this version, with its edits and
+        `edits` besides."""
+        return GoBuild(self.module, self.version, stand_ins=self.stand_ins, experiments=self.experiments, local=name,
+                       edits=self.edits + edits)
+
+    @property
+    def edited(self) -> str:
+        """The folder name's mark of the edits: '' without any."""
+        if not self.edits:
+            return ""
+        return "+edited-" + hashlib.sha256(repr(self.edits).encode()).hexdigest()[:12]
 
 
 def root(cache: Path | None = None) -> Path:
     return (cache or CACHE) / "go"
 
 
+def _escaped(path: str) -> str:
+    """A module or package path as the module cache spells it."""
+    return re.sub(r"[A-Z]", lambda m: "!" + m[0].lower(), path)
+
+
 def folder(build: GoBuild, cache: Path | None = None) -> Path:
     """Where this build's program and record live."""
-    escaped = re.sub(r"[A-Z]", lambda m: "!" + m[0].lower(), build.package)  # as the module cache spells paths
-    return root(cache) / "bin" / f"{escaped}@{build.version}"
+    return root(cache) / "bin" / f"{_escaped(build.package)}@{build.version}{build.edited}"
 
 
 def program(build: GoBuild, command: str, cache: Path | None = None) -> Path:
@@ -122,7 +152,8 @@ def describe(record: dict) -> str:
     """A build's version line, as runs and `vpnlab doctor` record it."""
     stood = "".join(f", {m} replaced by vpnlab's stand-in" for m in record.get("stand_ins", ()))
     own = f", into vpnlab's program {record['local']}" if record.get("local") else ""
-    return f"{record['module']} {record['version']} (built from its module with {record['go']}{stood}{own})"
+    edited = "".join(f", {file} edited by vpnlab" for file in record.get("edited", ()))
+    return f"{record['module']} {record['version']} (built from its module with {record['go']}{stood}{own}{edited})"
 
 
 def toolchain() -> Path | None:
@@ -194,8 +225,8 @@ def build(build: GoBuild, command: str, cache: Path | None = None) -> dict:
                 env["GOEXPERIMENT"] = ",".join(build.experiments)
             if build.local:
                 _build_local(go, build, partial / command, env)
-            elif build.stand_ins:
-                _build_with_stand_ins(go, build, partial / command, env)
+            elif build.stand_ins or build.edits:
+                _build_in_wrapper(go, build, partial / command, env)
             else:
                 _go(go, ["install", build.target], env, partial, f"go install {build.target}")
                 built = [p for p in partial.iterdir() if p.is_file()]
@@ -207,6 +238,8 @@ def build(build: GoBuild, command: str, cache: Path | None = None) -> dict:
             record = _record(build, parse_version_m(said.stdout))
             if build.local:
                 record = _as_built_against(build, record, said.stdout)
+            if build.edits:
+                record["edited"] = sorted({edit.file for edit in build.edits})
             if (record.get("module"), record.get("version"), record.get("path")) != (
                     build.module, build.version, build.package):
                 raise GoBuildError(f"{build.target} built {record.get('path')} of {record.get('module')} "
@@ -232,31 +265,69 @@ def _go(go: Path, argv: list[str], env: dict, cwd: Path, what: str) -> None:
         raise GoBuildError(f"{what} failed: {(made.stderr or made.stdout).strip()[-600:]}")
 
 
-def _build_with_stand_ins(go: Path, build: GoBuild, out: Path, env: dict) -> None:
+def _build_in_wrapper(go: Path, build: GoBuild, out: Path, env: dict) -> None:
     """`go build` of the main package from a throwaway main module that requires the module at its version
-    and replaces each stand-in with vpnlab's: `go get` resolves every other dependency as the module's
-    go.mod says (and checks them against the checksum database), `go build` makes the program at `out`."""
+    and replaces each stand-in with vpnlab's, and the module with its edited copy: `go get` resolves every
+    other dependency as the module's go.mod says (and checks them against the checksum database), `go build`
+    makes the program at `out`."""
     for module in build.stand_ins:
         if not (STAND_INS / module / "go.mod").is_file():
             raise GoBuildError(f"{build.target}: vpnlab has no stand-in for {module} ({STAND_INS / module})")
     with tempfile.TemporaryDirectory(prefix=".wrapper-", dir=out.parent.parent) as wrapper:
         replaces = "".join(f"replace {m} => {STAND_INS / m}\n" for m in build.stand_ins)
-        (Path(wrapper) / "go.mod").write_text(f"module {WRAPPER}\n\n{replaces}")
+        (Path(wrapper) / "go.mod").write_text(f"module {WRAPPER}\n\n{replaces}{_edited_copy(go, build, env, Path(wrapper))}")
         _go(go, ["get", build.target], env, Path(wrapper), f"go get {build.target}")
         _go(go, ["build", "-o", str(out), build.package], env, Path(wrapper), f"go build {build.package}")
 
 
 def _build_local(go: Path, build: GoBuild, out: Path, env: dict) -> None:
     """`go build` of vpnlab's main module gomains/LOCAL in a copy of its folder (the shipped one stays as it
-    is): `go mod tidy` resolves its dependencies as the required module's go.mod says and checks them
-    against the checksum database."""
+    is), the module replaced with its edited copy if it has edits: `go mod tidy` resolves its dependencies
+    as the required module's go.mod says and checks them against the checksum database."""
     source = MAINS / build.local
     if not (source / "go.mod").is_file():
         raise GoBuildError(f"{build.target}: vpnlab has no main module {source}")
     with tempfile.TemporaryDirectory(prefix=".main-", dir=out.parent.parent) as copy:
         shutil.copytree(source, copy, dirs_exist_ok=True)
+        with open(Path(copy) / "go.mod", "a") as mod:
+            mod.write(_edited_copy(go, build, env, Path(copy)))
         _go(go, ["mod", "tidy"], env, Path(copy), f"go mod tidy in {build.package}")
         _go(go, ["build", "-o", str(out), "."], env, Path(copy), f"go build {build.package}")
+
+
+def _edited_copy(go: Path, build: GoBuild, env: dict, work: Path) -> str:
+    """For a build with edits: the module at its version copied into `work` and edited, and the go.mod line
+    that builds it in the module's place; '' without edits."""
+    if not build.edits:
+        return ""
+    made = subprocess.run([str(go), "mod", "download", "-json", f"{build.module}@{build.version}"], env=env, cwd=work,
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    try:
+        served = Path(json.loads(made.stdout)["Dir"])
+    except (ValueError, KeyError, TypeError):
+        raise GoBuildError(f"go mod download {build.module}@{build.version} failed: "
+                           f"{(made.stderr or made.stdout).strip()[-600:]}") from None
+    copy = work / "edited"
+    shutil.copytree(served, copy, copy_function=shutil.copyfile)  # the module cache's files are read-only
+    for folder_, _, _ in os.walk(copy):
+        os.chmod(folder_, 0o755)
+    _edit(build, copy)
+    return f"replace {build.module} {build.version} => {copy}\n"
+
+
+def _edit(build: GoBuild, module: Path) -> None:
+    """Make the build's edits in the module's files at `module`; an edit whose text a file does not hold as
+    often as declared is a GoBuildError."""
+    for file in sorted({edit.file for edit in build.edits}):
+        if not (module / file).is_file():
+            raise GoBuildError(f"{build.target}: the module has no {file}: vpnlab's edit is for another release")
+        text = (module / file).read_text()
+        for edit in (edit for edit in build.edits if edit.file == file):
+            if (found := text.count(edit.old)) != edit.count:
+                raise GoBuildError(f"{build.target}: {file} holds {edit.old!r} {found} times, not {edit.count}: "
+                                   "vpnlab's edit is for another release")
+            text = text.replace(edit.old, edit.new)
+        (module / file).write_text(text)
 
 
 def _as_built_against(build: GoBuild, record: dict, said: str) -> dict:
@@ -273,7 +344,7 @@ def _record(build: GoBuild, read: dict) -> dict:
     version (go build names them so from the throwaway main module too), its Go and build settings, and
     the dependencies replaced by stand-ins (which must be the declared ones); not every dependency."""
     read.pop("deps", None)
-    replaced = sorted(read.pop("replaced", []))
+    replaced = sorted(set(read.pop("replaced", [])) - ({build.module} if build.edits else set()))
     if replaced != sorted(build.stand_ins):
         raise GoBuildError(f"{build.target}: dependencies replaced {replaced}, stand-ins declared "
                            f"{sorted(build.stand_ins)}")
