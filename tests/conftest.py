@@ -198,14 +198,15 @@ def state(no_leftovers):
 
 
 def sample_count(out: Path) -> int:
-    """Repetitions stored so far in a results directory (0 before its tables exist)."""
+    """Valid repetitions stored so far in a results directory (0 before its tables exist): as a resume
+    counts them, not a repetition stored as failed (under load, a run's first can fail and be run again)."""
     import sqlite3
 
     if not (out / "results.sqlite").exists():
         return 0
     db = sqlite3.connect(out / "results.sqlite")
     try:
-        return db.execute("SELECT count(*) FROM repetitions").fetchone()[0]
+        return db.execute("SELECT count(*) FROM repetitions WHERE COALESCE(failure, '') = ''").fetchone()[0]
     except sqlite3.OperationalError:  # the run has created the file but not yet its tables
         return 0
     finally:
