@@ -1,9 +1,10 @@
 """Every bad study file gets a clear error before anything starts (issue 15, section 5).
 
-Each case goes through the real CLI in a subprocess, `vpnlab run FILE --dry-run`, and a few
+A case goes through the real CLI in a subprocess, `vpnlab run FILE --dry-run`, and a few
 without --dry-run as well: exit 2, the field (or the file's line) named, no traceback, and for
 the real runs nothing created: no results directory, no run state, no namespace. The
-subprocesses run concurrently, in one module fixture, to keep the suite fast.
+subprocesses run concurrently, in one module fixture, to keep the suite fast; variants of a kind a CLI
+case already shows end to end are checked in-process, through the same loader (`cli=False`).
 """
 
 from __future__ import annotations
@@ -64,20 +65,22 @@ CASES = [
     Case("duration-half-second", workload("{kind: tcp, duration_s: 0.5}"),
          ("workloads[0].duration_s", "whole number of seconds", "iperf3 would run 0"), real=True),
     Case("duration-2.9", workload("{kind: tcp, duration_s: 2.9}"),
-         ("workloads[0].duration_s", "whole number of seconds", "iperf3 would run 2")),
-    Case("udp-duration-2.9", workload("{kind: udp, duration_s: 2.9}"), ("workloads[0].duration_s", "whole number")),
+         ("workloads[0].duration_s", "whole number of seconds", "iperf3 would run 2"), cli=False),
+    Case("udp-duration-2.9", workload("{kind: udp, duration_s: 2.9}"), ("workloads[0].duration_s", "whole number"),
+         cli=False),
     Case("duration-as-text", workload("{kind: tcp, duration_s: '1.5'}"), ("workloads[0].duration_s", "whole number"),
          cli=False),
     Case("duration-true", workload("{kind: tcp, duration_s: true}"), ("workloads[0].duration_s", "true/false"),
          cli=False),
     Case("duration-zero", workload("{kind: tcp, duration_s: 0}"),
          ("workloads[0].duration_s", "greater than or equal to 1"), cli=False),
-    Case("omit-over-60", workload("{kind: tcp, omit_s: 61}"), ("workloads[0].omit_s", "less than or equal to 60")),
-    Case("omit-fraction", workload("{kind: tcp, omit_s: 1.5}"), ("workloads[0].omit_s", "whole number")),
-    Case("udp-size-below-16", workload("{kind: udp, size: 15}"), ("workloads[0].size", "16 to 65507 bytes")),
+    Case("omit-over-60", workload("{kind: tcp, omit_s: 61}"), ("workloads[0].omit_s", "less than or equal to 60"),
+         cli=False),
+    Case("omit-fraction", workload("{kind: tcp, omit_s: 1.5}"), ("workloads[0].omit_s", "whole number"), cli=False),
+    Case("udp-size-below-16", workload("{kind: udp, size: 15}"), ("workloads[0].size", "16 to 65507 bytes"), cli=False),
     Case("udp-size-above-65507", workload("{kind: udp, size: 65508}"), ("workloads[0].size", "16 to 65507 bytes"),
          cli=False),
-    Case("window-over-64M", workload("{kind: tcp, window: 65M}"), ("workloads[0].window", "more than 64M")),
+    Case("window-over-64M", workload("{kind: tcp, window: 65M}"), ("workloads[0].window", "more than 64M"), cli=False),
     pytest.param(Case("window-over-this-kernel", workload(f"{{kind: tcp, window: {(LIMIT or 0) + 1024}}}"),
                       ("workloads[0].window", "net.core.rmem_max", "sysctl -w")),
                  marks=pytest.mark.skipif(not LIMIT or LIMIT + 1024 > SOCKET_BUFFER_MAX,
@@ -96,16 +99,16 @@ CASES = [
          "options: {cipher: [AES-128-GCM, AES-128-GCM]}}]\nworkloads: [{kind: ping}]\n",
          ("vpns[1]: its sweeps give the same configuration",), cli=False),
     Case("identical-workloads", BASE + "workloads: [{kind: ping}, {kind: tcp}, {kind: ping, size: 56}]\n",
-         ("workloads[2] ('ping-56B') and workloads[0] ('ping-56B') are the same workload",)),
+         ("workloads[2] ('ping-56B') and workloads[0] ('ping-56B') are the same workload",), cli=False),
     Case("workload-sweep-repeats", workload("{kind: ping, size: [56, 64, 56]}"),
-         ("workloads[0]: its sweeps give the same workload",)),
+         ("workloads[0]: its sweeps give the same workload",), cli=False),
     Case("inner-baseline", "name: t\ntopology: site-to-site\nvpns: [{driver: none}, {driver: wireguard, "
          "inner: {driver: none}}]\nworkloads: [{kind: ping}]\n", ("vpns[1].inner.driver", "no-VPN baseline"),
          real=True),
     # the earlier kinds
     Case("unknown-top-level-key", PING + "repetition: 3\n", ("repetition: unknown field",)),
-    Case("unknown-workload-key", workload("{kind: tcp, windw: 8K}"), ("workloads[0].windw: unknown field",)),
-    Case("unknown-kind", workload("{kind: video}"), ("workloads[0]", "unknown kind")),
+    Case("unknown-workload-key", workload("{kind: tcp, windw: 8K}"), ("workloads[0].windw: unknown field",), cli=False),
+    Case("unknown-kind", workload("{kind: video}"), ("workloads[0]", "unknown kind"), cli=False),
     Case("missing-kind", workload("{size: 56}"), ("workloads[0]", "missing field 'kind'"), cli=False),
     Case("unknown-driver", "name: t\nvpns: [{driver: ipsec}]\nworkloads: [{kind: ping}]\n",
          ("vpns[0].driver: unknown VPN driver 'ipsec'",)),
@@ -114,30 +117,30 @@ CASES = [
     Case("unknown-profile", "name: t\nvpns: [{driver: openvpn, profile: nsa}]\nworkloads: [{kind: ping}]\n",
          ("vpns[0].profile",), cli=False),
     Case("fips-non-fips-cipher", "name: t\nvpns: [{driver: openvpn, profile: fips, options: {cipher: BF-CBC}}]\n"
-         "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher", "FIPS")),
+         "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher", "FIPS"), cli=False),
     Case("nebula-unknown-cipher", "name: t\nvpns: [{driver: nebula, options: {cipher: aes128}}]\n"
-         "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher",)),
+         "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher",), cli=False),
     Case("nebula-fips", "name: t\nvpns: [{driver: nebula, profile: fips}]\nworkloads: [{kind: ping}]\n",
-         ("vpns[0].profile", "Nebula 1.6.1 has no FIPS 140 mode", "not a FIPS 140-validated module")),
+         ("vpns[0].profile", "Nebula 1.6.1 has no FIPS 140 mode", "not a FIPS 140-validated module"), cli=False),
     Case("tinc-compression-level", "name: t\nvpns: [{driver: tinc, options: {compression: 12}}]\n"
-         "workloads: [{kind: ping}]\n", ("vpns[0].options.compression",)),
+         "workloads: [{kind: ping}]\n", ("vpns[0].options.compression",), cli=False),
     Case("tinc-mac-longer-than-its-digest", "name: t\nvpns: [{driver: tinc, options: {digest: md5, mac_length: 20}}]"
          "\nworkloads: [{kind: ping}]\n", ("vpns[0].options.mac_length", "16-byte md5 digest"), cli=False),
     Case("tinc-fips", "name: t\nvpns: [{driver: tinc, profile: fips}]\nworkloads: [{kind: ping}]\n",
          ("vpns[0].profile", "tinc 1.0 has no FIPS 140 mode"), cli=False),
-    Case("wrong-type", PING + "links: [{rate_mbit: fast}]\n", ("links[0].rate_mbit",)),
+    Case("wrong-type", PING + "links: [{rate_mbit: fast}]\n", ("links[0].rate_mbit",), cli=False),
     Case("wrong-type-in-a-sweep", workload("{kind: ping, count: [1, two]}"), ("workloads[0].count",), cli=False),
-    Case("empty-vpns", "name: t\nvpns: []\nworkloads: [{kind: ping}]\n", ("vpns:", "at least 1 item")),
-    Case("empty-sweep", workload("{kind: ping, size: []}"), ("workloads[0].size: empty list",)),
+    Case("empty-vpns", "name: t\nvpns: []\nworkloads: [{kind: ping}]\n", ("vpns:", "at least 1 item"), cli=False),
+    Case("empty-sweep", workload("{kind: ping, size: []}"), ("workloads[0].size: empty list",), cli=False),
     Case("missing-name", "vpns: [{driver: none}]\nworkloads: [{kind: ping}]\n", ("name: Field required",), cli=False),
     Case("repetitions-out-of-range", PING + "repetitions: 0\n", ("repetitions",), cli=False),
     Case("unknown-background", PING + "links: [{background: disco}]\n",
          ("links[0].background", "unknown background mix"), cli=False),
     Case("three-layers", "name: t\ntopology: site-to-site\nvpns: [{driver: wireguard, inner: {driver: wireguard, "
          "options: {port: 51821}, inner: {driver: wireguard, options: {port: 51822}}}}]\nworkloads: [{kind: ping}]\n",
-         ("vpns: at most 2 tunnel layers",)),
+         ("vpns: at most 2 tunnel layers",), cli=False),
     Case("nesting-outside-site-to-site", "name: t\nvpns: [{driver: wireguard, inner: {driver: wireguard, "
-         "options: {port: 51821}}}]\nworkloads: [{kind: ping}]\n", ("topology: nested tunnels need",)),
+         "options: {port: 51821}}}]\nworkloads: [{kind: ping}]\n", ("topology: nested tunnels need",), cli=False),
     Case("inner-that-contains-itself", "name: t\ntopology: site-to-site\nvpns: [&v {driver: wireguard, inner: *v}]\n"
          "workloads: [{kind: ping}]\n", ("vpns[0].inner",), cli=False),
     Case("duplicate-labels", "name: t\nvpns: [{driver: wireguard, label: x}, {driver: openvpn, label: x}]\n"
@@ -147,7 +150,7 @@ CASES = [
     Case("nul-byte", "name: t\x00\n", ("not valid YAML", "position 7"), cli=False),
     Case("empty-file", "", ("(top level)", "holds nothing")),
     Case("only-a-comment", "# nothing yet\n", ("(top level)", "holds nothing"), cli=False),
-    Case("top-level-list", "- name: t\n- vpns: []\n", ("(top level)", "found a list")),
+    Case("top-level-list", "- name: t\n- vpns: []\n", ("(top level)", "found a list"), cli=False),
     Case("top-level-scalar", "hello\n", ("(top level)", "found the value 'hello'"), cli=False),
     Case("no-such-file", None, ("no-such-study.yaml: no such study file",), path="no-such-study.yaml"),
     Case("a-directory", None, ("cannot read study file: Is a directory",), path="."),
@@ -155,16 +158,17 @@ CASES = [
     # read as a careful parser would (issue 37)
     Case("duplicate-top-level-key", PING + "repetitions: 3\nrepetitions: 5\n",
          ("duplicate key 'repetitions' (also at line 4, column 1)", "line 5"), real=True),
-    Case("duplicate-key-in-a-flow-mapping", workload("{kind: ping, count: 5, count: 7}"), ("duplicate key 'count'",)),
+    Case("duplicate-key-in-a-flow-mapping", workload("{kind: ping, count: 5, count: 7}"), ("duplicate key 'count'",),
+         cli=False),
     Case("true-for-a-rate", PING + "links: [{rate_mbit: true}]\n",
          ("links[0].rate_mbit: expected a number, not true/false",), real=True),
     Case("false-for-a-driver-option", "name: t\nvpns: [{driver: wireguard, options: {mtu: false}}]\n"
          "workloads: [{kind: ping}]\n", ("vpns[0].options.mtu: expected a number, not true/false",), cli=False),
     Case("true-for-a-count", workload("{kind: ping, count: true}"),
          ("workloads[0].count: expected a number, not true/false",), cli=False),
-    Case("loss-100", PING + "links: [{loss_pct: 100}]\n", ("links[0].loss_pct", "less than 100")),
+    Case("loss-100", PING + "links: [{loss_pct: 100}]\n", ("links[0].loss_pct", "less than 100"), cli=False),
     Case("shape-without-hosts", PING + "links: [{rate_mbit: 10, shape: true}]\n",
-         ("links[0].shape: only for a study on real hosts",)),
+         ("links[0].shape: only for a study on real hosts",), cli=False),
     Case("escape-in-a-label", 'name: t\nvpns: [{driver: none, label: "\\e[31mred"}]\nworkloads: [{kind: ping}]\n',
          ("vpns[0].label: control character \\x1b",), real=True),
     Case("line-break-in-the-name", 'name: "t\\nforged row"\nvpns: [{driver: none}]\nworkloads: [{kind: ping}]\n',
@@ -178,7 +182,7 @@ CASES = [
     # a path's MTU and filtered ICMP (issue 47)
     Case("path-mtu-below-576", PING + "links: [{mtu: 575}]\n", ("links[0].mtu", "greater than or equal to 576"),
          real=True),
-    Case("path-mtu-above-9000", PING + "links: [{mtu: 9001}]\n", ("links[0].mtu", "less than or equal to 9000")),
+    Case("path-mtu-above-9000", PING + "links: [{mtu: 9001}]\n", ("links[0].mtu", "less than or equal to 9000"), cli=False),
     Case("path-mtu-fraction", PING + "links: [{mtu: 1400.5}]\n", ("links[0].mtu", "integer"), cli=False),
     Case("path-mtu-in-a-sweep", PING + "links: [{mtu: [1400, 100]}]\n", ("links[0].mtu", "576"), cli=False),
     Case("icmp-unknown", PING + "links: [{mtu: 1400, icmp: dropped}]\n", ("links[0].icmp", "'allowed' or 'blocked'"),
@@ -186,7 +190,7 @@ CASES = [
     Case("icmp-true", PING + "links: [{icmp: true}]\n", ("links[0].icmp", "'allowed' or 'blocked'"), cli=False),
     Case("path-mtu-in-a-mesh", "name: t\ntopology: mesh\npeers: 3\nvpns: [{driver: none}, {driver: wireguard}]\n"
          "workloads: [{kind: ping}]\nlinks: [{mtu: 1400, icmp: blocked}]\n",
-         ("links[0].mtu: only for a remote-access or site-to-site study", "links[0].icmp: only for", "mesh")),
+         ("links[0].mtu: only for a remote-access or site-to-site study", "links[0].icmp: only for", "mesh"), cli=False),
     Case("path-mtu-on-real-hosts", PING + "hosts: {client: a, gateway: b}\nlinks: [{mtu: 1400}]\n",
          ("links[0].mtu: only for a remote-access or site-to-site study on this machine", "real hosts"), cli=False),
     Case("path-mtu-stall-not-within-deadline", workload("{kind: path-mtu, timeout_s: 5, stall_s: 5}"),
@@ -196,19 +200,19 @@ CASES = [
     Case("nat-timeout-without-nat", PING + "links: [{nat_udp_timeout_s: 30}]\n",
          ("links[0]: nat_udp_timeout_s", "needs nat: masquerade"), real=True),
     Case("nat-timeout-out-of-range", PING + "links: [{nat: masquerade, nat_udp_timeout_s: 3601}]\n",
-         ("links[0].nat_udp_timeout_s", "less than or equal to 3600")),
+         ("links[0].nat_udp_timeout_s", "less than or equal to 3600"), cli=False),
     Case("nat-in-a-mesh", "name: t\ntopology: mesh\npeers: 3\nvpns: [{driver: wireguard}]\n"
-         "workloads: [{kind: ping}]\nlinks: [{nat: masquerade}]\n", ("links[0].nat: only for", "mesh")),
+         "workloads: [{kind: ping}]\nlinks: [{nat: masquerade}]\n", ("links[0].nat: only for", "mesh"), cli=False),
     Case("event-after-the-workload", workload("{kind: ping, count: 10, interval_s: 0.1, events: [{at_s: 5, link_down_s: 1}]}"),
          ("workloads[0].events[0].at_s", "past the workload's end"), real=True),
     Case("event-of-two-kinds", workload("{kind: ping, events: [{at_s: 1, link_down_s: 1, address_change: true}]}"),
-         ("workloads[0].events[0]", "one of link_down_s")),
+         ("workloads[0].events[0]", "one of link_down_s"), cli=False),
     Case("event-unknown", workload("{kind: ping, events: [{at_s: 1, lightning: true}]}"),
-         ("workloads[0].events[0]", "lightning: unknown kind of event")),
+         ("workloads[0].events[0]", "lightning: unknown kind of event"), cli=False),
     Case("event-rebind-without-nat", workload("{kind: ping, events: [{at_s: 1, nat_rebind: true}]}"),
-         ("workloads[0].events[0].nat_rebind", "links[0] has none")),
+         ("workloads[0].events[0].nat_rebind", "links[0] has none"), cli=False),
     Case("event-rekey-wireguard", workload("{kind: ping, events: [{at_s: 1, rekey: true}]}"),
-         ("workloads[0].events[0].rekey", "wireguard offers no way to force a rekey")),
+         ("workloads[0].events[0].rekey", "wireguard offers no way to force a rekey"), cli=False),
     Case("tens-of-thousands-of-errors", "name: t\nvpns: [" + ", ".join(["1"] * 50_000) + "]\n"
          "workloads: [{kind: ping}]\n",
          ("vpns[0]: Input should be a valid dictionary", "vpns[19]:", "... and 49,980 more")),
