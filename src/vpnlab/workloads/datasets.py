@@ -19,9 +19,10 @@ import io
 import sys
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-from PIL import Image
+if TYPE_CHECKING:
+    import numpy as np
 
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have "
          "an they you were her she there been one all we their has would when if so no will can more out up "
@@ -53,6 +54,9 @@ def _archive(size: int, rng: np.random.Generator) -> bytes:
 
 
 def _image(size: int, rng: np.random.Generator) -> bytes:
+    import numpy as np
+    from PIL import Image
+
     out = io.BytesIO()
     while out.tell() < size:
         y, x = np.mgrid[0:768, 0:1024]
@@ -69,6 +73,8 @@ def make(folder: Path, kind: str, size: int, part: int = 0) -> Path:
     path = folder / f"{name}.bin"
     if path.exists() and path.stat().st_size == size:
         return path
+    import numpy as np  # here, not above: the controller only ships this module (make_on), at every command's start
+
     seed = zlib.crc32(name.encode())
     tmp = path.with_suffix(".part")
     with open(tmp, "wb") as fh:
