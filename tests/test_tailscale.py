@@ -64,16 +64,20 @@ def built():
 
 @contextmanager
 def addresses_seen():
-    """Every (interface, address) on an interface in any namespace while the block runs, looked at five times
-    a second (tailscaled puts the control server's addresses on its TUN device once it has joined)."""
+    """Every (interface, address) on an interface in a namespace that holds one of tailscaled's TUN devices
+    (ts*: this run's ends; other tests' namespaces run other VPNs meanwhile), while the block runs, looked
+    at five times a second (tailscaled puts the control server's addresses on its TUN once it has joined)."""
     seen, stop = set(), threading.Event()
 
     def look():
         while not stop.is_set():
             listed = subprocess.run(["ip", "-all", "netns", "exec", "ip", "-o", "addr", "show"],
                                     capture_output=True, text=True).stdout
-            seen.update((f[1], f[3].split("/")[0]) for f in map(str.split, listed.splitlines())
-                        if len(f) > 3 and f[2] in ("inet", "inet6"))
+            for namespace in listed.split("netns: ")[1:]:
+                found = {(f[1], f[3].split("/")[0]) for f in map(str.split, namespace.splitlines()[1:])
+                         if len(f) > 3 and f[2] in ("inet", "inet6")}
+                if any(dev.startswith("ts") for dev, _ in found):
+                    seen.update(found)
             stop.wait(0.2)
 
     looker = threading.Thread(target=look, daemon=True)
