@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 from ..algorithms import AEAD, Algorithms
 from ..testbed.contract import Node
 from ..tools import GoBuild, Tool, gobuild
+from ..tools.gobuild import SourceEdit
 from .base import Driver, Implementation, Mesh, Options, Ports, Tunnel, TunnelEnv, wait_for
 
 VXLAN_PORT = 4789
@@ -52,7 +53,17 @@ DEFAULT_MTU = 1500  # what the sites' links carry: the peering is a TCP stream, 
 # (2026-12-02: v0.5.14). The proxy refuses one dependency, suah.dev/protect (OpenBSD's pledge and unveil,
 # which does nothing on Linux): vpnlab's stand-in of the same API does nothing too (tools/gostandins).
 CURRENT = "yggdrasil-current"
-CURRENT_BUILD = GoBuild("github.com/yggdrasil-network/yggdrasil-go", "v0.5.14", "cmd/yggdrasil", ("suah.dev/protect",))
+# Yggdrasil's nodes take their addresses from 200::/7, which it puts on its TUN device; vpnlab adds addresses
+# from the benchmarking ranges alone: the current build's prefix is 2001:2:0:0000::/56 instead (seven bytes,
+# the eighth bit of the last one still telling a node's address, 2001:2:0:00xx::, from its /64 subnet,
+# 2001:2:0:01xx::), so a node's address keeps 64 bits of its key instead of 112 (ample for the few nodes
+# of a testbed), and the peers it refuses to peer with over Yggdrasil itself are that range's.
+_ADDRESSES = (SourceEdit("src/address/address.go", "func GetPrefix() [1]byte {\n\treturn [...]byte{0x02}\n}",
+                         "func GetPrefix() [7]byte {\n\treturn [...]byte{0x20, 0x01, 0x00, 0x02, 0x00, 0x00, 0x00}\n}"),
+              SourceEdit("cmd/yggdrasil/main.go", 'IP:   net.ParseIP("200::"),\n\t\t\tMask: net.CIDRMask(7, 128),',
+                         'IP:   net.ParseIP("2001:2::"),\n\t\t\tMask: net.CIDRMask(55, 128),'))
+CURRENT_BUILD = GoBuild("github.com/yggdrasil-network/yggdrasil-go", "v0.5.14", "cmd/yggdrasil", ("suah.dev/protect",),
+                        edits=_ADDRESSES)
 CTL_BUILD = CURRENT_BUILD.command("cmd/yggdrasilctl")  # built beside it (bootstrap), for a person's look inside
 NO_CIPHER_CHOICE = ("Yggdrasil has no cipher to choose: every packet is sealed end to end with NaCl box "
                     "(X25519, XSalsa20-Poly1305), fixed by the protocol")
