@@ -52,6 +52,8 @@ def paragraph(study: StoredStudy, rules: list[str], cpu: str = "", pairing: str 
         f"level, from an upper bound of the spread; 'ahead' also needs the estimate beyond {threshold:g}%, which a "
         f"true difference of exactly {threshold:g}% gives about half the time; beyond {PRACTICAL_ROUNDS} rounds, a "
         f"{threshold:g}% difference is said to be below what the setup resolves, with the rounds' spread). "
+        "CPU per GB carried is compared by the same tests and rule on the workloads that carry bulk traffic, "
+        "Holm-corrected as a family of its own (never under software emulation, where the CPU is the emulator's). "
         + cpu +  # how each tunnel end's CPU was counted and where the ends ran: cpu_text
         f"Stopping: {'; '.join(rules) or 'fixed repetitions'}"
         + (" (the primary metric's interval is then Stein's final one, from the pilot's spread and degrees "
