@@ -473,3 +473,22 @@ def test_compare_decides_an_emulated_pair_by_the_findings_rule(tmp_path):
         if word == "emulator-set":
             assert all(why in c.verdict_text for why in whys) and "comparability.RULE" in c.verdict_text
         store.close()
+
+
+def test_the_capacity_table_holds_each_configurations_figures_with_intervals(tmp_path):
+    """Known by construction: goodput 900 x share and CPU cost[label] per GB, 2% spread: each cell's geometric
+    mean within 3% of it, its interval around it; the columns no workload measured say so."""
+    from vpnlab.analyse.analysed import analyse
+    from vpnlab.report.capacity_table import markdown
+
+    cost = {"none": 2.0, "wireguard": 10.0, "openvpn aes-256-gcm udp": 40.0, "openvpn aes-256-gcm udp fips": 41.0}
+    tcp_store(tmp_path, seed=3, cost=cost).close()
+    head, rule, *rows = markdown(analyse(tmp_path)).splitlines()
+    assert head.startswith("| configuration | TCP, 1 stream (Mbit/s) |") and rule == "|---|---|---|---|---|"
+    cells = {row.split(" | ")[0].lstrip("| "): row.strip("| ").split(" | ")[1:] for row in rows}
+    assert set(cells) == set(SHARE)
+    for label, (one, four, udp, cpu) in cells.items():
+        for cell, truth in ((one, 900 * SHARE[label]), (cpu, cost[label])):
+            centre, low, high = (float(x) for x in cell.replace("[", "").replace("]", "").replace(",", "").split())
+            assert abs(centre / truth - 1) < 0.03 and low < centre < high, (label, cell, truth)
+        assert four == udp == "-"
