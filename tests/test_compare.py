@@ -102,8 +102,9 @@ workloads: [{kind: tcp}]
 SHARE = {"none": 1.0, "wireguard": 0.9, "openvpn aes-256-gcm udp": 0.6, "openvpn aes-256-gcm udp fips": 0.6}
 
 
-def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host", study=STUDY):
-    """A study's store whose VPNs carry share[label] of 900 Mbit/s, lognormal round to round."""
+def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in="host", study=STUDY, cost=None):
+    """A study's store whose VPNs carry share[label] of 900 Mbit/s, lognormal round to round (and, given
+    `cost`, cost[label] CPU-seconds per GB, lognormal alike)."""
     from vpnlab.plan.scenarios import make_plan
     from vpnlab.store import Store
     from vpnlab.plan.study import parse_study
@@ -118,9 +119,11 @@ def tcp_store(tmp_path, share=SHARE, spread=0.02, seed=0, rounds=5, measured_in=
         store.add_scenario(scenario, measured_in)
     for round_no in range(1, rounds + 1):
         for position, scenario in enumerate(plan.scenarios):
-            value = 900 * share[scenario.label.split(" | ")[0]] * rng.lognormal(0, spread)
-            store.record_repetition(run, scenario.id, round_no, {"throughput_mbps": value}, {}, [], round_no,
-                                    position)
+            label = scenario.label.split(" | ")[0]
+            values = {"throughput_mbps": 900 * share[label] * rng.lognormal(0, spread)}
+            if cost:
+                values["cpu_s_per_gb"] = cost[label] * rng.lognormal(0, spread)
+            store.record_repetition(run, scenario.id, round_no, values, {}, [], round_no, position)
     for scenario in plan.scenarios:
         store.set_status(scenario.id, "done")
     return store
@@ -215,6 +218,38 @@ def test_the_report_recommends_only_what_the_corrected_test_supports(tmp_path):
         assert "the best choice is" in overall[0] or "no best choice follows" in overall[0]
     assert said_best <= 1
     assert "not distinguishable with 5 repetitions" in " ".join(texts)
+
+
+def test_the_cheapest_in_cpu_per_gb_is_named_only_when_its_own_family_of_tests_supports_it(tmp_path):
+    """Known by construction: WireGuard costs a quarter of OpenVPN's CPU per GB, or the same; the fastest is
+    decided as before, the cheapest in a family of its own; in the VM, CPU is the emulator's: no sentence."""
+    cheap = {"none": 1.0, "wireguard": 10.0, "openvpn aes-256-gcm udp": 40.0, "openvpn aes-256-gcm udp fips": 40.0}
+    texts = [t for t in recommendations(tmp_path / "cheap", seed=1, cost=cheap) if "FIPS-only" not in t]
+    (costed,) = [t for t in texts if "in CPU per GB carried" in t]
+    assert "the best choice is wireguard (cpu_s_per_gb " in costed and "Holm-adjusted p" in costed, costed
+    assert 9.5 < float(costed.split("(cpu_s_per_gb ")[1].split()[0]) < 10.5, costed
+    assert any("the best choice is wireguard (throughput_mbps" in t for t in texts)
+    same = dict.fromkeys(cheap, 20.0)
+    said_cheapest = 0
+    for seed in range(6):
+        texts = recommendations(tmp_path / f"same{seed}", seed=seed, spread=0.05, cost=same)
+        (costed,) = [t for t in texts if "in CPU per GB carried" in t and "FIPS-only" not in t]
+        said_cheapest += "the best choice is" in costed
+    assert said_cheapest <= 1
+    emulated = recommendations(tmp_path / "tcg", seed=1, measured_in="vm", cost=cheap)
+    assert not [t for t in emulated if "CPU per GB" in t]
+
+
+def test_the_end_of_a_run_says_which_is_fastest_and_cheapest_at_capacity(tmp_path):
+    """The lines `vpnlab run` prints under its table: the recommendations on the unshaped link, speed then CPU."""
+    from vpnlab.analyse.analysed import analyse
+    from vpnlab.cli.run import _at_capacity
+
+    cheap = {"none": 1.0, "wireguard": 10.0, "openvpn aes-256-gcm udp": 40.0, "openvpn aes-256-gcm udp fips": 40.0}
+    tcp_store(tmp_path, seed=1, cost=cheap).close()
+    fastest, cheapest = _at_capacity(analyse(tmp_path))
+    assert fastest.startswith("On unshaped, for tcp, the best choice is wireguard (throughput_mbps"), fastest
+    assert cheapest.startswith("On unshaped, for tcp, in CPU per GB carried, the best choice is wireguard"), cheapest
 
 
 def test_no_choice_from_emulation_none_of_one_and_what_is_left_out_is_named(tmp_path):
@@ -438,3 +473,22 @@ def test_compare_decides_an_emulated_pair_by_the_findings_rule(tmp_path):
         if word == "emulator-set":
             assert all(why in c.verdict_text for why in whys) and "comparability.RULE" in c.verdict_text
         store.close()
+
+
+def test_the_capacity_table_holds_each_configurations_figures_with_intervals(tmp_path):
+    """Known by construction: goodput 900 x share and CPU cost[label] per GB, 2% spread: each cell's geometric
+    mean within 3% of it, its interval around it; the columns no workload measured say so."""
+    from vpnlab.analyse.analysed import analyse
+    from vpnlab.report.capacity_table import markdown
+
+    cost = {"none": 2.0, "wireguard": 10.0, "openvpn aes-256-gcm udp": 40.0, "openvpn aes-256-gcm udp fips": 41.0}
+    tcp_store(tmp_path, seed=3, cost=cost).close()
+    head, rule, *rows = markdown(analyse(tmp_path)).splitlines()
+    assert head.startswith("| configuration | TCP, 1 stream (Mbit/s) |") and rule == "|---|---|---|---|---|"
+    cells = {row.split(" | ")[0].lstrip("| "): row.strip("| ").split(" | ")[1:] for row in rows}
+    assert set(cells) == set(SHARE)
+    for label, (one, four, udp, cpu) in cells.items():
+        for cell, truth in ((one, 900 * SHARE[label]), (cpu, cost[label])):
+            centre, low, high = (float(x) for x in cell.replace("[", "").replace("]", "").replace(",", "").split())
+            assert abs(centre / truth - 1) < 0.03 and low < centre < high, (label, cell, truth)
+        assert four == udp == "-"

@@ -15,6 +15,7 @@ from vpnlab.analyse.recommend import singled_out
 from vpnlab.analyse.stats import (difference_ms, holm, min_attainable_p, min_attainable_p_paired, paired_log_ratio,
                           rank_test, ratio_of_means, repetitions_needed, secondary_tests, tost_log_ratio,
                           verdict, welch_log_ratio)
+from vpnlab.analyse.stats.decisions import PRACTICAL_ROUNDS
 
 SIZES = [3, 5, 10]
 
@@ -339,6 +340,22 @@ def test_a_small_insignificant_difference_is_undecided_with_the_rounds_needed():
     assert result.rounds_needed > repetitions_needed(comparison.sd_round, comparison.df, margin=0.02)
     with pytest.raises(ValueError):
         verdict(difference_ms(a, b), 0.29, tost, tost.p)   # a verdict judges ratios
+
+
+def test_a_spread_too_wide_for_the_threshold_is_said_to_be_below_resolution_not_thousands_of_rounds():
+    """Known by construction: rounds whose ratio spreads by about 20% need thousands of rounds for a 2%
+    difference (the default run's unshaped TCP on a shared machine); rounds spreading by 1% need few."""
+    rng = np.random.default_rng(3)
+    a = 500 * np.exp(rng.normal(0, 0.2, 3))
+    b = a * np.exp(rng.normal(0, 0.2, 3))
+    comparison, tost = paired_log_ratio(list(a), list(b)), tost_log_ratio(list(a), list(b))
+    wide = verdict(comparison, 0.5, tost, 0.9, family_size=3)
+    assert wide.word == "undecided" and wide.rounds_needed and wide.rounds_needed > PRACTICAL_ROUNDS
+    assert "below what this setup resolves" in wide.sentence and "would show" not in wide.sentence
+    assert f"{100 * math.expm1(comparison.sd_round):.0f}% from one round to the next" in wide.sentence
+    narrow_b = a * np.exp(rng.normal(0, 0.004, 3))
+    narrow = verdict(paired_log_ratio(list(a), list(narrow_b)), 0.5, tost_log_ratio(list(a), list(narrow_b)), 0.9)
+    assert narrow.rounds_needed <= PRACTICAL_ROUNDS and "would show a true 2% difference" in narrow.sentence
 
 
 def test_a_significant_difference_below_the_threshold_is_not_ahead():

@@ -18,7 +18,7 @@ from . import findings, methods
 from .algorithms import TOOL as ALGORITHMS_TOOL
 from .analysis import Summary, summarise
 from ..catalog import KINDS
-from .compare import Comparison, comparison_family
+from .compare import Comparison, comparison_family, cost_family
 from ..plan.analysis_settings import AnalysisSettings
 from ..plan.stored import StoredStudy
 from ..store.results_dir import read_store
@@ -72,6 +72,11 @@ class Analysed:
     def family(self) -> list[Comparison]:
         """Every comparison the study defines, tested, corrected together and decided (compare.py)."""
         return comparison_family(self.stored)
+
+    @cached_property
+    def cost_family(self) -> list[Comparison]:
+        """The same pairs on CPU per GB where the VPN ran at its capacity, corrected apart (compare.py)."""
+        return cost_family(self.stored)
 
     @cached_property
     def against(self) -> findings.Section | None:

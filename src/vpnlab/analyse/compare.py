@@ -30,6 +30,8 @@ from ..store import ScenarioRow, Store
 from ..catalog import KINDS
 
 ALPHA = 0.05
+# What each gigabyte costs, compared on the workloads that carry bulk traffic (a family of its own)
+COST_METRIC = "cpu_s_per_gb"
 THRESHOLD = AnalysisSettings().threshold   # by default; a study sets its own (analysis: threshold_pct)
 
 
@@ -150,11 +152,11 @@ def differs_in_one_thing(a: dict, b: dict) -> bool:
     return diffs == 1
 
 
-def _comparison(sa: ScenarioRow, sb: ScenarioRow, values: dict,
-                threshold: float = THRESHOLD) -> tuple[Comparison, tuple] | None:
-    """The comparison of two scenarios on their kind's primary metric with its primary test and TOST,
-    or None when a side has fewer than two valid values (or a value at or below zero)."""
-    metric = KINDS[sa.workload].primary
+def _comparison(sa: ScenarioRow, sb: ScenarioRow, values: dict, threshold: float = THRESHOLD,
+                metric: str = "") -> tuple[Comparison, tuple] | None:
+    """The comparison of two scenarios on `metric` (their kind's primary metric by default) with its primary
+    test and TOST, or None when a side has fewer than two valid values (or a value at or below zero)."""
+    metric = metric or KINDS[sa.workload].primary
     a, b, paired = matched(values.get((sa.id, metric), []), values.get((sb.id, metric), []))
     if len(a) < 2 or len(b) < 2 or min(a + b) <= 0:
         return None
@@ -187,10 +189,24 @@ def comparison_family(store: Store) -> list[Comparison]:
     """Every comparison the study defines, tested, Holm-corrected together and decided. A pair
     without two valid values a side is left out but still counts in the family's size. The
     threshold and the flagged samples counted are the study's (judging.py)."""
+    return _decided(store, _family_pairs(store.scenarios()), "")
+
+
+def cost_family(store: Store) -> list[Comparison]:
+    """The same pairs compared on COST_METRIC, where both sides' workload is a throughput one measured on this
+    host or real hosts (CPU under software emulation is the emulator's): a family of its own, Holm-corrected
+    apart from the primary metric's, decided by the same rule (lower is better)."""
+    def costed(sc: ScenarioRow) -> bool:
+        return KINDS[sc.workload].primary == "throughput_mbps" and not sc.emulated
+    return _decided(store, [(a, b) for a, b in _family_pairs(store.scenarios()) if costed(a) and costed(b)],
+                    COST_METRIC)
+
+
+def _decided(store: Store, pairs: list[tuple[ScenarioRow, ScenarioRow]], metric: str) -> list[Comparison]:
+    """The pairs compared on `metric` ('' for each kind's primary), Holm-corrected together and decided."""
     settings = store.study().analysis
     values = values_of(store, settings)[0]
-    pairs = _family_pairs(store.scenarios())
-    done = [result for sa, sb in pairs if (result := _comparison(sa, sb, values, settings.threshold))]
+    done = [result for sa, sb in pairs if (result := _comparison(sa, sb, values, settings.threshold, metric))]
     holm([c for c, _ in done], untested=len(pairs) - len(done))
     rows = {sc.id: sc for sc in store.scenarios()}
     seen = comparability.evidence(store) if any(r.emulated for r in rows.values()) else {}

@@ -11,6 +11,7 @@ from datetime import datetime
 from .compare import ALPHA
 from ..plan.stored import StoredStudy
 from ..testbed.cgroups import METHODS
+from .stats.decisions import PRACTICAL_ROUNDS
 from .stats.grades import MIN_N
 from .stats.outliers import K as OUTLIER_K
 from .stats.outliers import MIN_N as OUTLIER_MIN_N
@@ -49,7 +50,10 @@ def paragraph(study: StoredStudy, rules: list[str], cpu: str = "", pairing: str 
         f"(Holm-corrected over the same family) shows it within {threshold:g}%; otherwise the rounds that "
         f"would show a true {threshold:g}% difference to exist are given (power 80% at the family's Bonferroni "
         f"level, from an upper bound of the spread; 'ahead' also needs the estimate beyond {threshold:g}%, which a "
-        f"true difference of exactly {threshold:g}% gives about half the time). "
+        f"true difference of exactly {threshold:g}% gives about half the time; beyond {PRACTICAL_ROUNDS} rounds, a "
+        f"{threshold:g}% difference is said to be below what the setup resolves, with the rounds' spread). "
+        "CPU per GB carried is compared by the same tests and rule on the workloads that carry bulk traffic, "
+        "Holm-corrected as a family of its own (never under software emulation, where the CPU is the emulator's). "
         + cpu +  # how each tunnel end's CPU was counted and where the ends ran: cpu_text
         f"Stopping: {'; '.join(rules) or 'fixed repetitions'}"
         + (" (the primary metric's interval is then Stein's final one, from the pilot's spread and degrees "

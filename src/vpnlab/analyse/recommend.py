@@ -5,7 +5,9 @@ practical threshold); otherwise the sentence says what the tests do support (equ
 or not distinguishable and how many rounds would be needed). Under software emulation the comparisons
 decide by comparability.RULE, the findings' rule: an order that does not hold over what emulation can
 have done to each side is shown, never recommended. A lone
-configuration is not called the best of anything; one not yet measured to its rule is named."""
+configuration is not called the best of anything; one not yet measured to its rule is named. On the
+workloads that carry bulk traffic, the cheapest in CPU per GB is named by the same rule, from the
+comparisons of compare.cost_family."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from collections import defaultdict
 from .. import catalog
 from .algorithms import weak_in
 from .analysis import Summary, fmt, relative_text
-from .compare import Comparison
+from .compare import COST_METRIC, Comparison
 from ..store import ScenarioRow
 from ..catalog import KINDS
 
@@ -65,11 +67,12 @@ def _recommendation(head: str, scope: str, ranked: list, decided: tuple[bool, st
     return f"{head}, the first-ranked {fips}configuration is {value}, but no best choice follows: {why}{after}."
 
 
-def recommendations(scenarios: list[ScenarioRow], stat: dict,
-                    family: list[Comparison]) -> list[tuple[str, Summary, list[Comparison]]]:
+def recommendations(scenarios: list[ScenarioRow], stat: dict, family: list[Comparison],
+                    cost: list[Comparison] = ()) -> list[tuple[str, Summary, list[Comparison]]]:
     """The first-ranked configuration per link and workload, overall and among FIPS-only ones,
     called the best only when the study's corrected tests single it out; with its summary and the
-    comparisons that decided it."""
+    comparisons that decided it. Where `cost` (compare.cost_family) compared CPU per GB, the cheapest
+    the same way, after the fastest."""
     out = []
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for s in scenarios:  # ranked among those measured in the same place (this host or the VM)
@@ -77,17 +80,28 @@ def recommendations(scenarios: list[ScenarioRow], stat: dict,
             groups[(s.link_label, s.workload_label, s.measured_in)].append(s)
     mixed = len({place for _, _, place in groups}) > 1
     for (link, workload, place), members in sorted(groups.items()):
-        metric = KINDS[members[0].workload].primary
         where = {"host": " among those measured on this host", "vm": " among those measured in the VM"}[place]
         head = f"On {link}, for {workload}{where if mixed else ''}"
-        for scope, pool in (("any", members), ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
-            done = [m for m in pool if not m.unfinished]
-            ranked = [(stat[(m.id, metric)], m) for m in done if (m.id, metric) in stat]
-            if not ranked:
-                continue
-            ranked.sort(key=lambda p: p[0].centre, reverse=catalog.metric(metric).higher_is_better is not False)
-            left_out = [m.vpn_label for m in pool if m.unfinished]
-            ahead, why, rests_on = (singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)
-                                    if len(ranked) > 1 else (False, "", []))
-            out.append((_recommendation(head, scope, ranked, (ahead, why), left_out), ranked[0][0], rests_on))
+        out += _ranked(head, members, KINDS[members[0].workload].primary, stat, family)
+        costed = {c.scenario_a for c in cost} | {c.scenario_b for c in cost}
+        if costed & {m.id for m in members}:
+            out += _ranked(f"{head}, in CPU per GB carried", [m for m in members if m.id in costed], COST_METRIC,
+                           stat, cost)
+    return out
+
+
+def _ranked(head: str, members: list[ScenarioRow], metric: str, stat: dict,
+            family: list[Comparison]) -> list[tuple[str, Summary, list[Comparison]]]:
+    """The recommendations on `metric` among `members`, overall and among FIPS-only ones."""
+    out = []
+    for scope, pool in (("any", members), ("FIPS 140 only", [m for m in members if m.profile == "fips"])):
+        done = [m for m in pool if not m.unfinished]
+        ranked = [(stat[(m.id, metric)], m) for m in done if (m.id, metric) in stat]
+        if not ranked:
+            continue
+        ranked.sort(key=lambda p: p[0].centre, reverse=catalog.metric(metric).higher_is_better is not False)
+        left_out = [m.vpn_label for m in pool if m.unfinished]
+        ahead, why, rests_on = (singled_out(ranked[0][1], [m for _, m in ranked[1:]], family)
+                                if len(ranked) > 1 else (False, "", []))
+        out.append((_recommendation(head, scope, ranked, (ahead, why), left_out), ranked[0][0], rests_on))
     return out

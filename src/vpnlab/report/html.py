@@ -342,7 +342,7 @@ def compose(analysed: Analysed, directory: Path) -> Report:
     report.mesh_pairs = mesh_pair_rows(scenarios, stored.pair_values())
     report.mesh_metrics, report.mesh_rows = mesh_rows(scenarios, stat)
     report.field_columns, report.field_rows = field_table(scenarios, stat)
-    used = _recommend(report, scenarios, stat, analysed.family)
+    used = _recommend(report, scenarios, stat, analysed.family, analysed.cost_family)
     _comparisons(report, scenarios, analysed.family, used)
     report.methods = methods.paragraph(analysed.study, report.rules, cpu=analysed.cpu_text,
                                        pairing=analysed.pairing_text)
@@ -667,11 +667,11 @@ def _comparisons(report: Report, scenarios: list, family: list, used: list) -> N
     report.comparison_notes = study_footnotes(report.comparisons)
 
 
-def _recommend(report: Report, scenarios: list, stat: dict, family: list) -> list:
+def _recommend(report: Report, scenarios: list, stat: dict, family: list, cost: list) -> list:
     """The recommendations (recommend.py), each marked when its figure deserves care; returns the
     comparisons they rest on."""
     used = []
-    for text, best, decided in recommend.recommendations(scenarios, stat, family):
+    for text, best, decided in recommend.recommendations(scenarios, stat, family, cost):
         report.recommendations.append({"text": text, "warn": trust(best)})
         used += [c for c in decided if not any(c is u for u in used)]  # (a NaN field makes == false)
     return used

@@ -11,6 +11,9 @@ from .comparisons import Comparison
 from .significance import Equivalence
 
 MAX_ROUNDS = 10_000
+# Beyond this many rounds, a difference of the threshold is below what the setup resolves: the rounds' own
+# spread, not a shortage of them, is what keeps two configurations apart (a busy or shared machine).
+PRACTICAL_ROUNDS = 100
 
 
 def spread_upper_bound(sd: float, df: float, confidence: float = 0.8) -> float:
@@ -106,6 +109,12 @@ def verdict(comparison: Comparison, adjusted_p: float | None, equivalence: Equiv
         return Verdict("undecided", f"{b} differs from {a} by {_percent(ratio)} (Holm-adjusted p = "
                        f"{adjusted_p:.2g}), not shown to exceed {100 * threshold:g}% nor to lie within it.",
                        needed)
+    if needed is None or needed > PRACTICAL_ROUNDS:
+        spread = 100 * math.expm1(comparison.sd_round)
+        return Verdict("undecided", f"{b} and {a} are not distinguishable with {n} repetitions, and a "
+                       f"{100 * threshold:g}% difference is below what this setup resolves: their ratio varies by "
+                       f"{spread:.0f}% from one round to the next ({about} rounds would be needed, 80% power at the "
+                       "family's corrected level); a quieter machine, or more cores, would settle it.", needed)
     return Verdict("undecided", f"{b} and {a} are not distinguishable with {n} repetitions; {about} "
                    f"would show a true {100 * threshold:g}% difference to exist (80% power, at the family's "
                    "corrected level).", needed)
