@@ -41,7 +41,6 @@ ALONE = {
     "test_background.py::test_every_protocol_crosses_the_tunnel_and_takes_its_share_of_the_link":
         "the link over 80% full with the background's traffic",
     "test_observers.py::test_latency_under_load_and_bytes_on_the_wire": "a round trip under load over 3 x the idle one",
-    "test_cli.py::test_adaptive_repetitions_stop_when_the_interval_is_tight": "goodput within 3% after 3 repetitions",
 }
 ALONE_GROUP = "machine-alone"
 
