@@ -70,11 +70,11 @@ def check_mesh_of_both(out: Path, implementations: set[str]) -> None:
         assert min(p["throughput_mbps"] for p in pairs[name].values()) > 1, (name, pairs[name])
 
 
-def said_side_by_side(debians: str, current: str, versions: dict, goodput: dict, seconds: int) -> float:
-    """The line the side-by-side tests print (Debian's build and the current one, each repetition's TCP
-    goodput and their versions); the ratio of their means, current over Debian's."""
-    ratio = sum(goodput[current]) / len(goodput[current]) / (sum(goodput[debians]) / len(goodput[debians]))
-    print(f"\nTCP goodput, unshaped link, 3 interleaved repetitions of {seconds} s: Debian's {debians} "
-          f"({versions[debians]}) {[round(v) for v in goodput[debians]]} Mbit/s, "
+def said_side_by_side(older: str, current: str, versions: dict, goodput: dict, seconds: int) -> float:
+    """The line the side-by-side tests print (the release Debian 12 ships and the current one, each
+    repetition's TCP goodput and their versions); the ratio of their means, current over the older."""
+    ratio = sum(goodput[current]) / len(goodput[current]) / (sum(goodput[older]) / len(goodput[older]))
+    print(f"\nTCP goodput, unshaped link, 3 interleaved repetitions of {seconds} s: {older} "
+          f"({versions[older]}) {[round(v) for v in goodput[older]]} Mbit/s, "
           f"{current} ({versions[current]}) {[round(v) for v in goodput[current]]} Mbit/s: ratio {ratio:.2f}")
     return ratio

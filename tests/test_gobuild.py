@@ -80,7 +80,7 @@ def test_the_current_wireguard_go_is_declared_as_its_module_at_an_exact_version(
     assert CURRENT_BUILD.module == "golang.zx2c4.com/wireguard"
     assert CURRENT_BUILD.version.startswith("v0.0.0-2026")  # a pseudo-version, never "latest"
     assert [t.command for t in catalog.gobuilds()] == [CURRENT, nebula.CURRENT, "nebula-cert-current",
-                                                        yggdrasil.CURRENT, "yggdrasilctl-current", *tailscale.BUILDS]
+                                                        "yggdrasil", yggdrasil.CURRENT, "yggdrasilctl-current", *tailscale.BUILDS]
     listed = catalog.packages()
     assert CURRENT_BUILD.module not in listed and "wireguard-go" in listed  # Debian's beside it
     assert [i.name for i in WireGuard().implementations(WireGuard.Options())] == ["kernel", "wireguard-go", CURRENT]

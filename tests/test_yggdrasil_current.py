@@ -1,8 +1,13 @@
 """The current Yggdrasil (0.5), built from its Go module with vpnlab's stand-in for the one dependency the
-Go module proxy refuses, beside Debian's 0.4.7, through the runner: a study on an unshaped link runs both
-with the driver's one configuration, each carries real traffic encrypted across the WAN (TLS records of
-the probes' size on the peering, the overhead on each version's model), and the run records which build it
-measured. The ratio of their goodputs is printed."""
+Go module proxy refuses, beside 0.4.7 (the release Debian 12 ships, built from its module too), through
+the runner: a study on an unshaped link runs both with the driver's one configuration, each carries real
+traffic encrypted across the WAN (TLS records of the probes' size on the peering, the overhead on each
+version's model), each node's address and subnet in the benchmarking range (the builds' edit; as
+released they are in 200::/7), and the run records which build it measured. The ratio of their goodputs
+is printed."""
+
+import ipaddress
+import re
 
 
 import dpkt
@@ -10,7 +15,7 @@ import pytest
 
 from conftest import run_here
 from side_by_side import build_as_bootstrap_does, check_mesh_of_both, mesh_study, said_side_by_side, stored_side_by_side
-from vpnlab.drivers.yggdrasil import CTL_BUILD, CURRENT, CURRENT_BUILD, Yggdrasil
+from vpnlab.drivers.yggdrasil import CTL_BUILD, CURRENT, CURRENT_BUILD, RELEASE_BUILD, Yggdrasil
 from vpnlab.plan.study import parse_study
 from vpnlab.run import proof
 from vpnlab.tools import gobuild
@@ -18,7 +23,7 @@ from vpnlab.tools import gobuild
 pytestmark = pytest.mark.integration
 
 STUDY = """
-name: yggdrasil-current-beside-debian
+name: yggdrasil-current-beside-0.4.7
 topology: remote-access
 repetitions: 3
 vpns:
@@ -33,12 +38,22 @@ APPLICATION_DATA = b"\x17\x03\x03"  # a TLS 1.3 record as it travels (type appli
 
 @pytest.fixture(scope="module")
 def built():
-    """The daemon's and yggdrasilctl's builds, as bootstrap.sh makes them (kept in vpnlab's cache)."""
+    """The daemons' and yggdrasilctl's builds, as bootstrap.sh makes them (kept in vpnlab's cache)."""
     build_as_bootstrap_does()
     record = gobuild.recorded(CURRENT_BUILD, CURRENT)
     assert (record["version"], record["stand_ins"]) == ("v0.5.14", ["suah.dev/protect"])
     assert gobuild.recorded(CTL_BUILD, "yggdrasilctl-current")["path"] == CTL_BUILD.package
+    assert gobuild.recorded(RELEASE_BUILD, "yggdrasil")["edited"] == ["src/address/address.go"]
     return record
+
+
+BENCHMARKING = ipaddress.ip_network("2001:2::/48")
+
+
+def node_networks(logs: str) -> list:
+    """The addresses and subnets the nodes say they took ('Your IPv6 address is ...', '... subnet is ...')."""
+    return [ipaddress.ip_network(found, strict=False)
+            for found in re.findall(r"Your IPv6 (?:address|subnet) is (\S+)", logs)]
 
 
 def sealed_probes(pcap, size: int) -> int:
@@ -50,7 +65,7 @@ def sealed_probes(pcap, size: int) -> int:
                and ip.data.data[:3] == APPLICATION_DATA and len(ip.data.data) == size - OUTER for ip in frames)
 
 
-def test_the_current_build_and_debians_side_by_side_on_an_unshaped_link(built, tmp_path, no_leftovers, capsys):
+def test_the_current_build_and_0_4_7_side_by_side_on_an_unshaped_link(built, tmp_path, no_leftovers, capsys):
     run_here(parse_study(STUDY), tmp_path)
     scenarios, values, versions = stored_side_by_side(tmp_path, {"yggdrasil", CURRENT})
     goodput = {}
@@ -68,11 +83,14 @@ def test_the_current_build_and_debians_side_by_side_on_an_unshaped_link(built, t
         logs = "".join(p.read_text() for p in (tmp_path / "logs" / sc["id"]).rglob("*yggdrasil-*.log"))
         # what each says on connecting: 0.4 names the protocol there, 0.5 the direction alone
         assert ("Connected inbound: " in logs) == (name == CURRENT) and "TLS listener started" in logs, name
+        # both nodes of every repetition: an address and a subnet each, in the benchmarking range
+        networks = node_networks(logs)
+        assert len(networks) >= 4 and all(n.subnet_of(BENCHMARKING) for n in networks), (name, networks)
     # the run names the build it measured: the module at its pinned version, its Go, the stand-in
     assert versions[CURRENT] == gobuild.describe(built)
     assert f"{CURRENT_BUILD.module} v0.5.14" in versions[CURRENT] and built["go"] in versions[CURRENT]
     assert "suah.dev/protect replaced by vpnlab's stand-in" in versions[CURRENT]
-    assert CURRENT_BUILD.module not in versions["yggdrasil"]
+    assert f"{RELEASE_BUILD.module} v0.4.7" in versions["yggdrasil"] and "address.go edited by vpnlab" in versions["yggdrasil"]
     with capsys.disabled():
         ratio = said_side_by_side("yggdrasil", CURRENT, versions, goodput, 4)
 

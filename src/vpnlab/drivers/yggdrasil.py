@@ -1,12 +1,13 @@
-"""Yggdrasil (Debian's 0.4.7, or with `implementation: yggdrasil-current` the current 0.5 release
-built from its Go module, run the same way): two nodes peered explicitly over the WAN, the testbed's
-IPv4 carried in VXLAN between their Yggdrasil addresses.
+"""Yggdrasil (0.4.7, the release Debian 12 ships, or with `implementation: yggdrasil-current` the
+current 0.5 release, each built from its Go module and run the same way): two nodes peered explicitly
+over the WAN, the testbed's IPv4 carried in VXLAN between their Yggdrasil addresses.
 
-Yggdrasil routes only IPv6: each node's 200::/7 address (and its 300::/64 subnet), derived from
-its ed25519 key. 0.4 removed 0.3's tunnel routing, which had carried IPv4 between nodes, and this
-kernel has no IPv4-in-IPv6 tunnel (ip6tnl, sit, GRE), so the driver puts the testbed's IPv4
-(what every workload speaks) in a VXLAN between the two Yggdrasil addresses: 70 bytes per packet
-that a purely IPv6 application would not pay, counted in the overhead model.
+Yggdrasil routes only IPv6: each node's address (and its /64 subnet), derived from its ed25519 key,
+in 200::/7 as released and in 2001:2:0::/56 as vpnlab builds it (_PREFIX). 0.4 removed 0.3's
+tunnel routing, which had carried IPv4 between nodes, and this kernel has no IPv4-in-IPv6 tunnel
+(ip6tnl, sit, GRE), so the driver puts the testbed's IPv4 (what every workload speaks) in a VXLAN
+between the two Yggdrasil addresses: 70 bytes per packet that a purely IPv6 application would not
+pay, counted in the overhead model.
 
 The peering is TLS over TCP (`peering: tcp` leaves the TLS out); multicast discovery is off and the
 listening end accepts only the other end's key. Yggdrasil has no cipher to choose: every packet is
@@ -49,21 +50,25 @@ FRAME_CURRENT = 2 + 1 + (1 + 2) + 32 + 32 + 1
 SESSION = 1 + 1 + 1 + 32 + 16 + 1
 OUTER = {"tls": 20 + 32 + 5 + 1 + 16, "tcp": 20 + 32}  # IPv4, TCP with timestamps; TLS 1.3 record, type, tag
 DEFAULT_MTU = 1500  # what the sites' links carry: the peering is a TCP stream, which any size fits
+# Yggdrasil's nodes take their addresses from 200::/7, which it puts on its TUN device; vpnlab adds addresses
+# from the benchmarking ranges alone, so it builds each release it runs from its Go module with the prefix
+# 2001:2:0:0000::/56 instead (seven bytes, the eighth bit of the last one still telling a node's address,
+# 2001:2:0:00xx::, from its /64 subnet, 2001:2:0:01xx::): a node's address keeps 64 bits of its key instead
+# of 112 (ample for the few nodes of a testbed). 0.5's command also refuses to peer over Yggdrasil itself
+# with that range's addresses. Debian's own binary of 0.4.7 is not run: it would put 200::/7 addresses in
+# vpnlab's namespaces.
+_PREFIX = SourceEdit("src/address/address.go", "func GetPrefix() [1]byte {\n\treturn [...]byte{0x02}\n}",
+                     "func GetPrefix() [7]byte {\n\treturn [...]byte{0x20, 0x01, 0x00, 0x02, 0x00, 0x00, 0x00}\n}")
+_PEER_FILTER = SourceEdit("cmd/yggdrasil/main.go", 'IP:   net.ParseIP("200::"),\n\t\t\tMask: net.CIDRMask(7, 128),',
+                          'IP:   net.ParseIP("2001:2::"),\n\t\t\tMask: net.CIDRMask(55, 128),')
+MODULE = "github.com/yggdrasil-network/yggdrasil-go"
+# the release Debian 12 ships (its package's version), from the module proxy
+RELEASE_BUILD = GoBuild(MODULE, "v0.4.7", "cmd/yggdrasil", edits=(_PREFIX,))
 # Yggdrasil as a user installs it today: its commands at the newest version the Go module proxy served
 # (2026-12-02: v0.5.14). The proxy refuses one dependency, suah.dev/protect (OpenBSD's pledge and unveil,
 # which does nothing on Linux): vpnlab's stand-in of the same API does nothing too (tools/gostandins).
 CURRENT = "yggdrasil-current"
-# Yggdrasil's nodes take their addresses from 200::/7, which it puts on its TUN device; vpnlab adds addresses
-# from the benchmarking ranges alone: the current build's prefix is 2001:2:0:0000::/56 instead (seven bytes,
-# the eighth bit of the last one still telling a node's address, 2001:2:0:00xx::, from its /64 subnet,
-# 2001:2:0:01xx::), so a node's address keeps 64 bits of its key instead of 112 (ample for the few nodes
-# of a testbed), and the peers it refuses to peer with over Yggdrasil itself are that range's.
-_ADDRESSES = (SourceEdit("src/address/address.go", "func GetPrefix() [1]byte {\n\treturn [...]byte{0x02}\n}",
-                         "func GetPrefix() [7]byte {\n\treturn [...]byte{0x20, 0x01, 0x00, 0x02, 0x00, 0x00, 0x00}\n}"),
-              SourceEdit("cmd/yggdrasil/main.go", 'IP:   net.ParseIP("200::"),\n\t\t\tMask: net.CIDRMask(7, 128),',
-                         'IP:   net.ParseIP("2001:2::"),\n\t\t\tMask: net.CIDRMask(55, 128),'))
-CURRENT_BUILD = GoBuild("github.com/yggdrasil-network/yggdrasil-go", "v0.5.14", "cmd/yggdrasil", ("suah.dev/protect",),
-                        edits=_ADDRESSES)
+CURRENT_BUILD = GoBuild(MODULE, "v0.5.14", "cmd/yggdrasil", ("suah.dev/protect",), edits=(_PREFIX, _PEER_FILTER))
 CTL_BUILD = CURRENT_BUILD.command("cmd/yggdrasilctl")  # built beside it (bootstrap), for a person's look inside
 NO_CIPHER_CHOICE = ("Yggdrasil has no cipher to choose: every packet is sealed end to end with NaCl box "
                     "(X25519, XSalsa20-Poly1305), fixed by the protocol")
@@ -86,8 +91,8 @@ class YggdrasilOptions(Options):
     """Where the nodes peer; there is no cipher, key exchange or integrity to choose (NO_CIPHER_CHOICE)."""
 
     implementation: Literal["auto", "yggdrasil", "yggdrasil-current"] = Field(
-        "auto", description="yggdrasil: Debian's 0.4.7; yggdrasil-current: the current release built from its "
-        "Go module")
+        "auto", description="yggdrasil: 0.4.7, the release Debian 12 ships; yggdrasil-current: the current "
+        "release; each built from its Go module")
     peering: Literal["tls", "tcp"] = Field("tls", description="the peering's transport: TLS over TCP, or plain TCP")
     port: int = Field(12345, ge=1, le=65535, description="the listening node's TCP port")
     mtu: int | None = Field(None, ge=1280, le=9000, description=f"the IPv4 tunnel's, by hand; default {DEFAULT_MTU}")
@@ -104,7 +109,7 @@ class YggdrasilOptions(Options):
 class Yggdrasil(Driver):
     name = "yggdrasil"
     summary = "Yggdrasil mesh (NaCl box end to end, peered over TLS/TCP), IPv4 in VXLAN over its IPv6"
-    tools = (Tool("yggdrasil", "yggdrasil", ("yggdrasil", "-version")),
+    tools = (Tool("yggdrasil", MODULE, go=RELEASE_BUILD),
              Tool("bridge", "iproute2", ("bridge", "-V")),  # a mesh's VXLAN flood list
              Tool(CURRENT, CURRENT_BUILD.module, go=CURRENT_BUILD),
              Tool("yggdrasilctl-current", CTL_BUILD.module, go=CTL_BUILD))
@@ -244,8 +249,10 @@ class Yggdrasil(Driver):
 
 
 def _program(env: TunnelEnv) -> str:
-    """The implementation's yggdrasil: Debian's by name, the build by its path."""
-    return str(gobuild.program(CURRENT_BUILD, CURRENT)) if env.implementation == CURRENT else "yggdrasil"
+    """The implementation's yggdrasil, built into the cache."""
+    if env.implementation == CURRENT:
+        return str(gobuild.program(CURRENT_BUILD, CURRENT))
+    return str(gobuild.program(RELEASE_BUILD, "yggdrasil"))
 
 
 def _public_key(config: dict) -> str:

@@ -67,9 +67,11 @@ FIND_MODULES = ("import importlib, sys\nfor m in sys.argv[1:]:\n    try: importl
 
 
 def tools_script() -> str:
-    """For each program vpnlab declares that the host has: its name, a tab and its path."""
+    """For each program vpnlab declares that the host has: its name, a tab and its path. Not the
+    programs built from Go modules: they live in this machine's cache, and a host's program of that
+    name is not the build."""
     lines = [f'{locate(tool)} && printf "%s\\t%s\\n" {shlex.quote(tool.command)} "$p"'
-             for tool in declared().values() if not tool.python]
+             for tool in declared().values() if tool.debian]
     return "\n".join(lines) + "\ntrue\n"
 
 

@@ -161,7 +161,7 @@ def _on_hosts(plan: Plan, hosts) -> Placement:
         problems, held, refused = [], [], {}
         for scenario in plan.scenarios:
             pair = hosts.pair_of(scenario)
-            if why := _kernels_lack(scenario, pair, hosts):
+            if why := _kernels_lack(scenario, pair, hosts) or _only_built(scenario):
                 refused[scenario.id] = why
                 continue
             missing = check_scenario(scenario, caps[hosts.pairs.index(pair)])
@@ -189,6 +189,18 @@ def _on_hosts(plan: Plan, hosts) -> Placement:
 def _python_modules(scenario: Scenario) -> dict[str, str]:
     """The Python modules (-> their package) a scenario's workload and background import on a node."""
     return {**scenario.kind.modules, **(background.MODULES if scenario.link.background else {})}
+
+
+def _only_built(scenario: Scenario) -> str | None:
+    """Why a scenario cannot run on real hosts because a VPN of it runs only as a program built from
+    its Go module, in this machine's cache (vpnlab does not copy builds to hosts); None: it can."""
+    for layer in scenario.vpn.layers:
+        driver = DRIVERS[layer.driver]
+        built = {tool.command for tool in driver.tools if tool.go}
+        if all(built & set(way.tools) for way in driver.implementations(layer.options)):
+            return (f"{layer.driver} runs only as built from its Go module (into this machine's cache), and vpnlab "
+                    "does not copy builds to real hosts")
+    return None
 
 
 def _kernels_lack(scenario: Scenario, pair, hosts) -> str | None:
