@@ -25,6 +25,14 @@ def test_every_program_an_implementation_or_kind_needs_is_declared_by_it():
         assert set(kind.needs(kind.Options())) <= {t.command for t in kind.tools}, kind.kind
 
 
+def test_what_runs_on_hosts_is_what_needs_no_go_build():
+    """Builds live in this machine's cache: an implementation that needs one is never offered on real
+    hosts (the run's placement and docs/real-hosts.md both ask Driver.on_hosts)."""
+    names = {name: [way.name for way in driver.on_hosts(driver.Options())] for name, driver in DRIVERS.items()}
+    assert names["wireguard"] == ["kernel", "wireguard-go"] and names["nebula"] == ["nebula"], names
+    assert names["yggdrasil"] == names["tailscale"] == [], names
+
+
 def test_bootstrap_installs_what_the_declarations_name():
     listed = subprocess.run([sys.executable, "-m", "vpnlab.catalog", "packages", "--with", str(ROOT / "tests/needs.py")],
                             capture_output=True, text=True, check=True).stdout.split()

@@ -113,9 +113,8 @@ def hosts_table() -> str:
     lines = ["| VPN | implementations, the first the hosts' kernels allow, and the kernel pieces each needs on "
              "both hosts | Debian packages |", "|---|---|---|"]
     for name, driver in DRIVERS.items():
-        built = {t.command for t in driver.tools if t.go}  # built into this machine's cache, not on the hosts
         ways = "; else ".join(f"{way.name}: {', '.join(f'`{f}`' for f in way.features)}"
-                              for way in driver.implementations(driver.Options()) if not built & set(way.tools))
+                              for way in driver.on_hosts(driver.Options()))
         if not ways:
             continue  # only built programs (Tailscale): nothing of it runs on real hosts
         lines.append(f"| `{name}` | {ways} | {packages(driver.tools, driver.packages)} |")

@@ -313,6 +313,12 @@ class Driver:
         """Ways to run this configuration, preferred first."""
         raise NotImplementedError
 
+    def on_hosts(self, options: Options) -> list[Implementation]:
+        """The implementations that can run on real hosts: those that need no program built from its Go
+        module (built into this machine's cache, which vpnlab does not copy to hosts)."""
+        built = {tool.command for tool in self.tools if tool.go}
+        return [way for way in self.implementations(options) if not built & set(way.tools)]
+
     def resolve(self, options: Options, caps: Capabilities) -> Implementation:
         """The implementation that will run here, or a CapabilityError naming what to install."""
         candidates = self.implementations(options)

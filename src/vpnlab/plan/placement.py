@@ -195,9 +195,7 @@ def _only_built(scenario: Scenario) -> str | None:
     """Why a scenario cannot run on real hosts because a VPN of it runs only as a program built from
     its Go module, in this machine's cache (vpnlab does not copy builds to hosts); None: it can."""
     for layer in scenario.vpn.layers:
-        driver = DRIVERS[layer.driver]
-        built = {tool.command for tool in driver.tools if tool.go}
-        if all(built & set(way.tools) for way in driver.implementations(layer.options)):
+        if not DRIVERS[layer.driver].on_hosts(layer.options):
             return (f"{layer.driver} runs only as built from its Go module (into this machine's cache), and vpnlab "
                     "does not copy builds to real hosts")
     return None
