@@ -327,24 +327,26 @@ def seed_hosts(name: str, cut: dict | None = None) -> dict[str, str]:
 
 
 def seed_cut(name: str, cut: dict) -> list[str]:
-    """The --set assignments that shorten seed `name` as `cut` says: two repetitions, its ends on the
+    """The --set assignments that shorten seed `name` as `cut` says: its `repetitions` (two unless it
+    says), its ends on the
     lab's hosts (seed_hosts: the cut's `hosts`, or the first two), its links shaped on them, and a
     subset of its scenarios: entries of the file's own lists by index (`vpns`, `links`, `workloads`),
     a swept field narrowed to one of its values."""
     study = yaml.safe_load(builtin_studies()[name])
     links = [link | {"shape": True} for link in _picked(study["links"], cut["links"])]
-    return ["repetitions=2", f"hosts={json.dumps(seed_hosts(name, cut))}", f"links={json.dumps(links)}",
+    return [f"repetitions={cut.get('repetitions', 2)}", f"hosts={json.dumps(seed_hosts(name, cut))}", f"links={json.dumps(links)}",
             f"vpns={json.dumps(_picked(study['vpns'], cut['vpns']))}",
             f"workloads={json.dumps(_picked(study['workloads'], cut['workloads']))}"]
 
 
 def stored_scenarios(db: Path) -> dict[tuple[str, str], dict]:
-    """A store's scenarios: (vpn label, workload label) -> driver, status, failure, hosts mapping,
-    notes and where it was measured."""
-    found = _rows(db, "SELECT vpn_label, workload_label, vpn, status, failure, hosts, notes, measured_in FROM scenarios")
-    return {(label, workload): {"vpn": vpn, "status": status, "failure": failure, "hosts": json.loads(hosts or "{}"),
-                                "notes": notes, "measured_in": measured_in}
-            for label, workload, vpn, status, failure, hosts, notes, measured_in in found}
+    """A store's scenarios: (vpn label, workload label) -> driver, its implementation, status, failure,
+    hosts mapping, notes and where it was measured."""
+    found = _rows(db, "SELECT vpn_label, workload_label, vpn, implementation, status, failure, hosts, notes, measured_in"
+                      " FROM scenarios")
+    return {(label, workload): {"vpn": vpn, "implementation": implementation, "status": status, "failure": failure,
+                                "hosts": json.loads(hosts or "{}"), "notes": notes, "measured_in": measured_in}
+            for label, workload, vpn, implementation, status, failure, hosts, notes, measured_in in found}
 
 
 def stored_values(db: Path) -> dict[tuple[str, str, str], list[float]]:
@@ -360,7 +362,7 @@ def stored_values(db: Path) -> dict[tuple[str, str, str], list[float]]:
 def check_seed_store(db: Path, seed: str, cut: dict) -> None:
     """The store of seed `seed` shortened as `cut` says (seed_cut): the cut's VPNs (of a nested one,
     the outer), every scenario done on the lab's hosts (none refused, none in the VM backend), each
-    with both repetitions' samples of the cut's `metrics`; through a tunnel (proved encrypted on the
+    with each repetition's samples of the cut's `metrics`; through a tunnel (proved encrypted on the
     hosts' WAN: status done), its overhead on the WAN as modelled."""
     scenarios, values = stored_scenarios(db), stored_values(db)
     outer = [s["vpn"].split("-in-")[-1] for s in scenarios.values()]  # a nested one is stored inner-in-outer
@@ -369,7 +371,7 @@ def check_seed_store(db: Path, seed: str, cut: dict) -> None:
         assert (scenario["status"], scenario["failure"], scenario["hosts"], scenario["measured_in"]) == (
             "done", None, seed_hosts(seed, cut), "host"), (key, scenario)
         for metric in cut["metrics"]:
-            assert len(values[(*key, metric)]) == 2, (key, metric)
+            assert len(values[(*key, metric)]) == cut.get("repetitions", 2), (key, metric)
         if scenario["vpn"] != "none":
             check_overhead(scenario["vpn"], values[(*key, "overhead_bytes")], values[(*key, "overhead_model_bytes")])
 

@@ -243,11 +243,11 @@ def test_the_cheapest_in_cpu_per_gb_is_named_only_when_its_own_family_of_tests_s
 def test_the_end_of_a_run_says_which_is_fastest_and_cheapest_at_capacity(tmp_path):
     """The lines `vpnlab run` prints under its table: the recommendations on the unshaped link, speed then CPU."""
     from vpnlab.analyse.analysed import analyse
-    from vpnlab.cli.run import _at_capacity
+    from vpnlab.analyse.recommend import at_capacity
 
     cheap = {"none": 1.0, "wireguard": 10.0, "openvpn aes-256-gcm udp": 40.0, "openvpn aes-256-gcm udp fips": 40.0}
     tcp_store(tmp_path, seed=1, cost=cheap).close()
-    fastest, cheapest = _at_capacity(analyse(tmp_path))
+    fastest, cheapest = at_capacity(analyse(tmp_path))
     assert fastest.startswith("On unshaped, for tcp, the best choice is wireguard (throughput_mbps"), fastest
     assert cheapest.startswith("On unshaped, for tcp, in CPU per GB carried, the best choice is wireguard"), cheapest
 
@@ -492,3 +492,36 @@ def test_the_capacity_table_holds_each_configurations_figures_with_intervals(tmp
             centre, low, high = (float(x) for x in cell.replace("[", "").replace("]", "").replace(",", "").split())
             assert abs(centre / truth - 1) < 0.03 and low < centre < high, (label, cell, truth)
         assert four == udp == "-"
+
+
+BUILDS = """
+name: s
+repetitions: 5
+vpns:
+  - driver: none
+  - {driver: wireguard, options: {implementation: [wireguard-go, wireguard-go-current]}}
+  - {driver: nebula, options: {implementation: [nebula, nebula-current]}}
+workloads: [{kind: tcp}]
+"""
+
+
+def test_the_builds_table_gives_each_current_build_against_debians_with_its_interval(tmp_path):
+    """Known by construction: the current wireguard-go carries 2.6 times Debian's, the current Nebula
+    the same as Debian's (2% spread): the first +160% with an interval around it, ahead; the second's
+    interval holds 0; no row for any other pair."""
+    from vpnlab.analyse.analysed import analyse
+    from vpnlab.report.capacity_table import builds_markdown
+
+    share = {"none": 1.0, "wireguard wireguard-go": 0.3, "wireguard wireguard-go-current": 0.78,
+             "nebula aes nebula": 0.4, "nebula aes nebula-current": 0.4}
+    tcp_store(tmp_path, share=share, seed=5, study=BUILDS).close()
+    head, rule, *rows = builds_markdown(analyse(tmp_path)).splitlines()
+    assert head.startswith("| Debian's | current build |") and len(rows) == 2, rows
+    cells = {row.strip("| ").split(" | ")[0]: row.strip("| ").split(" | ")[1:] for row in rows}
+    current, workload, ratio, _, verdict = cells["wireguard wireguard-go"]
+    pct, low, high = (float(x.strip("%")) for x in ratio.replace("[", "").replace("]", "").replace(",", "").split())
+    assert current == "wireguard wireguard-go-current" and low < pct < high and abs(pct - 160) < 6, ratio
+    assert verdict == "ahead", cells
+    current, workload, ratio, _, verdict = cells["nebula aes nebula"]
+    pct, low, high = (float(x.strip("%")) for x in ratio.replace("[", "").replace("]", "").replace(",", "").split())
+    assert current == "nebula aes nebula-current" and low < 0 < high and verdict != "ahead", ratio

@@ -34,12 +34,24 @@ def test_the_search_finds_a_known_capacity_within_its_precision(capacity):
         assert found.failed_at is None or found.failed_at / found.rate - 1 <= 0.05 or len(found.probes) == 14
 
 
-def test_a_path_faster_than_max_mbit_is_reported_at_max_and_a_lossy_start_has_none():
+@pytest.mark.parametrize("capacity", [0.4, 6.0, 31.0])
+def test_a_capacity_below_the_start_is_found_by_halving_down_to_it(capacity):
+    """Known truth: capacity C below start_mbit 50 (tinc's on one core, here). Rates halve from 50 until
+    one passes, then the bracket is halved: the same bounds as a search from below."""
+    options = UdpCapacityOptions(start_mbit=50)
+    for seed in range(20):
+        found = search(path_of(capacity, np.random.default_rng(seed)), options)
+        assert found.rate is not None and len(found.probes) <= options.max_probes, (seed, found)
+        assert capacity * (1 - 0.05 - 0.02) <= found.rate <= capacity * 1.02, (seed, found)
+        assert [rate for rate, *_ in found.probes[:2]] == [50, 25]
+
+
+def test_a_path_faster_than_max_mbit_is_reported_at_max_and_one_lossy_down_to_min_mbit_has_none():
     rng = np.random.default_rng(1)
     capped = search(path_of(10_000, rng), UdpCapacityOptions(start_mbit=100, max_mbit=800))
     assert capped.rate == 800 and capped.failed_at is None
-    lossy = search(lambda rate: (rate * 0.5, 50.0, rate), UdpCapacityOptions())
-    assert lossy.rate is None and len(lossy.probes) == 1
+    lossy = search(lambda rate: (rate * 0.5, 50.0, rate), UdpCapacityOptions(start_mbit=8, min_mbit=1))
+    assert lossy.rate is None and [rate for rate, *_ in lossy.probes] == [8, 4, 2, 1]
 
 
 def test_a_sender_that_cannot_send_faster_ends_the_search_flagged():
@@ -52,7 +64,8 @@ def test_a_sender_that_cannot_send_faster_ends_the_search_flagged():
 def test_its_options_are_checked_by_field():
     base = "name: c\nvpns: [{driver: none}]\nworkloads: [{kind: udp_capacity, FIELD}]\n"
     for field, word in (("max_loss_pct: 100", "max_loss_pct"), ("size: 70000", "size"), ("probe_s: 0", "probe_s"),
-                        ("max_probes: 1", "max_probes")):
+                        ("max_probes: 1", "max_probes"), ("start_mbit: 5, min_mbit: 10", "min_mbit"),
+                        ("start_mbit: 500, max_mbit: 100", "max_mbit")):
         with pytest.raises(StudyError, match=word):
             parse_study(base.replace("FIELD", field))
 

@@ -105,3 +105,15 @@ def _ranked(head: str, members: list[ScenarioRow], metric: str, stat: dict,
                                 if len(ranked) > 1 else (False, "", []))
         out.append((_recommendation(head, scope, ranked, (ahead, why), left_out), ranked[0][0], rests_on))
     return out
+
+
+def at_capacity(analysed) -> list[str]:
+    """The recommendations on the links without a rate, where the VPN is the bottleneck: which is
+    fastest and which costs least CPU per GB carried, as far as the tests say (`vpnlab run`'s last
+    lines, docs/capacity.md)."""
+    # what the VPN carries as fast as it can: TCP and the UDP capacity search (a fixed-rate UDP stream is not)
+    unshaped = [s for s in analysed.scenarios if s.link_rate_mbit is None and s.workload in ("tcp", "udp_capacity")]
+    if not unshaped:
+        return []
+    said = recommendations(unshaped, analysed.stat, analysed.family, analysed.cost_family)
+    return [text for text, _, _ in said if "FIPS-only" not in text]

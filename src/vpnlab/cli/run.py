@@ -199,6 +199,7 @@ def _compact(analysed) -> None:
     from ..analyse.analysis import fmt, relative_text
     from ..catalog import KINDS
     from ..analyse.labels import for_scenarios
+    from ..analyse.recommend import at_capacity
 
     summaries, scenarios = analysed.summaries, analysed.scenarios
     columns = list(dict.fromkeys((s.link_label, s.workload_label) for s in scenarios))
@@ -219,22 +220,8 @@ def _compact(analysed) -> None:
     print_table("against no VPN (primary metric of each workload; `vpnlab show` has every metric)",
            ("vpn", *(safe(f"{link} {workload}") for link, workload in columns), "failed"),
            [(safe(vpn), *(row.get(c, "-") for c in columns), str(row["failed"])) for vpn, row in rows.items()])
-    for sentence in _at_capacity(analysed):
+    for sentence in at_capacity(analysed):
         out.print(safe(sentence), highlight=False)
-
-
-def _at_capacity(analysed) -> list[str]:
-    """The report's recommendations on the links without a rate, where the VPN is the bottleneck: which is
-    fastest and which costs least CPU per GB carried, as far as the tests say (recommend.py)."""
-    from ..analyse.recommend import recommendations
-    from ..catalog import KINDS
-
-    # what the VPN carries as fast as it can: TCP and the UDP capacity search (a fixed-rate UDP stream is not)
-    unshaped = [s for s in analysed.scenarios if s.link_rate_mbit is None and s.workload in ("tcp", "udp_capacity")]
-    if not unshaped:
-        return []
-    said = recommendations(unshaped, analysed.stat, analysed.family, analysed.cost_family)
-    return [text for text, _, _ in said if "FIPS-only" not in text]
 
 
 def _reps(rule) -> str:

@@ -4,9 +4,11 @@ The search (stated here, in the metric's meaning and checked by a simulation wit
 tests/test_udp_capacity.py): probes of `probe_s` seconds, iperf3 -u at a rate. From `start_mbit` the
 rate doubles while a probe loses at most `max_loss_pct` (up to `max_mbit`); then the interval between
 the highest rate that passed and the lowest that failed is halved until they are within
-`precision_pct` of each other, or `max_probes` were sent. The capacity is the throughput the receiver
-got at the highest rate that passed; a path that loses more than that at `start_mbit` has none, and
-the sample fails with the loss it saw (a lower start_mbit settles it). A probe whose sender sent less
+`precision_pct` of each other, or `max_probes` were sent. A path that loses more than that at
+`start_mbit` is probed at half the rate, and half again, until a probe passes (then the bracket is
+halved as above); one that fails down to `min_mbit` has no capacity to report, and the sample fails
+with the loss it saw there. The capacity is the throughput the receiver got at the highest rate that
+passed. A probe whose sender sent less
 than SENDER_SHARE of the rate asked ends the search where it is: iperf3's one thread, not the path,
 set that limit, and the sample is flagged sender-bound (the figure is a lower bound of the capacity).
 """
@@ -17,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..core.errors import MeasurementError
 from ..core.flags import declare as declare_flag
@@ -48,6 +50,7 @@ class UdpCapacityOptions(WorkloadOptions):
     max_loss_pct: float = Field(1.0, ge=0, lt=100)
     size: Size = Field(1200, ge=MIN_SIZE, le=MAX_SIZE, description="datagram payload bytes (iperf3 -l)")
     start_mbit: float = Field(50, gt=0, le=100_000)
+    min_mbit: float = Field(0.1, gt=0, le=100_000, description="the lowest rate probed below a lossy start")
     max_mbit: float = Field(20_000, gt=0, le=100_000)
     precision_pct: float = Field(5, ge=0.5, le=50, description="stop when the bracket is this narrow")
     probe_s: float = Field(2, ge=1, le=60, description="whole seconds a probe (iperf3 -t)")
@@ -62,6 +65,13 @@ class UdpCapacityOptions(WorkloadOptions):
     @classmethod
     def whole(cls, value):
         return whole_seconds(value)
+
+    @model_validator(mode="after")
+    def rates_in_order(self):
+        if not self.min_mbit <= self.start_mbit <= self.max_mbit:
+            raise ValueError(f"min_mbit ({self.min_mbit:g}) <= start_mbit ({self.start_mbit:g}) <= max_mbit "
+                             f"({self.max_mbit:g}) is needed")
+        return self
 
     @property
     def label(self) -> str:
@@ -88,8 +98,11 @@ def search(probe: Probe, options: UdpCapacityOptions) -> Search:
             found.rate, found.goodput, found.loss = rate, goodput, loss
         else:
             found.failed_at = rate
-        if found.rate is None:
-            break  # lossy at the start: no capacity to bracket
+        if found.rate is None:  # lossy from the start: half the rate, down to min_mbit
+            if rate / 2 < options.min_mbit:
+                break
+            rate /= 2
+            continue
         if sent < SENDER_SHARE * rate:
             found.sender_bound = True
             break  # more asked would not be sent
@@ -132,9 +145,10 @@ class UdpCapacity(WorkloadKind):
 
         found = search(probe, options)
         if found.rate is None:
-            rate, _, loss = found.probes[0]
-            raise MeasurementError(f"udp_capacity: {loss:.1f}% lost at start_mbit {rate:g} Mbit/s, more than "
-                                   f"max_loss_pct {options.max_loss_pct:g}: start lower")
+            rate, _, loss = found.probes[-1]
+            raise MeasurementError(f"udp_capacity: more than max_loss_pct {options.max_loss_pct:g} lost at every "
+                                   f"rate from start_mbit {options.start_mbit:g} down to {rate:.4g} Mbit/s "
+                                   f"({loss:.1f}% there)")
         values = {"udp_capacity_mbps": found.goodput, "udp_capacity_offered_mbps": found.rate,
                   "udp_capacity_loss_pct": found.loss, "udp_capacity_probes": float(len(found.probes))}
         flags = [SENDER_BOUND(f"iperf3 sent less than {SENDER_SHARE:.0%} of {found.probes[-1][0]:.4g} Mbit/s")] \
