@@ -91,3 +91,26 @@ def test_the_worked_example_is_the_study_file_it_names_and_runs():
     assert "sudo ./bootstrap.sh run " in text and "sudo ./bootstrap.sh test " in text
     figure = ROOT / "docs" / "img" / "capacity-mini.png"
     assert "](docs/img/capacity-mini.png)" in text and figure.stat().st_size < 100_000
+
+
+CAPACITY_RUN = ROOT / "runs" / "capacity-2026"
+CAPACITY_TABLE = "python -m vpnlab.report.capacity_table runs/capacity-2026"
+
+
+def _generated(text: str, command: str) -> str:
+    """What a page holds between `<!-- generated: COMMAND -->` and the end mark."""
+    start = f"<!-- generated: {command} -->\n"
+    return text[text.index(start) + len(start):text.index("<!-- end of generated -->", text.index(start))].strip()
+
+
+def test_the_capacity_page_and_the_readme_quote_the_committed_run():
+    """docs/capacity.md's tables and the README's builds table are what vpnlab computes from the committed
+    store of capacity-2026: regenerate them with the command each page names when either changes."""
+    from vpnlab.analyse.analysed import analyse
+    from vpnlab.report.capacity_table import builds_markdown, page_parts
+
+    analysed = analyse(CAPACITY_RUN)
+    assert _generated((ROOT / "docs" / "capacity.md").read_text(), CAPACITY_TABLE) == page_parts(analysed)
+    assert _generated(README.read_text(), f'{CAPACITY_TABLE} --builds "on 1 core"') == builds_markdown(
+        analysed, only="on 1 core")
+    assert (ROOT / "docs" / "img" / "capacity-2026.png").stat().st_size < 150_000

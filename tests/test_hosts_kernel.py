@@ -44,7 +44,7 @@ TUNNEL_DRIVERS = [vpn["driver"] for vpn in yaml.safe_load(TUNNELS)["vpns"]]
 # jaha-2014 shortened (hosts_harness.seed_cut), one repetition, with the metrics it must record:
 # L2TP/IPsec over its WLAN link (24 Mbit/s, 1 ms with 0.5 ms of jitter, 0.1% loss: netem on the hosts),
 # 20 pings of 64 bytes. One: each repetition on hosts in an emulated guest costs 50 s alone and 150 s
-# beside the suite (every command to a host takes ~0.45 s there, and a repetition sends ~65), and the
+# beside the suite (every command to a host takes ~0.45 s there, and a repetition sends 60-100), and the
 # other seeds' cuts repeat on this machine's hosts (test_hosts_seeds.py). Each `vpnlab run` in the guest
 # spends a minute or two before its first repetition (imports, the inventory, the hosts' probe): the
 # two cases run at once, each on its own two hosts.

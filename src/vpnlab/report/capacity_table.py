@@ -4,7 +4,8 @@ with one stream and with four, its UDP capacity and its CPU per GB, each the geo
 repetitions with the 95% interval, as the report computes them; a table of each current build against
 the release Debian ships, from the study's comparisons (paired by round, Holm-corrected); and what
 `vpnlab run` says at its end: which is fastest and which cheapest, as far as the tests say.
-  python -m vpnlab.report.capacity_table DIR      the three parts, of the results directory DIR"""
+  python -m vpnlab.report.capacity_table DIR      the three parts, of the results directory DIR
+  python -m vpnlab.report.capacity_table DIR --builds TEXT    the builds table's rows whose label holds TEXT"""
 
 from __future__ import annotations
 
@@ -64,13 +65,14 @@ def _against_debian(c: Comparison) -> tuple[str, str, float, float, float] | Non
     return None
 
 
-def builds_markdown(analysed: Analysed) -> str:
-    """One row per current build against Debian's release and workload, on the links without a rate."""
+def builds_markdown(analysed: Analysed, only: str = "") -> str:
+    """One row per current build against Debian's release and workload, on the links without a rate
+    (`only`: the configurations whose label holds it, "on 1 core" for the README's)."""
     lines = ["| Debian's | current build | workload | current against Debian's [95% CI] | Holm p | verdict |",
              "|---|---|---|---|---|---|"]
     unshaped = {s.link_label for s in analysed.scenarios if s.link_rate_mbit is None}
     for c in analysed.family:
-        if c.link in unshaped and (pair := _against_debian(c)):
+        if c.link in unshaped and (pair := _against_debian(c)) and only in pair[0]:
             debian, current, pct, low, high = pair
             verdict = {"ahead": "behind", "behind": "ahead"}.get(c.verdict, c.verdict) if current == c.a else c.verdict
             lines.append(f"| {debian} | {current} | {c.workload} | {ratio_text(pct, low, high)} | {p_text(c.holm_p)} "
@@ -85,7 +87,8 @@ def page_parts(analysed: Analysed) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print(__doc__.rsplit("\n", 1)[1], file=sys.stderr)
+    if len(sys.argv) not in (2, 4) or len(sys.argv) == 4 and sys.argv[2] != "--builds":
+        print("  " + __doc__.split("\n  ", 1)[1], file=sys.stderr)
         raise SystemExit(2)
-    print(page_parts(analyse(Path(sys.argv[1]))))
+    found = analyse(Path(sys.argv[1]))
+    print(builds_markdown(found, only=sys.argv[3]) if len(sys.argv) == 4 else page_parts(found))
