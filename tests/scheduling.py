@@ -41,6 +41,8 @@ ALONE = {
     "test_background.py::test_every_protocol_crosses_the_tunnel_and_takes_its_share_of_the_link":
         "the link over 80% full with the background's traffic",
     "test_observers.py::test_latency_under_load_and_bytes_on_the_wire": "a round trip under load over 3 x the idle one",
+    "test_udp_capacity.py::test_on_a_tbf_shaped_link_the_capacity_is_the_links_rate":
+        "UDP capacity within 7% of a 40 Mbit/s link: a probe that lost 1% to the suite's load ended it at 13.5",
 }
 ALONE_GROUP = "machine-alone"
 

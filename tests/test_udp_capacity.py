@@ -81,5 +81,8 @@ def test_on_a_tbf_shaped_link_the_capacity_is_the_links_rate(tmp_path, no_leftov
     values = dict(db.execute("SELECT metric, value FROM samples"))
     db.close()
     expected = 40 * 1200 / (1200 + 28 + 14)
-    assert expected * 0.93 <= values["udp_capacity_mbps"] <= expected * 1.02, values
+    # the tbf sits on the sender's own interface: it holds the socket back rather than dropping, so the
+    # search ends at the first probe the sender could not send (sender-bound), whose goodput is what tbf
+    # let through in it: 35.8-38.9 of the 38.6 here in four runs, alone on the machine
+    assert expected * 0.9 <= values["udp_capacity_mbps"] <= expected * 1.02, values
     assert values["udp_capacity_loss_pct"] <= 1 and 4 <= values["udp_capacity_probes"] <= 14
