@@ -110,8 +110,9 @@ workloads: [{kind: reach, idle_s: 4, wait_s: 3}]
 
 def test_an_address_change_without_a_nat_is_a_result_not_a_failure(tmp_path, no_leftovers):
     """The client's WAN address moves during pings: with no VPN the next probe is answered; the tunnel of
-    Debian's wireguard-go did not come back by itself within the 10 s waited, on every run here (why was not
-    examined further), which is stored as its result (recovered 0, flagged), not as a failed repetition."""
+    Debian's wireguard-go did not come back by itself within the 10 s waited, on every run here (it keeps
+    sending from the removed address: docs/drivers.md), which is stored as its result (recovered 0,
+    flagged), not as a failed repetition."""
     study = parse_study("""
 name: move
 repetitions: 1
