@@ -90,7 +90,7 @@ class Search:
 
 def search(probe: Probe, options: UdpCapacityOptions) -> Search:
     """The search of the module's docstring, over any probe (iperf3 here, a model in its test)."""
-    found, rate = Search(), min(options.start_mbit, options.max_mbit)
+    found, rate = Search(), options.start_mbit  # the options keep min_mbit <= start_mbit <= max_mbit
     while len(found.probes) < options.max_probes:
         goodput, loss, sent = probe(rate)
         found.probes.append((rate, goodput, loss))
