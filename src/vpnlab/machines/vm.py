@@ -38,6 +38,9 @@ KVM_BOOT_TIMEOUT_S = 20
 GUEST_MEMORY_MB = 3072
 READY = "vpnlab-guest: ready"
 DONE = "vpnlab-guest: done"
+# printed before the backtrace, which a busy emulator prints for seconds; after DONE it is init's own
+# end (its poweroff raced), not a death
+PANIC = "Kernel panic - not syncing"
 # The root filesystem and modules come over virtio-9p; these load first, from the initramfs.
 # virtio-rng feeds the guest entropy from the host: IKE daemons read /dev/random at once.
 BOOT_MODULES = ("virtio_pci", "virtio_rng", "9pnet_virtio", "9p", "overlay")
@@ -309,6 +312,9 @@ class Guest:
                         return "hung"
                     raise VmError(f"the VM did not boot within {boot_limit} s ({accel}); console log: "
                                   f"{self.console_log}:\n{tail(self.console_log, 12)}")
+                if PANIC in console and DONE not in console:
+                    raise VmError(f"the VM stopped before the guest finished ({accel}, its kernel panicked); "
+                                  f"console log: {self.console_log}:\n{tail(self.console_log, 12)}")
                 if ready_at is not None and now - ready_at > timeout_s:
                     raise VmError(f"the guest did not finish within {timeout_s:.0f} s; console log: "
                                   f"{self.console_log}:\n{tail(self.console_log, 12)}")
