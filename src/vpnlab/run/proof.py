@@ -17,6 +17,7 @@ decrypts, which it hands back through the same interface, in clear.
 from __future__ import annotations
 
 import collections
+import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -140,15 +141,17 @@ def _ip_bytes(text: str) -> bytes:
 def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None, pcap: Path,
           encrypted: bool = True) -> Proof:
     """Capture what both WAN ends transmit while the source sends marked probes towards the
-    sink; the left end's capture is `pcap`, the right end's sits next to it."""
+    sink; the left end's capture is `pcap`, the right end's sits next to it. Each is written on its
+    node (a real host does not have this machine's folders) and copied here once stopped."""
     marker = secrets.token_bytes(16)
     pcaps = [pcap, pcap.with_name(pcap.stem + "-right.pcap")]
+    there = [str(node.scratch() / path.name) for node, path in zip(bed.wan_nodes, pcaps)]
     captures = []
     try:
         for side, (node, path) in enumerate(zip(bed.wan_nodes, pcaps)):
             log = path.with_suffix(".log")
             argv = ["tcpdump", "-i", bed.wan_device(side), "-Q", "out", "-n", "-U", "--immediate-mode", "-s", "0",
-                    "-Z", "root", "-w", path, *bed.wan_filter(side)]
+                    "-Z", "root", "-w", there[side], *bed.wan_filter(side)]
             captures.append((node, node.spawn(argv, log, what="tcpdump"), log))
         for node, capture, log in captures:
             deadline = time.monotonic() + 10
@@ -165,6 +168,11 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
     finally:
         for node, capture, _ in captures:
             node.stop(capture)
+    for node, path, remote in zip(bed.wan_nodes, pcaps, there):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as copy:  # never through a link planted in the results directory
+            copy.write(node.read_file(remote))
+        node.remove_file(remote)
     proof = analyse(pcaps, marker, channels, underlay_src or bed.address(0, 0), encrypted)
     proof.problems += [f"the {('left', 'right')[side]} WAN end's capture had not read every packet when it was "
                        f"stopped (a busy machine for {CATCH_UP_S:.0f} s, or it ended): the proof would be incomplete"
