@@ -144,23 +144,27 @@ class LabHost:
 class Lab:
     """The switch, the controller and the hosts; `teardown` removes all of it, always."""
 
-    def __init__(self, names=("gw-a", "gw-b"), subnet: str = SUBNET):
-        self.subnet, self.controller_address = subnet, f"{subnet}.1"
+    def __init__(self, names=("gw-a", "gw-b"), subnet: str = SUBNET, outside: str | None = None):
+        """`outside`: a folder of a controller outside this machine, on the switch's bridge at the
+        controller's address (.1): its key, home and inventory go there, in a folder of the lab's."""
+        self.subnet, self.controller_address, self.with_controller = subnet, f"{subnet}.1", outside is None
         self.dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-", dir="/var/tmp"))
+        self.controller_dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-", dir=outside)) if outside else self.dir
         self.switch, self.controller = f"{PREFIX}-sw", f"{PREFIX}-ctl"
         self.namespaces: list[str] = []
         self.hosts = {name: LabHost(name, f"{PREFIX}-{name}", f"{subnet}.{i + 2}", self.dir / f"sshd-{name}.log")
                       for i, name in enumerate(names)}
-        self.home = self.dir / "controller-home"
-        self.inventory = self.dir / "inventory.yml"
-        self.client_key = self.dir / "client_key"
+        self.home = self.controller_dir / "controller-home"
+        self.inventory = self.controller_dir / "inventory.yml"
+        self.client_key = self.controller_dir / "client_key"
 
     # -- building ----------------------------------------------------------
     def build(self) -> "Lab":
         self._add_namespace(self.switch)
         sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
         sh("ip", "-n", self.switch, "link", "set", "br0", "up")
-        self._attach(self.controller, self.controller_address, "ctl")
+        if self.with_controller:
+            self._attach(self.controller, self.controller_address, "ctl")
         for i, host in enumerate(self.hosts.values()):
             self._attach(host.namespace, host.address, f"h{i}")
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{PREFIX}-controller", "-f", self.client_key)
@@ -243,8 +247,7 @@ class Lab:
     # -- the controller ------------------------------------------------------
     def controller_argv(self, *argv) -> list[str]:
         """Run a program as the controller: in its namespace, with its private home as /root."""
-        return ["ip", "netns", "exec", self.controller, "sh", "-c", 'mount --bind "$0" /root && exec "$@"',
-                str(self.home), "env", "HOME=/root", *map(str, argv)]
+        return as_controller(self.controller, self.home, *argv)
 
     def vpnlab(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self.controller_argv(PYTHON, "-m", "vpnlab", *args),
@@ -272,6 +275,13 @@ class Lab:
             sh("ip", "netns", "del", name, check=False)
         self.namespaces.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.controller_dir, ignore_errors=True)
+
+
+def as_controller(namespace: str, home: Path, *argv) -> list[str]:
+    """`argv` run in `namespace` with `home` as /root (ip netns exec's mount namespace is its own)."""
+    return ["ip", "netns", "exec", namespace, "sh", "-c", 'mount --bind "$0" /root && exec "$@"',
+            str(home), "env", "HOME=/root", *map(str, argv)]
 
 
 @contextlib.contextmanager

@@ -47,6 +47,7 @@ BOOT_MODULES = ("virtio_pci", "virtio_rng", "9pnet_virtio", "9p", "overlay")
 # What the guest loads before any scenario (no udev there): the testbed's own pieces; each
 # driver declares the data-plane modules and accelerated ciphers it needs (`guest_modules`).
 TESTBED_MODULES = ("tun", "veth", "sch_netem", "sch_tbf")
+TAP, NET_MODULE = "vm0", "virtio_net"  # a guest with a network (Guest.netns): the host's end, the guest's driver
 
 
 def guest_modules(drivers) -> tuple[str, ...]:
@@ -248,6 +249,9 @@ class Guest:
     drivers: tuple[str, ...] = ()  # the VPN drivers the guest will run: their kernel modules are loaded
     cpus: int = 2
     accel: str = ""  # the accelerator of the boot under way or done ("kvm", "tcg"); '' before one
+    # a namespace of the run's own holding a tap named TAP: the emulator runs in it, the guest's eth0
+    # is the tap's other end (no network otherwise)
+    netns: str = ""
 
     def run(self, command: list[str], timeout_s: float, env: dict[str, str]) -> str:
         """Boot, run `command` with `env` (plus VPNLAB_BACKEND=vm-kvm or vm-tcg), power off.
@@ -268,7 +272,7 @@ class Guest:
                 exports = " ".join(f"{k}={_quote(v)}" for k, v in (env | {"VPNLAB_BACKEND": f"vm-{accel}"}).items())
                 script.write_text(GUEST_INIT.format(
                     modules_mount=f"/lib/modules/{kernel.version}", work=self.work,
-                    modules=" ".join(guest_modules(self.drivers)),
+                    modules=" ".join(guest_modules(self.drivers) + (NET_MODULE,) * bool(self.netns)),
                     ready=READY, done=DONE, cwd=Path.cwd(), **_keep_through_tmpfs(),
                     command=f"env {exports} " + " ".join(_quote(str(c)) for c in command)))
                 initramfs = boot / f"initramfs-{accel}.gz"
@@ -294,6 +298,10 @@ class Guest:
                 "-fsdev", f"local,id=work,path={self.work},security_model=none,multidevs=remap",
                 "-device", "virtio-9p-pci,fsdev=work,mount_tag=work",
                 "-device", "virtio-rng-pci"]
+        if self.netns:
+            argv = ["ip", "netns", "exec", self.netns, *argv,  # which execs: the emulator keeps the PID
+                    "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
+                    "-device", "virtio-net-pci,netdev=net0"]
         self.console_log.write_bytes(b"")
         with held():  # started, then recorded: a signal between the two would leave it unseen
             proc = sessions.start([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
