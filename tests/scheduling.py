@@ -72,7 +72,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 # Each boots the VM and runs a study there for minutes: handed out first, started once the ALONE
 # tests are done, LONG_AT_ONCE at a time, in this order.
-LONG = ("test_vm_site_to_site.py", "test_vm_remote_access.py", "test_hosts_kernel.py")
+LONG = ("test_vm_remote_access.py", "test_hosts_kernel.py", "test_vm_site_to_site.py")
 LONG_AT_ONCE = 2
 LONG_WAIT_S = 1200  # at most, for the ALONE tests (a worker that died with them never says they are done)
 # Each guest's nice (its emulator's scheduling group takes the caller's nice: core/sessions.py).
