@@ -357,6 +357,24 @@ def test_text_from_a_store_is_printed_as_it_is(tmp_path):
     assert tree(directory) == before
 
 
+def test_a_failure_a_run_prints_is_printed_as_it_is(tmp_path):
+    """A daemon's log in a failure reason carries brackets (tailscaled's once held '[/Oqgq]', which
+    rich read as a closing tag: the run ended on the bug handler) and escapes; the run prints them."""
+    import io
+    from rich.console import Console
+    from vpnlab.machines.capabilities import detect
+    from vpnlab.run.runner import Runner
+
+    plan = make_plan(parse_study(PLAIN))
+    reason = "its log: [/Oqgq] [bold]x\x1b[31m\nnext line"
+    printed = io.StringIO()
+    runner = Runner(plan, tmp_path / "out", detect(), console=Console(file=printed, width=300), progress=False,
+                    refused={s.id: reason for s in plan.scenarios})  # each fails before anything is made
+    assert runner.run() == "completed-with-failures"
+    assert "its log: [/Oqgq] [bold]x\\x1b[31m\nnext line" in printed.getvalue(), printed.getvalue()
+    assert "\x1b" not in printed.getvalue()
+
+
 def test_stats_pair_names_an_unknown_label_and_the_known_ones(results):
     refused(invoke("stats", results, "--pair", "wg|wireguard"),
             "--pair: no configuration is labelled 'wireguard'; the study's labels: ", "'wg'", "'wg-1400'")

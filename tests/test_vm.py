@@ -229,6 +229,18 @@ def test_a_vm_that_cannot_start_fails_clearly_and_leaves_no_emulator(monkeypatch
     assert our_qemus(tmp_path) == set()
 
 
+def test_a_guest_whose_done_line_the_kernel_broke_is_done_by_its_exit_file(tmp_path):
+    """CI's console once read "vpnlab-guest: do[  465.157077] sysrq: Power Off\\nne": the kernel's
+    message as the guest powers off, printed into the middle of DONE. The exit file the guest wrote
+    before it says the command ended; without it, the guest did not finish."""
+    guest = vm.Guest(None, tmp_path, tmp_path / "console.log")
+    broken = "vpnlab-guest: exit 0\nvpnlab-guest: do[  465.157077] sysrq: Power Off\nne\n"
+    assert not guest._finished(broken)
+    (tmp_path / vm.EXIT_FILE).write_text("0\n")
+    assert guest._finished(broken)
+    assert guest._finished(vm.DONE) and vm.DONE not in broken
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("command,error", [
     (["sleep", "600"], "did not finish within 1 s"),  # a guest that hangs is stopped at its time limit

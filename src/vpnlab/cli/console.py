@@ -11,12 +11,11 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from ..store import results_dir
 from ..core.errors import VpnlabError
 from ..core.backend import IN_GUEST
-from ..core.schema import CONTROL
+from ..core.printable import safe  # noqa: F401 (the cli's commands take it from here)
 from ..core.signals import Interrupted
 
 # Piped or logged output keeps whole tables rather than squeezing them to 80 columns; no emoji
@@ -28,16 +27,6 @@ EXIT_BAD_INPUT = 2
 EXIT_SCENARIOS_FAILED = 1
 EXIT_INTERRUPTED = 130
 EXIT_BUG = 70  # sysexits' EX_SOFTWARE
-
-
-def safe(text, lines: bool = False) -> str:
-    """Text from a store, an inventory or a file, to print as it is: its control characters as
-    visible escapes (`\\x1b`; line breaks kept if `lines`), its square brackets not read as rich
-    markup."""
-    def visible(match):
-        return match.group() if lines and match.group() == "\n" else match.group().encode("unicode_escape").decode()
-
-    return escape(CONTROL.sub(visible, str(text)))
 
 
 def user_errors(func):

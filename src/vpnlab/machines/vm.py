@@ -38,6 +38,7 @@ KVM_BOOT_TIMEOUT_S = 20
 GUEST_MEMORY_MB = 3072
 READY = "vpnlab-guest: ready"
 DONE = "vpnlab-guest: done"
+EXIT_FILE = "guest.exit"  # in the work folder: the command's exit status, written as it ends
 # printed before the backtrace, which a busy emulator prints for seconds; after DONE it is init's own
 # end (its poweroff raced), not a death
 PANIC = "Kernel panic - not syncing"
@@ -212,8 +213,8 @@ for m in {modules}; do modprobe -q "$m" 2>/dev/null; done
 echo "{ready} kernel $(uname -r), $(nproc) cpus"
 cd {cwd}
 {command} > {work}/guest.log 2>&1
-echo $? > {work}/guest.exit
-echo "vpnlab-guest: exit $(cat {work}/guest.exit)"
+echo $? > {work}/{exit_file}
+echo "vpnlab-guest: exit $(cat {work}/{exit_file})"
 sync
 echo "{done}"
 echo o > /proc/sysrq-trigger
@@ -273,7 +274,7 @@ class Guest:
                 script.write_text(GUEST_INIT.format(
                     modules_mount=f"/lib/modules/{kernel.version}", work=self.work,
                     modules=" ".join(guest_modules(self.drivers) + (NET_MODULE,) * bool(self.netns)),
-                    ready=READY, done=DONE, cwd=Path.cwd(), **_keep_through_tmpfs(),
+                    ready=READY, done=DONE, exit_file=EXIT_FILE, cwd=Path.cwd(), **_keep_through_tmpfs(),
                     command=f"env {exports} " + " ".join(_quote(str(c)) for c in command)))
                 initramfs = boot / f"initramfs-{accel}.gz"
                 build_initramfs(kernel, script, initramfs)
@@ -282,6 +283,11 @@ class Guest:
         finally:
             shutil.rmtree(boot, ignore_errors=True)
         raise VmError(f"the VM did not boot with {', '.join(accels)}; console log: {self.console_log}")
+
+    def _finished(self, console: str) -> bool:
+        """The guest's command has ended: DONE on the console, or (when the kernel's own messages as it
+        powers off broke that line, "do[ 465.157077] sysrq: Power Off\\nne") the exit file it wrote first."""
+        return DONE in console or (self.work / EXIT_FILE).exists()
 
     def _boot(self, kernel: Kernel, initramfs: Path, accel: str, timeout_s: float) -> str:
         modules_dir = kernel.modules / "lib" / "modules" / kernel.version
@@ -303,6 +309,7 @@ class Guest:
                     "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
                     "-device", "virtio-net-pci,netdev=net0"]
         self.console_log.write_bytes(b"")
+        (self.work / EXIT_FILE).unlink(missing_ok=True)
         with held():  # started, then recorded: a signal between the two would leave it unseen
             proc = sessions.start([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             self.state.add_process(proc.pid, "qemu")
@@ -320,15 +327,14 @@ class Guest:
                         return "hung"
                     raise VmError(f"the VM did not boot within {boot_limit} s ({accel}); console log: "
                                   f"{self.console_log}:\n{tail(self.console_log, 12)}")
-                if PANIC in console and DONE not in console:
+                if PANIC in console and not self._finished(console):
                     raise VmError(f"the VM stopped before the guest finished ({accel}, its kernel panicked); "
                                   f"console log: {self.console_log}:\n{tail(self.console_log, 12)}")
                 if ready_at is not None and now - ready_at > timeout_s:
                     raise VmError(f"the guest did not finish within {timeout_s:.0f} s; console log: "
                                   f"{self.console_log}:\n{tail(self.console_log, 12)}")
                 time.sleep(0.2)
-            console = self.console_log.read_text(errors="replace")
-            if DONE not in console:
+            if not self._finished(self.console_log.read_text(errors="replace")):
                 err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
                 raise VmError(f"the VM stopped before the guest finished ({accel}, exit {proc.returncode}"
                               f"{': ' + err[-300:] if err else ''}); console log {self.console_log}:\n{tail(self.console_log, 12)}")

@@ -28,6 +28,7 @@ from ..machines.capabilities import Capabilities, this_machine, tool_versions
 from ..catalog import unit
 from ..measure.cpu import OtherLoadSeries, shared_machine_flag
 from ..core.files import tail, write_own
+from ..core.printable import safe
 from ..machines.provenance import TCG_NOTE
 from ..plan.scenarios import Plan, Scenario, duration, measured_pace, round_order
 from .mesh_run import run_mesh_repetition
@@ -150,12 +151,12 @@ class Runner:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         write_own(self.out_dir / "study.yaml", self.plan.study.source_text)
         for line in clean_stale_runs():
-            self.console.print(f"[yellow]cleaned up after a crashed {line}[/]")
+            self.console.print(f"[yellow]cleaned up after a crashed {safe(line)}[/]")
         store = Store.open_dir(self.out_dir)
         store.mark_killed_runs()
         state = RunState.create()
         for other in other_live_runs(state.run_id):
-            self.console.print(f"[yellow]another vpnlab run is going on on this machine ({other}): both measure "
+            self.console.print(f"[yellow]another vpnlab run is going on on this machine ({safe(other)}): both measure "
                                "each other's load; their samples are flagged while they overlap[/]")
         run_id = store.start_run(
             version=version(), kernel=self.caps.kernel, hostname=socket.gethostname(),
@@ -199,7 +200,7 @@ class Runner:
             raise
         finally:
             for problem in self.hosts.close() if self.hosts else []:
-                self.console.print(f"[red]{problem}[/]")
+                self.console.print(f"[red]{safe(problem, lines=True)}[/]")
             state.teardown()
             store.finish_run(run_id, status)
             store.close()
@@ -220,8 +221,8 @@ class Runner:
             if reason and store.status(scenario.id) != "done":
                 store.set_status(scenario.id, "failed", reason)
                 self.failures.append((scenario, reason))
-                self.console.print(f"[red]scenario {scenario.index} ({scenario.label}) failed before it started:[/] "
-                                   f"{reason}", highlight=False)
+                self.console.print(f"[red]scenario {scenario.index} ({safe(scenario.label)}) failed before it started:[/] "
+                                   f"{safe(reason, lines=True)}", highlight=False)
 
     def _tool_versions(self) -> dict[str, str]:
         """Recorded with the run. On real hosts, theirs (in their facts). A VM guest runs this
@@ -269,12 +270,12 @@ class Runner:
             if self._needs_more(store, scenario):  # its valid samples stay; --resume measures the rest
                 reason = error or f"the guest stopped before this scenario finished:\n{tail(guest_log, 12)}"
                 self.unfinished.append((scenario, reason))
-                progress.log(f"[yellow]scenario {scenario.index} ({scenario.label}) is short of its repetitions "
-                             f"(`vpnlab run --resume` measures them):[/] {reason}")
+                progress.log(f"[yellow]scenario {scenario.index} ({safe(scenario.label)}) is short of its repetitions "
+                             f"(`vpnlab run --resume` measures them):[/] {safe(reason, lines=True)}")
             elif store.status(scenario.id) == "failed":
                 self.failures.append((scenario, store.failure(scenario.id)))
-                progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed in the VM:[/] "
-                             f"{store.failure(scenario.id)}")
+                progress.log(f"[red]scenario {scenario.index} ({safe(scenario.label)}) failed in the VM:[/] "
+                             f"{safe(store.failure(scenario.id), lines=True)}")
         progress.advance(time.monotonic() - started)
 
     def _hand_to_guest(self, store: Store, work: Path) -> None:
@@ -290,7 +291,7 @@ class Runner:
         estimate; said when the run resumes one that measured some already."""
         todo, total, said = self.what_is_left(store)
         if said and not IN_GUEST:
-            self.console.print(f"resumed: {said}", highlight=False)
+            self.console.print(f"resumed: {safe(said, lines=True)}", highlight=False)
         return todo, total
 
     def what_is_left(self, store: Store) -> tuple[list[Scenario], float, str | None]:
@@ -409,8 +410,8 @@ class Runner:
                                 position, attempt.failure, units={m: unit(m) for m in values})
         progress.advance(min(time.monotonic() - started, scenario.estimate_s() / scenario.repetitions.min))
         if attempt.failure:
-            progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({scenario.label}) is not a "
-                         f"valid sample:[/] {attempt.failure}")
+            progress.log(f"[yellow]repetition {rep} of scenario {scenario.index} ({safe(scenario.label)}) is not a "
+                         f"valid sample:[/] {safe(attempt.failure, lines=True)}")
         if pair and pair.lost:
             self._host_lost(store, progress)
 
@@ -423,7 +424,7 @@ class Runner:
                 if reason and self._needs_more(store, scenario):  # not failed already, nor measured to its rule
                     store.set_status(scenario.id, "failed", reason)
                     self.failures.append((scenario, reason))
-                    progress.log(f"[red]scenario {scenario.index} ({scenario.label}) failed:[/] {reason}")
+                    progress.log(f"[red]scenario {scenario.index} ({safe(scenario.label)}) failed:[/] {safe(reason, lines=True)}")
 
     def _settle(self, store: Store, scenario: Scenario) -> None:
         """Mark a scenario failed, done or still running after a repetition."""

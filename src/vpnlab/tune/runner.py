@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from ..core.printable import safe
 from ..plan.scenarios import duration
 from ..run.runner import Progressor, Runner
 from ..store import Store
@@ -64,7 +65,7 @@ class RaceRunner(Runner):
         self._note(store, standing)
         for name, drop in standing.dropped.items():
             if name not in before:
-                progress.log(f"round {drop.look}: dropped {self.labels[name]}: {self._named(drop.reason)}")
+                progress.log(f"round {drop.look}: dropped {safe(self.labels[name])}: {safe(self._named(drop.reason))}")
         if standing.stop:
             progress.log(f"the race ended after round {standing.looks}: {standing.stop} "
                          f"({len(standing.survivors)} left, {duration(used)} used)")
