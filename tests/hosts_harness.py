@@ -67,8 +67,8 @@ ANSIBLE_CFG = ("[defaults]\ninterpreter_python = auto_silent\n"
                "[ssh_connection]\nssh_args = -o ControlMaster=no\npipelining = True\n")
 
 
-def sh(*argv, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, input=input)
+def sh(*argv, check: bool = True, input: str | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, input=input, timeout=timeout)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, argv))}: {proc.stderr.strip()}")
     return proc

@@ -15,7 +15,7 @@ from rich.console import Console
 from ..store import results_dir
 from ..core.errors import VpnlabError
 from ..core.backend import IN_GUEST
-from ..core.printable import safe  # noqa: F401 (the cli's commands take it from here)
+from ..core.printable import safe
 from ..core.signals import Interrupted
 
 # Piped or logged output keeps whole tables rather than squeezing them to 80 columns; no emoji

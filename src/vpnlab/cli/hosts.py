@@ -9,7 +9,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from .console import out, safe, user_errors
+from .console import out, user_errors
+from ..core.printable import safe
 from ..core.errors import VpnlabError
 from ..hosts.inventory import SSH_SAFE
 

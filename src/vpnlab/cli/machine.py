@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from .console import out, safe, user_errors
+from .console import out, user_errors
+from ..core.printable import safe
 from .common import app, need_root, print_table
 from .run import check_backend, load_study_arg
 

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from ..store import results_dir
 from ..core.errors import VpnlabError
-from .console import err, out, safe, user_errors
+from .console import err, out, user_errors
+from ..core.printable import safe
 from ..report.outputs import STDOUT, Output
 from ..store.results_dir import read_store
 from ..store import DB_NAME, SCHEMA_VERSION

@@ -13,7 +13,8 @@ from rich.table import Table
 from ..store import results_dir
 from ..core.errors import StudyError, VpnlabError
 from ..core.signals import Interrupted
-from .console import EXIT_BUG, EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, report_bug, safe, user_errors
+from .console import EXIT_BUG, EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, report_bug, user_errors
+from ..core.printable import safe
 from .common import app, need_root, print_table
 
 

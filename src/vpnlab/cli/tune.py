@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 
 from ..store import results_dir
-from .console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, safe, user_errors
+from .console import EXIT_INTERRUPTED, EXIT_SCENARIOS_FAILED, err, out, user_errors
+from ..core.printable import safe
 from ..core.errors import StudyError, VpnlabError
 from ..core.files import write_own
 from ..core.signals import Interrupted

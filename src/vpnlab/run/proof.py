@@ -17,7 +17,6 @@ decrypts, which it hands back through the same interface, in clear.
 from __future__ import annotations
 
 import collections
-import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 import dpkt
 
 from ..core.errors import VpnlabError
+from ..core.files import write_own
 from ..testbed.idle import wait_asleep
 from ..testbed.topology import Testbed
 
@@ -169,9 +169,7 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
         for node, capture, _ in captures:
             node.stop(capture)
     for node, path, remote in zip(bed.wan_nodes, pcaps, there):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "wb") as copy:  # never through a link planted in the results directory
-            copy.write(node.read_file(remote))
+        write_own(path, node.read_file(remote))  # never through a link planted in the results directory
         node.remove_file(remote)
     proof = analyse(pcaps, marker, channels, underlay_src or bed.address(0, 0), encrypted)
     proof.problems += [f"the {('left', 'right')[side]} WAN end's capture had not read every packet when it was "
