@@ -74,7 +74,7 @@ def said_side_by_side(older: str, current: str, versions: dict, goodput: dict, s
     """The line the side-by-side tests print (the release Debian 12 ships and the current one, each
     repetition's TCP goodput and their versions); the ratio of their means, current over the older."""
     ratio = sum(goodput[current]) / len(goodput[current]) / (sum(goodput[older]) / len(goodput[older]))
-    print(f"\nTCP goodput, unshaped link, 3 interleaved repetitions of {seconds} s: {older} "
+    print(f"\nTCP goodput, unshaped link, {len(goodput[current])} interleaved repetitions of {seconds} s: {older} "
           f"({versions[older]}) {[round(v) for v in goodput[older]]} Mbit/s, "
           f"{current} ({versions[current]}) {[round(v) for v in goodput[current]]} Mbit/s: ratio {ratio:.2f}")
     return ratio

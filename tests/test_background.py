@@ -235,7 +235,7 @@ links:
           - {protocol: pop3, rate_kbit: 400}
           - {protocol: smtp, rate_kbit: 400}
           - {protocol: dns, queries_per_s: 10}
-workloads: [{kind: tcp, duration_s: 8}]
+workloads: [{kind: tcp, duration_s: 5}]
 """)
     plan = run_here(study, tmp_path)
     db = sqlite3.connect(tmp_path / "results.sqlite")
