@@ -260,7 +260,8 @@ class Runner:
         finally:  # (also when interrupted: what the guest measured is kept, with how it was measured)
             accel = guest.accel
             how = TCG_NOTE if accel == "tcg" else accel
-            note = f"measured in a VM ({how}, kernel {vm.find_kernel(download=False).version})" if accel else ""
+            note = (f"measured in a VM ({how}, kernel {vm.find_kernel(download=False).version}, "
+                    f"{guest.vcpus} vCPU{'s' if guest.vcpus > 1 else ''})") if accel else ""
             if guest_store.is_file():
                 store.merge(guest_store, run_id, note)
                 guest_store.unlink()  # all in ours now: one left here was never merged (a killed run)
