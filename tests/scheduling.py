@@ -86,7 +86,8 @@ HEAVY = ("test_drivers.py", "test_hosts_seeds.py", "test_cli.py", "test_tune_liv
          "test_cpu_cgroups.py", "test_bad_input.py",
          "test_stats_comparisons.py", "test_yggdrasil_current.py", "test_hosts.py", "test_damaged_store.py",
          "test_nebula_current.py", "test_wireguard_current.py", "test_vm.py", "test_tailscale.py",
-         "test_findings.py", "test_tune_race.py")
+         "test_findings.py", "test_tune_race.py", "test_overlay_drivers_b.py", "test_hosts_study.py",
+         "test_safety.py", "test_results_dir.py", "test_transfer.py", "test_ppp_ocserv_nodes.py")
 
 
 def _in_turn(items: list) -> list:
