@@ -250,13 +250,24 @@ def test_a_guest_that_hangs_or_dies_fails_clearly_and_leaves_no_emulator(tmp_pat
     if vm.available():
         pytest.skip(vm.available())
     state = vm.RunState.create()
+    guest = vm.Guest(state, tmp_path / "work", tmp_path / "console.log")
     try:
         with pytest.raises(vm.VmError, match=error) as failure:
-            vm.Guest(state, tmp_path / "work", tmp_path / "console.log").run(command, 1, {})
+            guest.run(command, 1, {})
     finally:
         state.teardown()
     assert str(tmp_path / "console.log") in str(failure.value)
     assert our_qemus(tmp_path) == set()
+    # it had booted with its vCPUs: under software emulation one for every two cores here (vm.tcg_cpus)
+    assert guest.vcpus == (2 if guest.accel == "kvm" else min(2, vm.tcg_cpus()))
+    assert f"{vm.READY} kernel " in (console := (tmp_path / "console.log").read_text()), console
+    assert f", {guest.vcpus} cpus" in console, console
+
+
+def test_under_software_emulation_a_guest_has_one_vcpu_for_every_two_cores(monkeypatch):
+    for cores, vcpus in ((1, 1), (2, 1), (3, 1), (4, 2), (16, 8)):
+        monkeypatch.setattr(vm.os, "sched_getaffinity", lambda _, n=cores: set(range(n)))
+        assert vm.tcg_cpus() == vcpus
 
 
 def test_a_vpnlab_living_in_tmp_is_kept_through_the_guests_empty_tmp(tmp_path, monkeypatch):
