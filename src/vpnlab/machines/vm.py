@@ -257,7 +257,7 @@ class Guest:
     work: Path
     console_log: Path
     drivers: tuple[str, ...] = ()  # the VPN drivers the guest will run: their kernel modules are loaded
-    cpus: int = 2  # at most: under software emulation, tcg_cpus() (`vcpus`: the boot's)
+    cpus: int = 2  # the vCPUs under KVM; under software emulation at most this many (tcg_cpus)
     vcpus: int = 0  # the vCPUs of the boot under way or done; 0 before one
     accel: str = ""  # the accelerator of the boot under way or done ("kvm", "tcg"); '' before one
     # a namespace of the run's own holding a tap named TAP: the emulator runs in it, the guest's eth0
