@@ -33,15 +33,21 @@ PROBE_PAYLOAD = 1000          # UDP payload bytes: inner IP packet of 1028 bytes
 PROBE_INNER_LEN = PROBE_PAYLOAD + 8 + 20
 PROBES = 5
 PROBE_PORT = 9                # discard: nothing listens, the probes only need to cross
+PROBE_GAP_S = 0.05
+# A stream may merge probes into one segment: OpenVPN before 2.7.6 keeps Nagle on (a write waits for the
+# last one's ACK, which a receiver may delay up to 200 ms), and a daemon that fell behind writes several.
+# The second try spaces them wider than that delay, a busy moment and a round trip of a studied link.
+WIDE_PROBE_GAP_S = 0.4
 
 # Run by the namespace's python: random payloads, so compression cannot change their size.
 SEND_PROBES = """
 import os, socket, sys, time
 marker, dst, count, size, port = bytes.fromhex(sys.argv[1]), sys.argv[2], *map(int, sys.argv[3:6])
+gap = float(sys.argv[6])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for _ in range(count):
     s.sendto(marker + os.urandom(size - len(marker)), (dst, port))
-    time.sleep(0.05)
+    time.sleep(gap)
 """
 
 
@@ -139,7 +145,7 @@ def _ip_bytes(text: str) -> bytes:
 
 
 def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None, pcap: Path,
-          encrypted: bool = True) -> Proof:
+          encrypted: bool = True, gap_s: float = PROBE_GAP_S) -> Proof:
     """Capture what both WAN ends transmit while the source sends marked probes towards the
     sink; the left end's capture is `pcap`, the right end's sits next to it. Each is written on its
     node (a real host does not have this machine's folders) and copied here once stopped."""
@@ -161,7 +167,7 @@ def prove(bed: Testbed, channels: list[Channel] | None, underlay_src: str | None
                 time.sleep(0.05)
         idle = [wait_asleep(node, capture, LEARN_S) for node, capture, _ in captures]
         bed.source.run([bed.source.python, "-c", SEND_PROBES, marker.hex(), bed.sink_ip, PROBES, PROBE_PAYLOAD,
-                        PROBE_PORT], timeout=30)
+                        PROBE_PORT, gap_s], timeout=30)
         time.sleep(0.1)  # let the last probes and their answers reach the captures
         behind = [side for side, ((node, capture, _), call) in enumerate(zip(captures, idle))
                   if call is not None and wait_asleep(node, capture, CATCH_UP_S, call) is None]
