@@ -263,3 +263,25 @@ def test_a_stored_workload_with_events_reads_back_as_it_was():
 
     (workload,) = parse_study(events("[{at_s: 2, link_down_s: 3}, {at_s: 7, address_change: true}]")).workloads
     assert WORKLOAD_ADAPTER.validate_python(workload.model_dump(mode="json")) == workload
+
+
+def test_the_field_page_table_has_a_row_per_condition_and_gives_the_figures():
+    """The Markdown form turns the table round (conditions as rows: a page has room for five VPNs, not
+    eighteen conditions) and gives each word its figures: the path MTU, the time back after each event."""
+    from vpnlab.report.field_table import markdown
+
+    rows = [("a", "none", "mtu1400", "path-mtu", {"bulk_completed": 1, "path_mtu_bytes": 1400, "wan_fragments": 0}),
+            ("b", "wireguard", "mtu1400", "path-mtu", {"bulk_completed": 1, "path_mtu_bytes": 1420,
+                                                        "wan_fragments": 12600.4}),
+            ("e", "openvpn", "mtu1400", "path-mtu", {"bulk_completed": 0, "bulk_stalled": 1,
+                                                      "path_mtu_bytes": 1348}),
+            ("c", "wireguard", "mtu1400", "tcp+down5s@3", {"recovered": 1, "outage_recovery_s": 0.254,
+                                                            "workload_survived": 0}),
+            ("d", "wireguard", "mtu1400", "tcp", {"throughput_mbps": 50})]
+    scenarios = [SimpleNamespace(idx=i, id=sid, vpn_label=vpn, link_label=link, workload_label=workload,
+                                 status="done") for i, (sid, vpn, link, workload, _) in enumerate(rows)]
+    stat = {(sid, metric): SimpleNamespace(mean=value) for sid, *_, means in rows for metric, value in means.items()}
+    assert markdown(SimpleNamespace(scenarios=scenarios, stat=stat)).splitlines() == [
+        "| condition | none | wireguard | openvpn |", "|---|---|---|---|",
+        "| mtu1400, path-mtu | works (1400 B) | works (1420 B, 12600 WAN fragments) | black hole (1348 B) |",
+        "| mtu1400, tcp+down5s@3 | - | degrades (outage 0.25 s, the transfer broke) | - |"]

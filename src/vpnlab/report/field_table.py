@@ -10,12 +10,24 @@ link and workload), in one word, from the means of the metrics that condition me
 
 A mean between 0 and 1 (repetitions that disagree) counts against the VPN: the word is what happened at
 least once. Conditions no scenario measured, and scenarios of other workloads, are left out.
+The README quotes a committed field study with the Markdown form (a test checks it against the store):
+  python -m vpnlab.report.field_table DIR      the table of the results directory DIR
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+from ..analyse.analysed import Analysed, analyse
+
 DEGRADED_S = 1.0  # longer than this without traffic after an event is more than a blip
 RECOVERY = ("outage_recovery_s", "address_change_recovery_s", "nat_rebind_recovery_s", "rekey_recovery_s")
+# The figures a Markdown cell gives after its word, each the mean over the repetitions that measured it:
+# a size to the byte the search finds, a time to the recovery probes' 0.02 s pace.
+FIGURES = (("path_mtu_bytes", "{:.0f} B"), ("outage_recovery_s", "outage {:.2f} s"),
+           ("address_change_recovery_s", "address change {:.2f} s"), ("nat_rebind_recovery_s", "NAT rebind {:.2f} s"),
+           ("rekey_recovery_s", "rekey {:.2f} s"))
 
 
 def verdict(means: dict[str, float]) -> str | None:
@@ -49,3 +61,39 @@ def field_table(scenarios: list, stat: dict) -> tuple[list[str], list[dict]]:
         vpns += [s.vpn_label] if s.vpn_label not in vpns else []
         cells[(s.vpn_label, column)] = word
     return columns, [{"vpn": vpn, "cells": [cells.get((vpn, c), "-") for c in columns]} for vpn in vpns]
+
+
+def _figures(means: dict[str, float]) -> str:
+    shown = [form.format(means[name]) for name, form in FIGURES if name in means]
+    if "bulk_completed" in means and means.get("wan_fragments", 0) > 0:  # it works, by fragmenting its packets
+        shown.append(f"{means['wan_fragments']:.0f} WAN fragments")
+    shown += ["the transfer broke"] if means.get("workload_survived", 1) < 1 else []
+    return f" ({', '.join(shown)})" if shown else ""
+
+
+def markdown(analysed: Analysed) -> str:
+    """The field table turned round for a page: a row per condition (link and workload), a column per VPN,
+    each cell its word and figures (the largest inner packet that crossed; the time traffic took to flow
+    again after each kind of event)."""
+    cells: dict[tuple[str, str], str] = {}
+    conditions: list[str] = []
+    vpns: list[str] = []
+    for s in sorted(analysed.scenarios, key=lambda s: s.idx):
+        means = {m: summary.mean for (sid, m), summary in analysed.stat.items() if sid == s.id}
+        word = "failed" if s.status == "failed" else verdict(means)
+        if word is None:
+            continue
+        condition = f"{s.link_label}, {s.workload_label}"
+        conditions += [condition] if condition not in conditions else []
+        vpns += [s.vpn_label] if s.vpn_label not in vpns else []
+        cells[(condition, s.vpn_label)] = word + _figures(means)
+    lines = ["| condition | " + " | ".join(vpns) + " |", "|---|" + "---|" * len(vpns)]
+    lines += [f"| {c} | " + " | ".join(cells.get((c, vpn), "-") for vpn in vpns) + " |" for c in conditions]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("  " + __doc__.split("\n  ", 1)[1], file=sys.stderr)
+        raise SystemExit(2)
+    print(markdown(analyse(Path(sys.argv[1]))))
