@@ -285,3 +285,5 @@ def test_the_field_page_table_has_a_row_per_condition_and_gives_the_figures():
         "| condition | none | wireguard | openvpn |", "|---|---|---|---|",
         "| mtu1400, path-mtu | works (1400 B) | works (1420 B, 12600 WAN fragments) | black hole (1348 B) |",
         "| mtu1400, tcp+down5s@3 | - | degrades (outage 0.25 s, the transfer broke) | - |"]
+    assert markdown(SimpleNamespace(scenarios=scenarios, stat=stat), only="down").splitlines() == [
+        "| condition | wireguard |", "|---|---|", "| mtu1400, tcp+down5s@3 | degrades (outage 0.25 s, the transfer broke) |"]

@@ -12,6 +12,7 @@ A mean between 0 and 1 (repetitions that disagree) counts against the VPN: the w
 least once. Conditions no scenario measured, and scenarios of other workloads, are left out.
 The README quotes a committed field study with the Markdown form (a test checks it against the store):
   python -m vpnlab.report.field_table DIR      the table of the results directory DIR
+  python -m vpnlab.report.field_table DIR --only TEXT    its rows whose condition holds TEXT
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ def _figures(means: dict[str, float]) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
-def markdown(analysed: Analysed) -> str:
-    """The field table turned round for a page: a row per condition (link and workload), a column per VPN,
-    each cell its word and figures (the largest inner packet that crossed; the time traffic took to flow
-    again after each kind of event)."""
+def markdown(analysed: Analysed, only: str = "") -> str:
+    """The field table turned round for a page: a row per condition (link and workload) whose label holds
+    `only`, a column per VPN, each cell its word and figures (the largest inner packet that crossed; the
+    time traffic took to flow again after each kind of event)."""
     cells: dict[tuple[str, str], str] = {}
     conditions: list[str] = []
     vpns: list[str] = []
@@ -84,6 +85,8 @@ def markdown(analysed: Analysed) -> str:
         if word is None:
             continue
         condition = f"{s.link_label}, {s.workload_label}"
+        if only not in condition:
+            continue
         conditions += [condition] if condition not in conditions else []
         vpns += [s.vpn_label] if s.vpn_label not in vpns else []
         cells[(condition, s.vpn_label)] = word + _figures(means)
@@ -93,7 +96,7 @@ def markdown(analysed: Analysed) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 4) or len(sys.argv) == 4 and sys.argv[2] != "--only":
         print("  " + __doc__.split("\n  ", 1)[1], file=sys.stderr)
         raise SystemExit(2)
-    print(markdown(analyse(Path(sys.argv[1]))))
+    print(markdown(analyse(Path(sys.argv[1])), only=sys.argv[3] if len(sys.argv) == 4 else ""))
