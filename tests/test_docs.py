@@ -94,6 +94,8 @@ def test_the_worked_example_is_the_study_file_it_names_and_runs():
 
 
 CAPACITY_RUN = ROOT / "runs" / "capacity-2026"
+FIELD_RUN = ROOT / "runs" / "field-2026"
+FIELD_TABLE = "python -m vpnlab.report.field_table runs/field-2026"
 CAPACITY_TABLE = "python -m vpnlab.report.capacity_table runs/capacity-2026"
 
 
@@ -101,6 +103,19 @@ def _generated(text: str, command: str) -> str:
     """What a page holds between `<!-- generated: COMMAND -->` and the end mark."""
     start = f"<!-- generated: {command} -->\n"
     return text[text.index(start) + len(start):text.index("<!-- end of generated -->", text.index(start))].strip()
+
+
+def test_the_field_page_and_the_readme_quote_the_committed_run():
+    """docs/field.md's table and the README's rows of the 1400-byte path are what vpnlab computes from the
+    committed store of field-2026, whose every scenario was measured: regenerate them with the command
+    each page names when either changes."""
+    from vpnlab.analyse.analysed import analyse
+    from vpnlab.report.field_table import markdown
+
+    analysed = analyse(FIELD_RUN)
+    assert {s.status for s in analysed.scenarios} == {"done"}
+    assert _generated((ROOT / "docs" / "field.md").read_text(), FIELD_TABLE) == markdown(analysed)
+    assert _generated(README.read_text(), f"{FIELD_TABLE} --only mtu1400") == markdown(analysed, only="mtu1400")
 
 
 def test_the_capacity_page_and_the_readme_quote_the_committed_run():
