@@ -49,7 +49,7 @@ race: {{margin_pct: 1}}
 space:
   - {{driver: openvpn, cipher: [AES-128-GCM, CHACHA20-POLY1305, AES-256-CBC], transport: [udp, tcp], auth: null,
      mtu: null, socket_buffer: null, compression: "off"}}
-  - {{driver: wireguard, mtu: null, implementation: wireguard-go}}
+  - {{driver: wireguard, mtu: null, implementation: wireguard-go, persistent_keepalive_s: 0}}
   - {{driver: strongswan, esp: aes128gcm16, compression: "off", implementation: libipsec}}
 budget: {BUDGET_S}s
 """
@@ -146,7 +146,7 @@ name: tune-resumed
 link: {rate_mbit: 50}
 traffic: {workload: {kind: udp, rate_mbit: 2, size: 1200, duration_s: 1}, metric: wan_bytes_per_byte}
 space: [{driver: openvpn, cipher: AES-128-GCM, transport: [udp, tcp], mtu: null, socket_buffer: null},
-        {driver: wireguard, mtu: null, implementation: wireguard-go}]
+        {driver: wireguard, mtu: null, implementation: wireguard-go, persistent_keepalive_s: 0}]
 budget: 3m
 """
 

@@ -90,7 +90,7 @@ def test_allowed_drivers_and_ciphers_and_pptp_only_when_named():
 
 
 def test_what_this_machine_cannot_run_is_removed_with_what_it_lacks():
-    spec = parse_spec(TCP + "space: [{driver: wireguard, mtu: null}]\n")
+    spec = parse_spec(TCP + "space: [{driver: wireguard, mtu: null, persistent_keepalive_s: 0}]\n")
     caps = Capabilities(kernel="test", features={"tun": True, "wireguard": False}, tools={"wg": "/x", "wireguard-go": "/x"})
     space = build_space(spec.space, spec.constraints, caps)
     assert [c.options.implementation for c in space.candidates] == ["wireguard-go"]

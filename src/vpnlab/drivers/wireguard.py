@@ -46,7 +46,8 @@ class WireGuard(Driver):
     guest_modules = ("wireguard", "chacha_x86_64", "poly1305_x86_64", "curve25519_x86_64", "chacha20poly1305")
     Options = WireGuardOptions
     mesh = "full"
-    tunables = (Tunable("mtu", (None, 1380, 1280)), Tunable("implementation", ("kernel", "wireguard-go")))
+    tunables = (Tunable("mtu", (None, 1380, 1280)), Tunable("implementation", ("kernel", "wireguard-go")),
+                Tunable("persistent_keepalive_s", (0, 25)))  # 25 s: what wg(8) suggests behind a NAT
 
     def check(self, options, profile):
         if profile == "fips":

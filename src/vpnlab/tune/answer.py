@@ -1,5 +1,5 @@
 """The race's answer: the winner or the set of equivalent survivors, ranked, each with its ratio to no
-VPN and the settings its user pastes; and the race as a figure."""
+VPN, the field checks it passed and the settings its user pastes; and the race as a figure."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from ..plan.scenarios import Scenario  # noqa: E402
 from ..analyse.stats import Comparison, log_interval, paired_log_ratio  # noqa: E402
 from ..store import Store  # noqa: E402
 from .design import RaceDesign  # noqa: E402
-from .race import EQUIVALENT, METHOD, ONE_LEFT, Standing  # noqa: E402
+from .field import outcomes  # noqa: E402
+from .race import EQUIVALENT, METHOD, ONE_LEFT, Drop, Standing  # noqa: E402
 
 RANKED_BY = "CPU per GB, then set-up time"
 
@@ -44,8 +45,13 @@ class Answer:
     rounds: int
     metric: str
     finalists: list[Finalist]                 # ranked, best first
-    dropped: list[tuple[str, int, str]]       # label, round, why
+    dropped: list[tuple[str, Drop]]           # label, when and why, in the order they were dropped
     ranking: str
+    checks: int = 0                           # field checks, and how many each candidate (by label) passed
+    passed: dict[str, int] = field(default_factory=dict)
+
+    def checks_passed(self, label: str) -> str:
+        return f"passed {self.passed.get(label, 0)} of {self.checks} field checks" if self.checks else ""
 
 
 def _geometric_mean(values) -> float | None:
@@ -79,9 +85,11 @@ def answer(store: Store, design: RaceDesign, standing: Standing, scenarios: list
 
     finalists.sort(key=rank)
     ranking = f"{design.metric}, then {RANKED_BY}" if by_metric else RANKED_BY
-    dropped = sorted(((by_id[c].vpn_label, d.look, d.reason) for c, d in standing.dropped.items()),
-                     key=lambda d: d[1])
-    return Answer(standing.stop or "not finished", standing.looks, design.metric, finalists, dropped, ranking)
+    dropped = sorted(((by_id[c].vpn_label, d) for c, d in standing.dropped.items()), key=lambda d: d[1].look)
+    passed = {by_id[c].vpn_label: sum(why is None for why in found.values())
+              for c, found in outcomes(store, design.checks, design.candidates).items()}
+    return Answer(standing.stop or "not finished", standing.looks, design.metric, finalists, dropped, ranking,
+                  len(design.checks), passed)
 
 
 def _ratio_text(comparison: Comparison | None) -> str:
@@ -99,7 +107,8 @@ def text(result: Answer, labels: dict[str, str]) -> str:
         head = f"{rank}."
         extra = [f"{finalist.estimate:.4g} {result.metric}" if finalist.estimate else "",
                  f"CPU {finalist.cpu_s_per_gb:.3g} s/GB" if finalist.cpu_s_per_gb else "",
-                 f"set-up {finalist.setup_s:.2g} s" if finalist.setup_s else ""]
+                 f"set-up {finalist.setup_s:.2g} s" if finalist.setup_s else "",
+                 result.checks_passed(finalist.scenario.vpn_label)]
         lines += ["", f"{head} {finalist.scenario.vpn_label}: {_ratio_text(finalist.against_none)}; "
                       + ", ".join(e for e in extra if e)]
         lines += [f"   over a ceiling: {', '.join(finalist.over)}"] if finalist.over else []
@@ -107,8 +116,9 @@ def text(result: Answer, labels: dict[str, str]) -> str:
     if len(result.finalists) > 1:
         lines += ["", f"(survivors ranked by {result.ranking})"]
     if result.dropped:
-        lines += ["", "Dropped:"] + [f"  after round {look}: {label}: {_named(why, labels)}"
-                                     for label, look, why in result.dropped]
+        lines += ["", "Dropped:"] + [f"  {drop.when}: {label}: {_named(drop.reason, labels)}"
+                                     + (f" ({result.checks_passed(label)})" if result.checks else "")
+                                     for label, drop in result.dropped]
     return "\n".join(lines) + "\n"
 
 
@@ -119,11 +129,19 @@ def _verdict(result: Answer) -> str:
         return "No survivor keeps every ceiling: none is recommended."
     best = usable[0].scenario.vpn_label
     if result.stop == ONE_LEFT:
-        return f"Use {best}: every other candidate was shown worse."
+        return f"Use {best}: every other candidate {_how_the_others_went(result)}."
     if result.stop == EQUIVALENT:
         return f"The survivors are equivalent on {result.metric}; use {best}, the first by {result.ranking}."
     return (f"{best} leads, but the race did not show it better than the other survivors: they are ranked by "
             f"their estimates (a larger budget decides between them).")
+
+
+def _how_the_others_went(result: Answer) -> str:
+    """Out by a field check, shown worse by the race, or some of each."""
+    failed_a_check = sum(result.passed.get(label, 0) < result.checks for label, _ in result.dropped)
+    if not failed_a_check:
+        return "was shown worse"
+    return "failed a field check" if failed_a_check == len(result.dropped) else "failed a field check or was shown worse"
 
 
 def _named(reason: str, labels: dict[str, str]) -> str:

@@ -38,7 +38,7 @@ METHOD = ("paired one-sided t tests on the log ratio to the leader by round, aga
           "race stops when one candidate is left, when the survivors are equivalent to the leader within the "
           "margin (TOST at the same levels), or when the budget is spent")
 ONE_LEFT, EQUIVALENT, BUDGET = "one candidate left", "the survivors are equivalent within the margin", "budget spent"
-NONE_LEFT = "no candidate left (every one failed)"
+NONE_LEFT = "no candidate left (every one failed, or failed a field check)"
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,12 @@ class RaceRules:
 
 @dataclass(frozen=True)
 class Drop:
-    look: int             # the round after which it was dropped (1 = the first)
+    look: int             # the round after which it was dropped (1 = the first; 0: before it, by a field check)
     reason: str
+
+    @property
+    def when(self) -> str:
+        return f"after round {self.look}" if self.look else "before the first round"
 
 
 @dataclass

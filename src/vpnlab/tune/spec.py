@@ -3,7 +3,8 @@ space, validated before anything is created. Every error names the field.
 
     link: {rate_mbit: 50, delay_ms: 10}
     traffic: {workload: {kind: tcp, duration_s: 5}}      # metric/direction: the workload's primary
-    constraints: {security: strong, cpu_s_per_gb_max: 30}
+    constraints: {security: strong, cpu_s_per_gb_max: 30,
+                  field: [{link: {mtu: 1400, icmp: blocked}, workload: {kind: path-mtu}, require: no-black-hole}]}
     space: [openvpn, {driver: wireguard, mtu: [1380, 1420]}, strongswan]
     budget: 30m
 """
@@ -23,7 +24,9 @@ from ..catalog import DRIVERS, KINDS, METRICS, recorded_by
 from ..core.errors import StudyError
 from ..core.schema import Strict, shorten
 from ..core.files import file_kind
-from ..plan.study import WORKLOAD_ADAPTER, Link, read_yaml, refuse_control_characters, validation_problems
+from ..plan.study import PATH_FIELDS, WORKLOAD_ADAPTER, Link, read_yaml, refuse_control_characters, validation_problems
+from ..workloads.base import NAT_EVENTS
+from .field import FieldCheck, FieldCheckEntry
 
 MAX_SPEC_BYTES = 64 * 1024
 DEFAULT_BUDGET = "30m"
@@ -58,6 +61,8 @@ class Constraints(Strict):
     ciphers: list[str] | None = Field(None, description="the data ciphers allowed, such as AES-256-GCM")
     cpu_s_per_gb_max: float | None = Field(None, gt=0)
     latency_under_load_ms_max: float | None = Field(None, gt=0)
+    field: list[FieldCheckEntry] = Field(default_factory=list, description="conditions every candidate must pass "
+                                         "to race (a link, a workload, what it requires)")
 
 
 class RaceSettings(Strict):
@@ -109,6 +114,7 @@ class TuneSpec:
     hosts: dict | None
     text: str
     source: str
+    checks: tuple[FieldCheck, ...] = ()
 
     @property
     def ceilings(self) -> dict[str, float]:
@@ -167,10 +173,11 @@ def parse_spec(text: str, source: str = "<spec>", budget: str | None = None) -> 
     if top.constraints.latency_under_load_ms_max and workload is not None and not KINDS[workload.kind].loads_path:
         problems.append(f"constraints.latency_under_load_ms_max: a {workload.kind} workload does not load the path, "
                         f"so no latency under load is measured (tcp, udp and transfer do)")
+    checks = _checks(top, link, workload, space, problems)
     if problems:
         raise StudyError(f"{source}: invalid tune spec\n  " + "\n  ".join(problems))
     return TuneSpec(top.name, top.topology, link, workload, metric, higher, top.constraints, space, top.race,
-                    budget_s, top.hosts, text, source)
+                    budget_s, top.hosts, text, source, checks)
 
 
 def _validated(make, where: str, problems: list[str], skip_tags: bool = False):
@@ -267,3 +274,98 @@ def _entry(item: str | dict, where: str, problems: list[str]) -> SpaceEntry | No
             values[key] = given
     return SpaceEntry(where, name, values)
 
+
+def _checks(top: _SpecFile, link: Link | None, workload, space: list[SpaceEntry], problems: list[str]) -> tuple:
+    """The field checks, each validated as a study would validate its link and workload, and against
+    what it requires, where it runs and the space it checks."""
+    checks = []
+    for i, entry in enumerate(top.constraints.field):
+        found = len(problems)
+        check = _check(entry, f"constraints.field[{i}]", top.link if link else None, problems)
+        if check is None:
+            continue
+        _fits_requirements(check, problems)
+        _fits_the_testbed(check, top.hosts, problems)
+        _fits_the_events(check, problems)
+        _fits_the_space(check, space, problems)
+        if len(problems) == found:
+            checks.append(check)
+    if link and workload:
+        _distinct(checks, link, workload, problems)
+    return tuple(checks)
+
+
+def _distinct(checks: list[FieldCheck], link: Link, workload, problems: list[str]) -> None:
+    """A check is scenarios of its own: not the race's link and workload, nor another check's."""
+    seen = {_identity(link, workload): "traffic"}
+    for check in checks:
+        same = seen.setdefault(_identity(check.link, check.workload), check.where)
+        if same != check.where:
+            problems.append(f"{check.where}: the same link and workload as {same}, so the same scenarios; "
+                            + ("a check measures another condition" if same == "traffic" else
+                               "give both requirements in one check's require (a list)"))
+
+
+def _check(entry: FieldCheckEntry, where: str, spec_link: dict | None, problems: list[str]) -> FieldCheck | None:
+    """The check's link (the spec's with its fields changed; None: the spec's is invalid) and workload, validated."""
+    changed = _validated(lambda: Link.model_validate(spec_link | entry.link), f"{where}.link", problems) \
+        if spec_link is not None else None
+    workload = _validated(lambda: WORKLOAD_ADAPTER.validate_python(entry.workload), f"{where}.workload", problems,
+                          skip_tags=True)
+    if changed is None or workload is None:
+        return None
+    return FieldCheck(where, changed, workload, entry.require, entry.repetitions)
+
+
+def _identity(link: Link, workload) -> str:
+    return repr((link.model_dump(mode="json"), workload.model_dump(mode="json")))
+
+
+def _fits_requirements(check: FieldCheck, problems: list[str]) -> None:
+    """Each requirement reads metrics its check's workload records: a kind's, or its events'."""
+    kind = check.workload.kind
+    for requirement in check.requirements:
+        reads = ", ".join(requirement.metrics)
+        if requirement.kinds and kind not in requirement.kinds:
+            problems.append(f"{check.where}.require: {requirement.name} reads {reads}, which a "
+                            f"{' or '.join(requirement.kinds)} workload records, not a {kind} one")
+        elif not requirement.kinds and not check.workload.events:
+            problems.append(f"{check.where}.require: {requirement.name} reads {reads}, what a workload's events "
+                            f"measure, and this check's {kind} workload has no events")
+
+
+def _fits_the_testbed(check: FieldCheck, hosts: dict | None, problems: list[str]) -> None:
+    """A path's MTU, ICMP filter and NAT and a workload's events are made by this machine's testbed (a router
+    in the middle of its WAN, faults on its ends), not on real hosts, whose path is the real one."""
+    if hosts is None:
+        return
+    problems += [f"{check.where}.link.{name}: only on this machine's testbed, whose WAN gets a router in the middle "
+                 "that sets it; on real hosts (hosts:) the path between them is the real one"
+                 for name in PATH_FIELDS if name in check.link.model_fields_set]
+    if check.workload.events:
+        problems.append(f"{check.where}.workload.events: events happen to the WAN of this machine's testbed; on "
+                        "real hosts (hosts:) the path is the real one")
+
+
+def _fits_the_events(check: FieldCheck, problems: list[str]) -> None:
+    """Every event happens during its workload; a NAT's events need the NAT."""
+    lasts = KINDS[check.workload.kind].estimate_s(check.workload, None)
+    for j, event in enumerate(check.workload.events):
+        here = f"{check.where}.workload.events[{j}]"
+        if event.at_s >= lasts:
+            problems.append(f"{here}.at_s: {event.at_s:g} s is past the workload's end (it lasts about {lasts:.3g} s); "
+                            "an event happens during it")
+        if event.kind in NAT_EVENTS and not check.link.behind_nat:
+            problems.append(f"{here}.{event.kind}: acts on the client side's NAT, and this check's link has none "
+                            "(nat: masquerade)")
+
+
+def _fits_the_space(check: FieldCheck, space: list[SpaceEntry], problems: list[str]) -> None:
+    """A rekey is forced only where the software allows one: every driver of the space must."""
+    if not any(event.rekey for event in check.workload.events):
+        return
+    cannot = [entry for entry in space if not DRIVERS[entry.driver].rekeys]
+    if cannot:
+        can = ", ".join(sorted(name for name, driver in DRIVERS.items() if driver.rekeys))
+        problems.append(f"{check.where}.workload.events: a rekey, and {cannot[0].where} ({cannot[0].driver}) offers "
+                        f"no way to force one here; drivers that do: {can} (narrow the space to them)")
