@@ -81,8 +81,9 @@ GUEST_NICE_DEFAULT = 0
 # The longest other files, handed out first, longest first, once the ALONE tests are done.
 # Then those that ended last when handed out as collected, most CPU first: the suite's last minute
 # had one file left running on the two cores.
-# test_tune_field_live.py stays away from test_tune_live.py's start: a second race beside it on the two cores
-# blurred its bytes per byte until its first look dropped nothing (a suite run on 2026-12-07).
+# test_tune_field_live.py stays away from test_tune_live.py's start: in the suite run that started them
+# together (2026-12-07) the latter's first look dropped nothing, most likely its bytes per byte blurred by
+# the second race on the two cores (alone, it dropped four candidates at p < 0.0005).
 HEAVY = ("test_drivers.py", "test_hosts_seeds.py", "test_cli.py", "test_tune_live.py",
          "test_faults.py", "test_overlay_drivers.py", "test_hosts_workloads.py", "test_report.py",
          "test_tune_field_live.py", "test_mesh.py",
