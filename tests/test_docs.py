@@ -118,6 +118,23 @@ def test_the_field_page_and_the_readme_quote_the_committed_run():
     assert _generated(README.read_text(), f"{FIELD_TABLE} --only mtu1400") == markdown(analysed, only="mtu1400")
 
 
+def test_the_reports_field_section_gives_each_vpn_a_word_per_condition_and_the_figures_under_it():
+    """The report of the committed field-2026 run: the at-a-glance table (a row per VPN, a column per
+    condition), then the figures each word rests on with their 95% intervals, e.g. WireGuard's path MTU
+    through a 1400-byte path with ICMP blocked, 1328 B in each of its three repetitions."""
+    from vpnlab.report.html import render
+
+    page = render(FIELD_RUN)
+    section = page[page.index('<h2 id="field">'):]
+    section = section[:section.index("<h2", 4)]
+    glance, figures = section.split("The figures each word rests on")
+    assert glance.count("<tr>") == 1 + 5 and glance.count("<th") == 1 + 18  # five VPNs, eighteen conditions
+    assert "<td class=\"label\">black hole</td>" in glance
+    row = next(r for r in figures.split("<tr>") if "wan-mtu1400-icmp-blocked-nat30s path-mtu-4M" in r
+               and ">wireguard<" in r)
+    assert '<td class="label">black hole</td>' in row and "1328 [1328, 1328]" in row and "<td>3</td>" in row
+
+
 def test_the_capacity_page_and_the_readme_quote_the_committed_run():
     """docs/capacity.md's tables and the README's builds table are what vpnlab computes from the committed
     store of capacity-2026: regenerate them with the command each page names when either changes."""

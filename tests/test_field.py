@@ -182,7 +182,7 @@ def test_the_field_study_plans_on_this_machine():
     proc = subprocess.run([sys.executable, "-m", "vpnlab", "run", "field-2026", "--dry-run"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "90 scenarios" in proc.stdout and "needs:" not in proc.stdout + proc.stderr
+    assert "198 scenarios" in proc.stdout and "needs:" not in proc.stdout + proc.stderr
 
 
 def test_a_forced_strongswan_rekey_makes_a_new_child_sa_and_barely_interrupts(tmp_path, no_leftovers):

@@ -5,6 +5,7 @@ import pytest
 
 from vpnlab.machines.capabilities import Capabilities
 from vpnlab.plan.scenarios import make_plan, round_order
+from vpnlab.core.errors import VpnlabError
 from vpnlab.plan.placement import check_plan
 from vpnlab.plan.study import parse_study
 
@@ -128,6 +129,20 @@ def test_without_a_vm_the_problem_says_why():
     problems, in_vm = assign_backends(plan, caps(), "auto", None, "'qemu-system-x86_64' is not installed")
     assert not in_vm and len(problems) == 4
     assert all("netem" in p and "qemu-system-x86_64" in p for p in problems.values())
+
+
+def test_scenarios_that_lack_the_same_things_share_one_line_of_the_error():
+    from vpnlab.plan.placement import Placement
+
+    plan = make_plan(parse_study(STUDY))
+    cannot = check_plan(plan, caps())  # no netem: the delayed link's scenarios lack it alike
+    assert len(cannot) == 4 and len(set(cannot.values())) == 4  # each message names its scenario
+    said = Placement(caps(), cannot=cannot).said()
+    first = min(cannot)
+    assert said == [f"{cannot[first].split(' needs: ')[0]} and 3 more scenarios need: "
+                    f"{cannot[first].split(' needs: ')[1]}"]
+    with pytest.raises(VpnlabError, match="and 3 more scenarios need: .*netem"):
+        Placement(caps(), cannot=cannot).enforce(plan, drop=False)
 
 
 def test_a_tool_missing_on_the_host_is_missing_in_the_vm_too():

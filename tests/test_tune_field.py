@@ -138,6 +138,9 @@ def test_the_dry_run_counts_the_checks_time(tmp_path):
     done = _tune(tmp_path, SPEC, "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "wireguard keepalive-2s wireguard-go" in done.stdout and "Nothing was created" in done.stdout
+    said = " ".join(done.stdout.split())
+    assert "1 field checks, before the first round" in said and "constraints.field[0]" in said
+    assert "reachable: reach-after-6s" in said
 
 
 def _designed():

@@ -111,6 +111,10 @@ def _print_dry_run(plan, race, space, caps) -> None:
     if space.removed:
         print_table("removed from the space", ("candidates", "why", "for example"),
                     [(str(n), reason, space.examples[reason]) for reason, n in space.removed.most_common()])
+    if race.checks:
+        print_table(f"{len(race.checks)} field checks, before the first round (a candidate failing one is dropped)",
+                    ("where", "requires of every repetition: under", "about"),
+                    [(check.where, check.label, duration(check.estimate_s)) for check in race.checks])
     worst, expected = expected_s(plan, race)
     out.print(f"link {plan.study.links[0].label}, workload {plan.study.workloads[0].label}, optimising {race.metric} "
               f"({'higher' if race.higher_is_better else 'lower'} is better)\n"
@@ -129,7 +133,7 @@ def _runs_here(plan, hosts=None):
     placed = place(plan, "netns", hosts)
     if placed.cannot:
         where = "the hosts cannot" if hosts is not None else "this machine cannot"
-        raise VpnlabError(f"{where} run the race:\n  " + "\n  ".join(placed.cannot.values()))
+        raise VpnlabError(f"{where} run the race:\n  " + "\n  ".join(placed.said()))
     return placed
 
 

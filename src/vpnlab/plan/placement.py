@@ -31,10 +31,20 @@ class Placement:
         """What cannot run is an error, or (`drop`: the default study, "every VPN this machine can
         run") left out of the plan; the reasons of what was left out."""
         if self.cannot and not drop:
-            raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(self.cannot.values())
+            raise VpnlabError("this machine cannot run the study as written:\n  " + "\n  ".join(self.said())
                               + "\n(`vpnlab doctor` lists what is missing and which packages provide it)")
         plan.drop(self.cannot)
         return list(self.cannot.values())
+
+    def said(self) -> list[str]:
+        """Why scenarios cannot run, a line per reason: the scenarios that lack the same things share one."""
+        by_reason: dict[str, list[str]] = {}
+        for why in self.cannot.values():
+            scenario, _, reason = why.partition(" needs: ")
+            by_reason.setdefault(reason, []).append(scenario)
+        return [f"{names[0]} needs: {reason}" if len(names) == 1 else
+                f"{names[0]} and {len(names) - 1} more scenarios need: {reason}"
+                for reason, names in by_reason.items()]
 
 
 def place(plan: Plan, backend: str, hosts=None) -> Placement:

@@ -34,7 +34,7 @@ from ..analyse.stats.grades import MIN_N, band  # noqa: E402
 from ..analyse.stats.outliers import K as OUTLIER_K  # noqa: E402
 from ..measure.observers import FRAGMENTED  # noqa: E402
 from ..machines.provenance import current_wording, machine_lines, measured_where, sitting_versions  # noqa: E402
-from .field_table import field_table  # noqa: E402
+from .field_table import field_figures, field_table  # noqa: E402
 from .outputs import Output  # noqa: E402
 from ..store import ScenarioRow, Stored  # noqa: E402
 from ..catalog import KINDS  # noqa: E402
@@ -98,6 +98,8 @@ class Report:
     mesh_metrics: list = field(default_factory=list)     # ... their columns
     field_columns: list = field(default_factory=list)    # the field conditions measured (field_table.py)
     field_rows: list = field(default_factory=list)       # ... each VPN's verdict under each
+    field_figure_columns: list = field(default_factory=list)  # the figures the verdicts rest on (field_figures)
+    field_figure_rows: list = field(default_factory=list)     # ... a row per VPN and condition
 
 
 # What a mesh's reader asks of each VPN: what it carried in all and between its worst pair, the delay
@@ -342,6 +344,7 @@ def compose(analysed: Analysed, directory: Path) -> Report:
     report.mesh_pairs = mesh_pair_rows(scenarios, stored.pair_values())
     report.mesh_metrics, report.mesh_rows = mesh_rows(scenarios, stat)
     report.field_columns, report.field_rows = field_table(scenarios, stat)
+    report.field_figure_columns, report.field_figure_rows = field_figures(scenarios, stat)
     used = _recommend(report, scenarios, stat, analysed.family, analysed.cost_family)
     _comparisons(report, scenarios, analysed.family, used)
     report.methods = methods.paragraph(analysed.study, report.rules, cpu=analysed.cpu_text,
