@@ -125,7 +125,8 @@ def ping_output(start: float, interval: float, count: int, lost: set[int], rtt_m
 
 def test_send_times_come_from_the_replies_and_between_them_for_the_lost():
     sent, answered = probe_times(ping_output(1000.0, 0.02, 10, lost={4, 5, 6}))
-    assert answered == {1, 2, 3, 7, 8, 9, 10}
+    assert set(answered) == {1, 2, 3, 7, 8, 9, 10}
+    assert [round(answered[seq] - sent[seq], 6) for seq in sorted(answered)] == [0.0005] * 7  # each its round trip
     assert [round(sent[seq] - 1000, 6) for seq in range(1, 11)] == [round(0.02 * k, 6) for k in range(10)]
     sent, answered = probe_times(ping_output(1000.0, 0.02, 10, lost={1, 2, 9, 10}))  # none answered before, after
     assert [round(sent[seq] - 1000, 6) for seq in range(1, 11)] == [round(0.02 * k, 6) for k in range(10)]
@@ -138,8 +139,28 @@ def test_an_outage_loses_its_probes_and_recovery_starts_at_its_end():
     output = ping_output(start, interval, 500, lost)
     values, flags = recovery_values([Happened("link_down_s", start + 2, start + 5)], output, start + 10)
     assert values["outage_lost_probes"] == len(lost) == 150
-    assert values["outage_recovery_s"] == pytest.approx(0, abs=1e-6)
+    assert values["outage_recovery_s"] == pytest.approx(0.0005, abs=1e-6)  # the first reply: one round trip
     assert values["recovered"] == 1 and not flags
+
+
+def test_a_tunnel_over_tcp_that_holds_the_probes_is_back_when_their_replies_arrive():
+    """A tunnel carried over TCP loses no probe in a 3 s outage: its connection holds them, and the next ones,
+    until it retransmits, 1.5 s after the outage's end here, then delivers them all at once. Traffic flowed
+    again then, not when the first probe after the outage was sent."""
+    start, interval, back = 1000.0, 0.02, 1006.5
+    lines = []
+    for seq in range(1, 501):
+        sent = start + (seq - 1) * interval
+        arrival = max(sent + 0.0005, back) if sent >= start + 2 else sent + 0.0005
+        lines.append(f"[{arrival:.6f}] 64 bytes from 198.18.128.2: icmp_seq={seq} ttl=62 "
+                     f"time={(arrival - sent) * 1000:.3f} ms")
+    values, flags = recovery_values([Happened("link_down_s", start + 2, start + 5)], "\n".join(lines), start + 10)
+    assert values["outage_recovery_s"] == pytest.approx(1.5, abs=1e-5)
+    assert values["outage_lost_probes"] == 0 and values["recovered"] == 1 and not flags
+    sent, arrived = probe_times("\n".join(lines))
+    # the last reply before the outage (its probe sent at 1.98 s) to the burst at 6.5 s, less the pace
+    assert longest_gap(sent, arrived, start + 1, start + 9) == pytest.approx(back - (start + 1.98 + 0.0005) - interval,
+                                                                              abs=1e-5)
 
 
 def test_a_tunnel_back_late_is_measured_and_one_never_back_is_flagged():

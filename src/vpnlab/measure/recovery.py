@@ -7,11 +7,13 @@ stream goes on until traffic flowed again after every event, or RECOVERY_WAIT_S 
 vpnlab never restarts a daemon during a measurement, so a tunnel that does not come back by itself is a
 result (`recovered` 0), not a failure.
 
-Per event, from the probes: the time until traffic flowed again, the send time of the first answered
+Per event, from the probes: the time until traffic flowed again, the arrival of the first reply to a
 probe sent after the path was whole again (an outage's end; an address change or NAT rebind's moment)
-less that moment, and the probes lost from the event's start until then. A probe's send time is its
-reply's arrival less its round trip; an unanswered probe's is interpolated from its answered neighbours
-(ping sends them evenly).
+less that moment, and the probes lost from the event's start until then. The reply's arrival, not the
+probe's send time: a tunnel carried over TCP holds the probes of an outage and the next ones until its
+connection retransmits, and delivers them late, all answered. A probe's send time is its reply's
+arrival less its round trip; an unanswered probe's is interpolated from its answered neighbours (ping
+sends them evenly).
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ WHAT = {"outage": "the end of a WAN outage (link_down_s)", "address_change": "th
 
 METRICS = tuple(m for prefix, what in WHAT.items() for m in (
     declare(f"{prefix}_recovery_s", "s", f"from the moment {what} until a probe through the tunnel got through "
-            "again (the send time of the first answered probe after it; the longest over the sample's events)",
+            "again (the arrival of the first reply to a probe sent after it; the longest over the sample's events)",
             False, producers=PRODUCER),
     declare(f"{prefix}_lost_probes", "count", f"probes (every {PROBE_INTERVAL_S * 1000:g} ms) lost from the event's "
             "start until traffic flowed again after it (the most over the sample's events)", False,
             producers=PRODUCER))) + (
     declare("recovered", "0/1", "1 when traffic through the tunnel came back by itself after every event within "
             f"{RECOVERY_WAIT_S:g} s of its end (vpnlab restarts no daemon)", True, producers=PRODUCER),
-    declare("rekey_gap_s", "s", "the longest stretch between two answered probes, less the stream's pace, from "
+    declare("rekey_gap_s", "s", "the longest stretch between two replies' arrivals, less the stream's pace, from "
             f"{REKEY_WINDOW_S[0]:g} s before a forced rekey until {REKEY_WINDOW_S[1]:g} s after it (the longest over "
             "the sample's rekeys): what the rekey interrupted", False, producers=PRODUCER))
 SURVIVED = declare("workload_survived", "0/1", "1 when the workload itself (its TCP connection, its transfer) went "
@@ -70,9 +72,11 @@ class Happened:
     end: float
 
 
-def probe_times(ping_output: str, interval: float = PROBE_INTERVAL_S) -> tuple[dict[int, float], set[int]]:
-    """From `ping -D -O` output: every probe's send time (seq -> s), and the seqs answered."""
+def probe_times(ping_output: str, interval: float = PROBE_INTERVAL_S) -> tuple[dict[int, float], dict[int, float]]:
+    """From `ping -D -O` output: every probe's send time (seq -> s), and the answered ones' replies'
+    arrivals (seq -> s)."""
     sent: dict[int, float] = {}
+    arrived: dict[int, float] = {}
     seen: set[int] = set()
     for line in ping_output.splitlines():
         match = _STAMP.match(line.strip())
@@ -82,11 +86,11 @@ def probe_times(ping_output: str, interval: float = PROBE_INTERVAL_S) -> tuple[d
         seen.add(seq)
         rtt = _RTT.search(match.group(3))
         if rtt and seq not in sent:  # a duplicate reply is not another probe
-            sent[seq] = float(match.group(1)) - float(rtt.group(1)) / 1000
-    answered = set(sent)
-    if not answered:
-        return {}, set()
-    known = sorted(answered)
+            arrived[seq] = float(match.group(1))
+            sent[seq] = arrived[seq] - float(rtt.group(1)) / 1000
+    if not arrived:
+        return {}, {}
+    known = sorted(arrived)
     for seq in range(1, max(seen) + 1):
         if seq in sent:
             continue
@@ -97,34 +101,39 @@ def probe_times(ping_output: str, interval: float = PROBE_INTERVAL_S) -> tuple[d
         else:
             anchor = known[-1] if at else known[0]
             sent[seq] = sent[anchor] + (seq - anchor) * interval
-    return sent, answered
+    return sent, arrived
 
 
-def recovery(event: Happened, sent: dict[int, float], answered: set[int], waited_until: float) -> tuple[float | None, int]:
-    """(seconds until traffic flowed again after the event, or None if it did not by `waited_until`;
-    probes lost from its start until then)."""
-    back = [sent[seq] for seq in answered if event.end <= sent[seq] <= waited_until]
+def recovery(event: Happened, sent: dict[int, float], arrived: dict[int, float],
+             waited_until: float) -> tuple[float | None, int]:
+    """(seconds until traffic flowed again after the event: the first reply to a probe sent after it, or
+    None if none arrived by `waited_until`; probes lost from its start until then)."""
+    back = [arrived[seq] for seq in arrived if sent[seq] >= event.end and arrived[seq] <= waited_until]
     until = min(back) if back else waited_until
-    lost = sum(1 for seq, t in sent.items() if seq not in answered and event.start <= t < until)
+    lost = sum(1 for seq, t in sent.items() if seq not in arrived and event.start <= t < until)
     return (max(0.0, until - event.end) if back else None), lost
 
 
-def longest_gap(sent: dict[int, float], answered: set[int], start: float, until: float) -> float:
-    """The longest stretch between consecutive answered probes sent in [start, until], less the stream's
-    pace (the median stretch): 0 when none was lost."""
-    times = sorted(sent[seq] for seq in answered if start <= sent[seq] <= until)
-    stretches = sorted(b - a for a, b in zip(times, times[1:]))
-    return max(0.0, stretches[-1] - stretches[len(stretches) // 2]) if stretches else until - start
+def longest_gap(sent: dict[int, float], arrived: dict[int, float], start: float, until: float) -> float:
+    """The longest stretch between consecutive replies' arrivals, of the probes sent in [start, until],
+    less the stream's pace (the median stretch between their sendings: held probes arrive together): 0
+    when none was lost or held."""
+    answered = [seq for seq in arrived if start <= sent[seq] <= until]
+    if len(answered) < 2:
+        return until - start
+    times, sendings = sorted(arrived[seq] for seq in answered), sorted(sent[seq] for seq in answered)
+    pace = sorted(b - a for a, b in zip(sendings, sendings[1:]))[(len(sendings) - 1) // 2]
+    return max(0.0, max(b - a for a, b in zip(times, times[1:])) - pace)
 
 
 def recovery_values(events: list[Happened], ping_output: str, waited_until: float) -> tuple[dict[str, float], list[Flag]]:
     """The events' metrics: per kind the longest recovery and the most probes lost; `recovered`; for
     rekeys, the longest gap around them."""
-    sent, answered = probe_times(ping_output)
+    sent, arrived = probe_times(ping_output)
     values: dict[str, float] = {}
     flags: list[Flag] = []
     for event in events:
-        seconds, lost = recovery(event, sent, answered, waited_until)
+        seconds, lost = recovery(event, sent, arrived, waited_until)
         prefix = PREFIX[event.kind]
         values[f"{prefix}_lost_probes"] = max(values.get(f"{prefix}_lost_probes", 0.0), float(lost))
         if seconds is None:
@@ -133,7 +142,7 @@ def recovery_values(events: list[Happened], ping_output: str, waited_until: floa
         else:
             values[f"{prefix}_recovery_s"] = max(values.get(f"{prefix}_recovery_s", 0.0), seconds)
         if event.kind == "rekey":
-            gap = longest_gap(sent, answered, event.start - REKEY_WINDOW_S[0],
+            gap = longest_gap(sent, arrived, event.start - REKEY_WINDOW_S[0],
                               min(event.end + REKEY_WINDOW_S[1], waited_until))
             values["rekey_gap_s"] = max(values.get("rekey_gap_s", 0.0), gap)
     values["recovered"] = 0.0 if flags else 1.0
@@ -198,8 +207,8 @@ class EventsObserver:
         self._stop.set()
 
     def _all_back(self) -> bool:
-        sent, answered = probe_times(self._output())
-        return all(recovery(e, sent, answered, time.time())[0] is not None for e in self.happened)
+        sent, arrived = probe_times(self._output())
+        return all(recovery(e, sent, arrived, time.time())[0] is not None for e in self.happened)
 
     def _output(self) -> str:
         return self.log.read_text(errors="replace")
