@@ -346,3 +346,19 @@ def test_the_reports_figures_under_the_table_give_each_word_its_figures_with_int
         ("mtu1400 path-mtu", "wireguard", "works", 3, ["1420 [1420, 1420]", "-"]),
         ("mtu1400 path-mtu", "openvpn", "works", 1, ["1500", "-"]),
         ("mtu1400 down5s@3", "wireguard", "works", 3, ["-", "0.02 [0.01, 0.03]"])]
+
+
+def test_nebulas_punchy_is_an_option_off_by_default_that_keeps_old_scenario_ids():
+    """punchy.punch keeps a NAT's mappings alive: off as in Nebula's code, on as in its example configuration;
+    left out of a stored configuration at its default, so earlier scenarios keep their ids."""
+    from vpnlab.drivers.nebula import _config
+
+    nebula = DRIVERS["nebula"]
+    assert "punch" not in nebula.Options().model_dump()
+    punchy = nebula.Options(punch=True)
+    assert nebula.describe(punchy, "default") == "nebula aes punchy"
+    site = SimpleNamespace(node="client", underlay_ip="198.19.0.1")
+    lighthouse = SimpleNamespace(tunnel_ip="198.18.200.1", underlay_ip="198.19.0.2")
+    env = SimpleNamespace(folder=lambda node: "/run/x", implementation="nebula")
+    for options, punch in ((nebula.Options(), False), (punchy, True)):
+        assert _config(site, lighthouse, None, "client", "nb0", 1300, options, env)["punchy"] == {"punch": punch}

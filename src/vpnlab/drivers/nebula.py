@@ -53,6 +53,9 @@ class NebulaOptions(Options):
     port: int = Field(4242, ge=1, le=65535)
     mtu: int | None = Field(None, ge=1280, le=9000, description=f"tun.mtu by hand; default Nebula's {DEFAULT_MTU}, "
                             "or for a tunnel inside another what fits in it")
+    punch: bool = Field(False, description="punchy.punch: every node punches its peers every 10 s, which keeps a "
+                        "NAT's mappings alive (Nebula's default off; its example configuration turns it on)")
+    omit_at_default = ("punch",)
 
 
 class Nebula(Driver):
@@ -73,7 +76,8 @@ class Nebula(Driver):
         return None
 
     def describe(self, options, profile):
-        parts = ["nebula", options.cipher] + ([f"mtu-{options.mtu}"] if options.mtu else [])
+        parts = ["nebula", options.cipher] + ([f"mtu-{options.mtu}"] if options.mtu else []) + (
+            ["punchy"] if options.punch else [])
         return " ".join(parts + ([profile] if profile != "default" else [])
                         + ([options.implementation] if options.implementation != "auto" else []))
 
@@ -208,7 +212,7 @@ def _config(site, lighthouse, peer, end: str, dev: str, mtu: int, options: Nebul
         "lighthouse": {"am_lighthouse": lighthouse is None, "interval": 60,
                        "hosts": [lighthouse.tunnel_ip] if lighthouse else []},
         "listen": {"host": site.underlay_ip, "port": options.port},
-        "punchy": {"punch": False},
+        "punchy": {"punch": options.punch},
         "tun": {"disabled": False, "dev": dev, "mtu": mtu, "drop_local_broadcast": False, "drop_multicast": False,
                 "unsafe_routes": [{"route": net, "via": peer.tunnel_ip, "metric": UNSAFE_ROUTE_METRIC}
                                   for net in (peer.subnets if peer else [])]},
