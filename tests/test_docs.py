@@ -96,6 +96,7 @@ def test_the_worked_example_is_the_study_file_it_names_and_runs():
 CAPACITY_RUN = ROOT / "runs" / "capacity-2026"
 FIELD_RUN = ROOT / "runs" / "field-2026"
 FIELD_TABLE = "python -m vpnlab.report.field_table runs/field-2026"
+FIELD_OTHERS_RUN = ROOT / "runs" / "field-2026-others"
 CAPACITY_TABLE = "python -m vpnlab.report.capacity_table runs/capacity-2026"
 
 
@@ -116,6 +117,12 @@ def test_the_field_page_and_the_readme_quote_the_committed_run():
     assert {s.status for s in analysed.scenarios} == {"done"}
     assert _generated((ROOT / "docs" / "field.md").read_text(), FIELD_TABLE) == markdown(analysed)
     assert _generated(README.read_text(), f"{FIELD_TABLE} --only mtu1400") == markdown(analysed, only="mtu1400")
+    # the study's other six VPNs, one repetition each: every scenario measured or failed (a tunnel that did
+    # not come up under its condition), none left unfinished
+    others = analyse(FIELD_OTHERS_RUN)
+    assert {s.status for s in others.scenarios} <= {"done", "failed"}
+    assert _generated((ROOT / "docs" / "field.md").read_text(), f"{FIELD_TABLE}-others") == markdown(others)
+    assert _generated(README.read_text(), f"{FIELD_TABLE}-others --only mtu1400") == markdown(others, only="mtu1400")
 
 
 def test_the_reports_field_section_gives_each_vpn_a_word_per_condition_and_the_figures_under_it():
