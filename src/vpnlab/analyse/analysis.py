@@ -98,13 +98,17 @@ def relative_text(s: Summary) -> str:
     return f"{'+' if signed and value >= 0 else ''}{fmt(value)}{unit}{interval_text}"
 
 
+def centre_text(s: Summary) -> str:
+    """The centre with its 95% interval, '5.77 [5.43, 6.13]'; alone where there is none (nan: one repetition)."""
+    return fmt(s.centre) + ("" if s.ci_low != s.ci_low else f" [{fmt(s.ci_low)}, {fmt(s.ci_high)}]")
+
+
 def summary_text(s: Summary | None) -> str:
     """A summary for people: 'n = 3: 5.77 [5.43, 6.13] Mbit/s; vs no VPN 89.7% [85.7, 93.9]; good'."""
     if s is None:
         return "no sample left"
-    interval = "" if s.ci_low != s.ci_low else f" [{fmt(s.ci_low)}, {fmt(s.ci_high)}]"  # nan: none
     against = relative_text(s)
-    return (f"n = {s.n}: {fmt(s.centre)}{interval} {s.unit}" + (f"; vs no VPN {against}" if against != "-" else "")
+    return (f"n = {s.n}: {centre_text(s)} {s.unit}" + (f"; vs no VPN {against}" if against != "-" else "")
             + (f"; {s.grade}" if s.grade else ""))
 
 

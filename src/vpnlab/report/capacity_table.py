@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..analyse.analysed import Analysed, analyse
-from ..analyse.analysis import fmt
+from ..analyse.analysis import centre_text
 from ..analyse.compare import Comparison, p_text, ratio_text
 from ..analyse.recommend import at_capacity
 
@@ -30,10 +30,7 @@ def _cell(analysed: Analysed, scenario, metric: str) -> str:
     if scenario.status == "failed":
         return "failed"
     summary = analysed.stat.get((scenario.id, metric))
-    if summary is None:
-        return "-"
-    interval = f" [{fmt(summary.ci_low)}, {fmt(summary.ci_high)}]" if summary.ci_low == summary.ci_low else ""
-    return f"{fmt(summary.centre)}{interval}"
+    return "-" if summary is None else centre_text(summary)
 
 
 def markdown(analysed: Analysed) -> str:

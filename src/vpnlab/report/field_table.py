@@ -18,12 +18,11 @@ The README quotes a committed field study with the Markdown form (a test checks 
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 from ..analyse.analysed import Analysed, analyse
-from ..analyse.analysis import fmt
+from ..analyse.analysis import centre_text
 from ..catalog import unit
 
 # The figures under the report's table: what each word rests on, each with its interval.
@@ -93,15 +92,8 @@ def field_figures(scenarios: list, stat: dict) -> tuple[list[str], list[dict]]:
     return ([f"{m} ({unit(m)})" for m in columns],
             [{"condition": f"{s.link_label} {s.workload_label}", "vpn": s.vpn_label, "word": word,
               "n": max((stat[(s.id, m)].n for m in columns if (s.id, m) in stat), default=0),
-              "cells": [_with_interval(stat.get((s.id, m))) for m in columns]} for s, word in rows])
-
-
-def _with_interval(summary) -> str:
-    if summary is None:
-        return "-"
-    if math.isnan(summary.ci_low):  # one repetition: no interval
-        return fmt(summary.centre)
-    return f"{fmt(summary.centre)} [{fmt(summary.ci_low)}, {fmt(summary.ci_high)}]"
+              "cells": [centre_text(stat[(s.id, m)]) if (s.id, m) in stat else "-" for m in columns]}
+             for s, word in rows])
 
 
 def _figures(means: dict[str, float]) -> str:
