@@ -76,10 +76,13 @@ def test_the_current_build_and_0_4_7_side_by_side_on_an_unshaped_link(built, tmp
         goodput[name] = values[name]["throughput_mbps"]
         # each repetition carried traffic; the speeds depend on the suite's load (their ratio is printed, not asserted)
         assert len(goodput[name]) == 2 and min(goodput[name]) > 1, (name, goodput[name])
-        # every repetition's WAN capture: the probes crossed as TLS records of their size (the proof: never in clear)
-        pcaps = sorted((tmp_path / "logs" / sc["id"]).glob("rep*/proof.pcap"))
-        assert len(pcaps) == 2, pcaps
-        assert [sealed_probes(p, proof.PROBE_INNER_LEN + model) for p in pcaps] == [proof.PROBES] * 2, name
+        # every repetition's WAN capture: the probes crossed as TLS records of their size (the proof: never in
+        # clear); the peering is TCP, which may put several probes in one segment (a busy machine): at least two
+        # crossed alone, as the proof asks of a stream, and when none did it probed again, spaced (proof-spaced.pcap)
+        pcaps = [rep / "proof-spaced.pcap" if (rep / "proof-spaced.pcap").exists() else rep / "proof.pcap"
+                 for rep in sorted((tmp_path / "logs" / sc["id"]).glob("rep*"))]
+        counts = [sealed_probes(p, proof.PROBE_INNER_LEN + model) for p in pcaps]
+        assert len(counts) == 2 and all(2 <= n <= proof.PROBES for n in counts), (name, counts)
         logs = "".join(p.read_text() for p in (tmp_path / "logs" / sc["id"]).rglob("*yggdrasil-*.log"))
         # what each says on connecting: 0.4 names the protocol there, 0.5 the direction alone
         assert ("Connected inbound: " in logs) == (name == CURRENT) and "TLS listener started" in logs, name
