@@ -362,3 +362,42 @@ def test_nebulas_punchy_is_an_option_off_by_default_that_keeps_old_scenario_ids(
     env = SimpleNamespace(folder=lambda node: "/run/x", implementation="nebula")
     for options, punch in ((nebula.Options(), False), (punchy, True)):
         assert _config(site, lighthouse, None, "client", "nb0", 1300, options, env)["punchy"] == {"punch": punch}
+
+
+@pytest.mark.parametrize("name,line", [("strongswan", "    dpd_delay = 10s"), ("libreswan", "  dpddelay=10")])
+def test_ipsec_dead_peer_detection_is_an_option_in_its_label_settings_and_configuration(name, line):
+    """`dpd_delay_s` (libreswan 4.x arms no NAT-T keepalive for IKEv2: its probes are what can keep a NAT's
+    mapping): in the label, in the settings a tuner prints (and read back), in both ends' configuration; at
+    its default in none of them, and not in the stored options (the ids of earlier runs' scenarios hold)."""
+    from test_mtu_ipcomp_units import Site
+
+    driver = DRIVERS[name]
+    options, default = driver.Options(dpd_delay_s=10), driver.Options()
+    assert driver.describe(options, "default").endswith("dpd-10s") and "dpd" not in driver.describe(default, "default")
+    assert driver.from_settings(driver.settings(options, "default")) == options
+    assert "dpd" not in driver.settings(default, "default") and "dpd_delay_s" not in default.model_dump()
+    a, b = Site("198.19.0.1", "198.18.0.0/17"), Site("198.19.0.2", "198.18.128.0/17")
+    for is_client in (True, False):
+        if name == "strongswan":
+            confs = [driver._swanctl_conf(a, b, is_client, True, "dynamic", b.prefix, None, "default", False, "0x00",
+                                          False, dpd) for dpd in (10, None)]
+        else:
+            confs = [driver._conf(a, b, is_client, True, None, "default", False, False, dpd_delay_s=dpd)
+                     for dpd in (10, None)]
+        assert line + "\n" in confs[0] and "dpd" not in confs[1]
+    with pytest.raises(ValueError, match="dpd_delay_s"):
+        driver.Options(dpd_delay_s=0)
+
+
+def test_strongswans_mobike_is_an_option_on_by_default_that_keeps_old_scenario_ids():
+    from test_mtu_ipcomp_units import Site
+
+    strongswan = DRIVERS["strongswan"]
+    options = strongswan.Options(mobike=False, dpd_delay_s=2)
+    assert strongswan.describe(options, "default") == "strongswan default psk dpd-2s no-mobike"
+    assert strongswan.from_settings(strongswan.settings(options, "default")) == options
+    assert "mobike" not in strongswan.Options().model_dump()
+    a, b = Site("198.19.0.1", "198.18.0.0/17"), Site("198.19.0.2", "198.18.128.0/17")
+    conf = strongswan._swanctl_conf(a, b, True, True, "dynamic", b.prefix, None, "default", False, "0x00", mobike=False)
+    assert "    mobike = no\n" in conf and "mobike" not in strongswan._swanctl_conf(
+        a, b, True, True, "dynamic", b.prefix, None, "default", False, "0x00")

@@ -402,8 +402,8 @@ def wait_for(predicate, timeout: float, what: str, tunnel: Tunnel | None = None,
             return
         if tunnel is not None:
             problem = tunnel.health()
-            if problem:
-                raise TunnelError(f"{what}: {problem}")
+            if problem:  # with the logs: an exit status alone does not say why (pppd's 16 is any hang-up)
+                raise TunnelError(f"{what}: {problem}\n{tunnel.logs()}".rstrip())
         time.sleep(interval)
     logs = tunnel.logs() if tunnel else ""
     raise TunnelError(f"timed out after {timeout:g} s waiting for {what}" + (f"\n{logs}" if logs else ""))

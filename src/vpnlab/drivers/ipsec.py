@@ -71,7 +71,7 @@ ESP_NAMES = Literal["3des-md5", "3des-sha1", "aes128-sha1", "aes256-sha1", "aes1
 class IpsecOptions(Options):
     """What both IPsec drivers (strongSwan, libreswan) take, with the same names."""
 
-    omit_at_default = ("compression", "mtu")
+    omit_at_default = ("compression", "mtu", "dpd_delay_s")
 
     esp: ESP_NAMES | None = Field(None, description="ESP proposal (default: the implementation's own)")
     auth: Literal["psk", "cert"] = "psk"
@@ -79,6 +79,10 @@ class IpsecOptions(Options):
     compression: Literal["off", "on"] = Field("off", description="IPComp (DEFLATE) before ESP; needs kernel ESP")
     mtu: int | None = Field(None, ge=576, le=9000, description="MTU of the routes into the tunnel (by hand; "
                             "default: the implementation's, or for a tunnel inside another what fits in it)")
+    dpd_delay_s: int | None = Field(None, ge=1, le=3600, description=(
+        "dead-peer detection: an IKE probe after this many seconds without traffic from the peer (default: off, "
+        "both implementations' default); behind a NAT each probe also refreshes the mapping and shows the "
+        "gateway the client's new address"))
 
     @field_validator("esp", mode="before")
     @classmethod

@@ -179,9 +179,14 @@ pppoptfile = {client_ppp}
 
 def swanctl_conf(local: str, remote: str, is_client: bool, esp: str, profile: str, psk: str) -> str:
     """One end's strongSwan IKEv1 configuration; under fips the IKE proposal is FIPS-approved too
-    (the default one's X25519 is not)."""
+    (the default one's X25519 is not). The gateway takes the client from wherever it comes (behind a
+    NAT from the NAT's address, after an address change from its new one), as an L2TP/IPsec server
+    does: its remote end and traffic selector are the peer's IKE address, whatever it is."""
     me, them = ("client", "server") if is_client else ("server", "client")
     ike = f"\n    proposals = {FIPS_IKE}" if profile == "fips" else ""
+    if not is_client:
+        remote = "%any"
+    remote_ts = f"{remote}/32" if is_client else "dynamic"
     return f"""connections {{
   l2tp {{
     version = 1
@@ -198,7 +203,7 @@ def swanctl_conf(local: str, remote: str, is_client: bool, esp: str, profile: st
     children {{
       l2tp {{
         local_ts = {local}/32[udp/{L2TP_PORT}]
-        remote_ts = {remote}/32[udp/{L2TP_PORT}]
+        remote_ts = {remote_ts}[udp/{L2TP_PORT}]
         mode = transport
         esp_proposals = {esp}
       }}

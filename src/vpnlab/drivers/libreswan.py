@@ -85,6 +85,7 @@ class Libreswan(Driver):
         lines = [f"# {self.describe(options, profile)}: in ipsec.conf's conn section"]
         lines += [f"esp={ESP_SYNTAX[esp]}"] if (esp := configured_esp(options, profile)) else []
         lines += ["compress=yes"] if options.compression == "on" else []
+        lines += [f"dpddelay={options.dpd_delay_s}"] if options.dpd_delay_s else []
         return "\n".join(lines) + "\n"
 
     def from_settings(self, text):
@@ -97,6 +98,8 @@ class Libreswan(Driver):
                 found["esp"] = ours.get(value.strip(), value.strip())
             elif key.strip() == "compress":
                 found["compression"] = "on" if value.strip() == "yes" else "off"
+            elif key.strip() == "dpddelay":
+                found["dpd_delay_s"] = value.strip()
         return IpsecOptions.model_validate(found)
 
     def describe(self, options, profile):
@@ -105,6 +108,8 @@ class Libreswan(Driver):
             parts.append("ipcomp")
         if options.mtu:
             parts.append(f"mtu-{options.mtu}")
+        if options.dpd_delay_s:
+            parts.append(f"dpd-{options.dpd_delay_s}s")
         if profile != "default":
             parts.append(profile)
         return " ".join(parts)
@@ -134,7 +139,7 @@ class Libreswan(Driver):
         homes = []
         for site, peer, is_client in ((right, left, False), (left, right, True)):
             conf = self._conf(site, peer, is_client, remote_access, esp, profile, options.udp_encap, pki is not None,
-                              options.compression == "on", mtu)
+                              options.compression == "on", mtu, options.dpd_delay_s)
             secrets = "" if pki else f'@client@vpnlab @server@vpnlab : PSK "{psk}"\n'
             homes.append(self._start(site, conf, secrets, pki, "client" if is_client else "server", env, tunnel))
 
@@ -187,10 +192,14 @@ class Libreswan(Driver):
 
     # -- configuration ---------------------------------------------------------
     @staticmethod
-    def _conf(site, peer, is_client, remote_access, esp, profile, encap, cert, compress=False, mtu=None) -> str:
+    def _conf(site, peer, is_client, remote_access, esp, profile, encap, cert, compress=False, mtu=None,
+              dpd_delay_s=None) -> str:
         me, them = ("client", "server") if is_client else ("server", "client")
+        # the gateway answers the client from wherever it comes (behind a NAT from the NAT's address), as
+        # a road-warrior gateway does; the IDs, not the addresses, say who it is
+        right = peer.underlay_ip if is_client else "%any"
         lines = [f"conn {CONN}", "  ikev2=yes", "  type=tunnel", f"  left={site.underlay_ip}",
-                 f"  right={peer.underlay_ip}", "  auto=add",
+                 f"  right={right}", "  auto=add",
                  f'  leftupdown="{LIBEXEC}/_updown.xfrm"']  # the real script, without the `ipsec` front end
         if cert:
             lines += ["  authby=ecdsa", "  leftcert=own", "  leftid=%fromcert", f'  rightid="CN=vpnlab-{them}"',
@@ -215,6 +224,8 @@ class Libreswan(Driver):
             lines.append("  compress=yes")
         if mtu:  # the updown script puts it on the routes to the remote subnet
             lines.append(f"  mtu={mtu}")
+        if dpd_delay_s:  # libreswan 4.x's IKEv2 arms no NAT-T keepalive (fixed in 5.1): only this refreshes a NAT
+            lines.append(f"  dpddelay={dpd_delay_s}")
         return "\n".join(lines) + "\n"
 
     @staticmethod

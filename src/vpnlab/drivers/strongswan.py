@@ -19,6 +19,8 @@ import secrets as random_secrets
 from pathlib import PurePosixPath
 from typing import Literal
 
+from pydantic import Field
+
 from ..algorithms import AEAD, Algorithms, cipher_and_integrity, group_name, merged, read_logs, read_xfrm
 from ..core.errors import CommandError, TunnelError
 from ..testbed.node import private_run
@@ -43,7 +45,13 @@ SWANCTL_PLUGINS = " ".join(p for p in PLUGINS.split() if p not in ("socket-defau
 
 
 class StrongSwanOptions(IpsecOptions):
+    omit_at_default = (*IpsecOptions.omit_at_default, "mobike")
+
     implementation: Literal["auto", "kernel", "libipsec"] = "auto"  # libipsec always uses ESP-in-UDP
+    mobike: bool = Field(True, description=(
+        "MOBIKE (RFC 4555, strongSwan's default): the gateway moves the SAs only when the client says its "
+        "address changed, which a NAT's new outer address never makes it say; off, any authenticated IKE "
+        "message from a new address moves them (with `dpd_delay_s`, the first probe after the move)"))
 
 
 class StrongSwan(Driver):
@@ -75,6 +83,10 @@ class StrongSwan(Driver):
             parts.append("ipcomp")
         if options.mtu:
             parts.append(f"mtu-{options.mtu}")
+        if options.dpd_delay_s:
+            parts.append(f"dpd-{options.dpd_delay_s}s")
+        if not options.mobike:
+            parts.append("no-mobike")
         if options.implementation != "auto":
             parts.append(options.implementation)
         if profile != "default":
@@ -86,6 +98,9 @@ class StrongSwan(Driver):
         lines = [f"# {self.describe(options, profile)}", "# swanctl.conf, in connections.<conn>.children.<child>:"]
         lines += [f"esp_proposals = {esp}"] if (esp := configured_esp(options, profile)) else []
         lines += ["ipcomp = yes"] if options.compression == "on" else []
+        connection = [f"dpd_delay = {options.dpd_delay_s}s"] * bool(options.dpd_delay_s) + ["mobike = no"] * (not options.mobike)
+        if connection:
+            lines += ["# swanctl.conf, in connections.<conn>:", *connection]
         if options.implementation == "libipsec":
             lines += ["# strongswan.conf, in charon.plugins:", "kernel-libipsec { load = yes }"]
         elif options.implementation == "kernel":
@@ -102,6 +117,10 @@ class StrongSwan(Driver):
                 found["esp"] = value
             elif key == "ipcomp":
                 found["compression"] = "on" if value == "yes" else "off"
+            elif key == "dpd_delay":
+                found["dpd_delay_s"] = value.removesuffix("s")
+            elif key == "mobike":
+                found["mobike"] = value != "no"
             elif key.startswith("kernel-libipsec"):
                 found["implementation"] = "libipsec"
             elif "kernel-netlink" in line:
@@ -154,7 +173,7 @@ class StrongSwan(Driver):
                 local_ts, remote_ts = site.prefix, peer.prefix
             conf = env.write(site.node, f"{home}/swanctl.conf", self._swanctl_conf(
                 site, peer, is_client, remote_access, local_ts, remote_ts, esp, profile, encap,
-                psk if not pki else None, options.compression == "on"))
+                psk if not pki else None, options.compression == "on", options.dpd_delay_s, options.mobike))
             homes.append((site, str(PurePosixPath(conf).parent)))
         start_charons(homes, env, tunnel, libipsec, child="net", mtu=mtu)
         tunnel.rekey = lambda: self._swanctl(*homes[-1], ["--rekey", "--child", "net"], tunnel)
@@ -196,7 +215,7 @@ charon {{
 
     @staticmethod
     def _swanctl_conf(site, peer, is_client, remote_access, local_ts, remote_ts, esp, profile, encap, psk,
-                      ipcomp: bool = False) -> str:
+                      ipcomp: bool = False, dpd_delay_s: int | None = None, mobike: bool = True) -> str:
         my_id, peer_id = ("client", "server") if is_client else ("server", "client")
         # the gateway answers the client from wherever it comes: behind a NAT (a link's `nat`) from the NAT's
         # address, after an address change from its new one, as a road-warrior gateway does
@@ -207,6 +226,10 @@ charon {{
             lines.append(f"    proposals = {FIPS_IKE}")
         if encap:
             lines.append("    encap = yes")
+        if dpd_delay_s:
+            lines.append(f"    dpd_delay = {dpd_delay_s}s")
+        if not mobike:
+            lines.append("    mobike = no")
         if remote_access:
             lines.append("    vips = 0.0.0.0" if is_client else "    pools = clients")
         if psk:
