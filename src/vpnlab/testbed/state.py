@@ -24,6 +24,7 @@ from . import netns
 
 STATE_ROOT = Path(os.environ.get("VPNLAB_STATE_DIR", "/run/vpnlab"))
 NAMESPACE_PREFIX = "vl"  # namespaces are named vl<run-id>-<role>
+KILLED_EXIT_WAIT_S = 10  # how long stop_process waits for a process it killed to be gone
 
 
 def process_start_time(pid: int) -> int | None:
@@ -158,10 +159,11 @@ class RunState:
                 time.sleep(0.02)
             if _alive(pid, start):
                 _signal(pid, signal.SIGKILL)
-                for _ in range(100):
+                # a killed process ends at once when the machine is idle; under a loaded suite one took over
+                # the second this once waited, and outlived the tunnel's down()
+                deadline = time.monotonic() + KILLED_EXIT_WAIT_S
+                while _alive(pid, start) and time.monotonic() < deadline:
                     _reap(pid)
-                    if not _alive(pid, start):
-                        break
                     time.sleep(0.01)
         if entry:
             self.processes.remove(entry)
