@@ -123,6 +123,14 @@ def test_the_field_page_and_the_readme_quote_the_committed_run():
     assert {s.status for s in others.scenarios} <= {"done", "failed"}
     assert _generated((ROOT / "docs" / "field.md").read_text(), f"{FIELD_TABLE}-others") == markdown(others)
     assert _generated(README.read_text(), f"{FIELD_TABLE}-others --only mtu1400") == markdown(others, only="mtu1400")
+    # the three VPNs that ran in the VM, one repetition each, in two stores (all three on the 1400-byte path;
+    # libreswan and L2TP/IPsec on the others): their tables on the page, the 1400-byte one in the README too
+    for store in ("vm", "vm-1500-1280"):
+        vm = analyse(ROOT / "runs" / f"field-2026-{store}")
+        assert {s.status for s in vm.scenarios} <= {"done", "failed"}
+        assert {s.vpn.split()[0].split("/")[0] for s in vm.scenarios} <= {"libreswan", "l2tp", "pptp"}
+        assert _generated((ROOT / "docs" / "field.md").read_text(), f"{FIELD_TABLE}-{store}") == markdown(vm)
+    assert _generated(README.read_text(), f"{FIELD_TABLE}-vm") == markdown(analyse(ROOT / "runs" / "field-2026-vm"))
 
 
 def test_the_reports_field_section_gives_each_vpn_a_word_per_condition_and_the_figures_under_it():
