@@ -374,6 +374,11 @@ class Driver:
         """Bytes the tunnel adds to a packet as large as its MTU (where padding may be capped)."""
         return self.overhead(options, profile, implementation, mtu)
 
+    def nat_traversal_overhead(self, options: Options, implementation: str) -> int:
+        """Bytes more per packet when a NAT sits between the ends: ESP that IKE's NAT detection then puts
+        in UDP (RFC 3948) by itself; none for a tunnel whose packets are UDP or TCP already."""
+        return 0
+
     # -- what its cryptography is (algorithms.py) ---------------------------
     def algorithms(self, options: Options, profile: str, implementation: str = ""):
         """The algorithms this configuration runs on its control and data channels, as the driver

@@ -26,6 +26,7 @@ IPSEC_TOOLS = (Tool("charon", "strongswan-charon", path=CHARON),
 IPSEC_PACKAGES = ("libcharon-extra-plugins", "libstrongswan-standard-plugins", "libstrongswan-extra-plugins")
 # What charon and pluto bind at every end: IKE, and NAT-T's port (IKE, and ESP in UDP, RFC 3948).
 NAT_T = ("udp", 4500)
+UDP_HEADER = 8  # what ESP in UDP (NAT-T, RFC 3948) adds to each packet
 IKE_PORTS = (("udp", 500), NAT_T)
 # What kernel ESP needs in the VM guest (no udev there): xfrm, ESP and its accelerated ciphers.
 ESP_MODULES = ("esp4", "xfrm_user", "xfrm_interface", "af_key", "authenc", "authencesn", "gcm", "ccm", "seqiv",

@@ -15,7 +15,8 @@ from typing import Literal
 from ..algorithms import Algorithms, merged, read_logs, read_xfrm
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Options, Ports, Tunnel, TunnelEnv, route_into
-from .ipsec import ESP, ESP_MODULES, FIPS_ESP, IKE_PORTS, IPSEC_PACKAGES, IPSEC_TOOLS, esp_algorithms
+from .ipsec import (ESP, ESP_MODULES, FIPS_ESP, IKE_PORTS, IPSEC_PACKAGES, IPSEC_TOOLS, UDP_HEADER,
+                    esp_algorithms)
 from .ppp import (CLIENT_NAME, COMMON, MTU, PPP_MODULES, PPPD, SERVER_NAME, auth_options, negotiated_ppp, private_etc,
                   wait_for_link, write_etc)
 from .strongswan import FIPS_IKE, parse_charon_log, start_charons
@@ -70,6 +71,9 @@ class L2tp(Driver):
         iv, block, icv = ESP[options.esp]
         encrypted = -(-(carried + 2) // block) * block  # + pad length and next header, padded
         return 20 + 8 + iv + encrypted + icv - inner_len  # transport mode: one outer IP header
+
+    def nat_traversal_overhead(self, options, implementation):
+        return UDP_HEADER if options.ipsec else 0
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         names = (f"pl{env.unique}a", f"pl{env.unique}b")

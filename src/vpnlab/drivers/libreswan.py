@@ -21,8 +21,8 @@ from ..testbed.contract import Node
 from ..testbed.node import private_run
 from ..tools import Tool, places
 from .base import Driver, Implementation, Ports, Tunnel, TunnelEnv, wait_for
-from .ipsec import (ESP_MODULES, ESP_TUNABLE, IKE_PORTS, IPCOMP_MODULES, IPCOMP_TUNABLE, NAT_T, IpsecOptions,
-                    configured_esp, esp_algorithms, esp_overhead, fips_problem)
+from .ipsec import (ESP_MODULES, ESP_TUNABLE, IKE_PORTS, IPCOMP_MODULES, IPCOMP_TUNABLE, NAT_T, UDP_HEADER,
+                    IpsecOptions, configured_esp, esp_algorithms, esp_overhead, fips_problem)
 from .pki import OPENSSL, make_pki
 
 PLUTO = "/usr/libexec/ipsec/pluto"  # libreswan's IKE daemon, installed or unpacked
@@ -127,6 +127,9 @@ class Libreswan(Driver):
         # The same with IPComp: an incompressible packet (the proof's random probe) is sent as it is,
         # without an IPComp header (RFC 3173, 2.2); compressible ones shrink instead.
         return esp_overhead(self.esp_proposal(options, profile), options.udp_encap, inner_len)
+
+    def nat_traversal_overhead(self, options, implementation):
+        return 0 if options.udp_encap else UDP_HEADER
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         mtu = env.mtu(options, None)  # None: the path's, as kernel ESP finds it

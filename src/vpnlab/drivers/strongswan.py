@@ -26,7 +26,8 @@ from ..core.errors import CommandError, TunnelError
 from ..testbed.node import private_run
 from .base import Driver, Implementation, Ports, Tunable, Tunnel, TunnelEnv, wait_for
 from .ipsec import (CHARON, ESP_MODULES, ESP_TUNABLE, IKE_PORTS, IPCOMP_MODULES, IPCOMP_TUNABLE, IPSEC_PACKAGES,
-                    IPSEC_TOOLS, NAT_T, IpsecOptions, configured_esp, esp_algorithms, esp_overhead, fips_problem)
+                    IPSEC_TOOLS, NAT_T, UDP_HEADER, IpsecOptions, configured_esp, esp_algorithms, esp_overhead,
+                    fips_problem)
 from .pki import make_pki
 
 # What two strongSwan 5.9 peers with no proposals configured negotiate (checked by the tests).
@@ -98,7 +99,8 @@ class StrongSwan(Driver):
         lines = [f"# {self.describe(options, profile)}", "# swanctl.conf, in connections.<conn>.children.<child>:"]
         lines += [f"esp_proposals = {esp}"] if (esp := configured_esp(options, profile)) else []
         lines += ["ipcomp = yes"] if options.compression == "on" else []
-        connection = [f"dpd_delay = {options.dpd_delay_s}s"] * bool(options.dpd_delay_s) + ["mobike = no"] * (not options.mobike)
+        connection = ([f"dpd_delay = {options.dpd_delay_s}s"] if options.dpd_delay_s else []) + (
+            [] if options.mobike else ["mobike = no"])
         if connection:
             lines += ["# swanctl.conf, in connections.<conn>:", *connection]
         if options.implementation == "libipsec":
@@ -144,6 +146,9 @@ class StrongSwan(Driver):
         # without an IPComp header (RFC 3173, 2.2); compressible ones shrink instead.
         return esp_overhead(self.esp_proposal(options, profile), implementation == "libipsec" or options.udp_encap,
                             inner_len)
+
+    def nat_traversal_overhead(self, options, implementation):
+        return 0 if implementation == "libipsec" or options.udp_encap else UDP_HEADER
 
     def up(self, left, right, options, profile, env: TunnelEnv) -> Tunnel:
         libipsec = env.implementation == "libipsec"

@@ -55,7 +55,8 @@ def bring_up(stage: TunnelStage, bed: Testbed, scenario, state: RunState, log_di
     for layer, (config, impl) in enumerate(zip(scenario.vpn.layers, scenario.implementations)):
         left, right = bed.tunnel_sites(layer)
         driver = DRIVERS[config.driver]
-        fits = fitting_mtu(driver, config.options, config.profile, impl, carried)
+        fits = fitting_mtu(driver, config.options, config.profile, impl, carried,
+                           0 if layer else nat_traversal(scenario, driver, config.options, impl))
         env = TunnelEnv(state, layer, log_dir, impl, auto_mtu=fits if layer else None)
         with placement.starting() if placement else contextlib.nullcontext():  # the ends' cgroups and cores
             tunnel = driver.up(left, right, config.options, config.profile, env)
@@ -83,7 +84,8 @@ def path_note(stage: TunnelStage, scenario) -> None:
         return
     config, impl = scenario.vpn.layers[0], scenario.implementations[0]
     driver = DRIVERS[config.driver]
-    size = outer.mtu + driver.full_packet_overhead(config.options, config.profile, impl, outer.mtu)
+    size = outer.mtu + driver.full_packet_overhead(config.options, config.profile, impl, outer.mtu) + nat_traversal(
+        scenario, driver, config.options, impl)
     if size > link.mtu:
         stage.notes.append(f"layer 0 ({config.driver}) has MTU {outer.mtu}: its full-size packets ({size} B on the "
                            f"WAN) are bigger than the path's MTU of {link.mtu} in the middle of the WAN: they cross "
@@ -97,14 +99,19 @@ def wan_mtu(bed: Testbed) -> int:
     return int(json.loads(out)[0]["mtu"])
 
 
-def fitting_mtu(driver, options, profile: str, implementation: str, path_mtu: int) -> int:
+def fitting_mtu(driver, options, profile: str, implementation: str, path_mtu: int, extra: int = 0) -> int:
     """The largest inner packet this layer sends across a path of `path_mtu` bytes unfragmented:
-    `path_mtu` less its overhead for a packet that size (block padding makes it depend on the size,
-    so the sizes are tried from the largest down)."""
+    `path_mtu` less its overhead for a packet that size, and `extra` (block padding makes it depend on
+    the size, so the sizes are tried from the largest down)."""
     mtu = path_mtu
-    while mtu > 0 and mtu + driver.full_packet_overhead(options, profile, implementation, mtu) > path_mtu:
+    while mtu > 0 and mtu + driver.full_packet_overhead(options, profile, implementation, mtu) + extra > path_mtu:
         mtu -= 1
     return mtu
+
+
+def nat_traversal(scenario, driver, options, implementation: str) -> int:
+    """What a NAT between the ends (the link's `nat`) adds to each packet of the outermost layer."""
+    return driver.nat_traversal_overhead(options, implementation) if scenario.link_as_run.behind_nat else 0
 
 
 def answer_deadline(link) -> int:
@@ -160,4 +167,7 @@ def overhead_model(scenario) -> int:
     size = PROBE_INNER_LEN
     for layer, impl in reversed(list(zip(scenario.vpn.layers, scenario.implementations))):
         size += DRIVERS[layer.driver].overhead(layer.options, layer.profile, impl, size)
+    if scenario.vpn.layers:
+        outer = scenario.vpn.layers[0]
+        size += nat_traversal(scenario, DRIVERS[outer.driver], outer.options, scenario.implementations[0])
     return size - PROBE_INNER_LEN
