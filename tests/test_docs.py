@@ -128,7 +128,8 @@ def test_the_field_page_and_the_readme_quote_the_committed_run():
     for store in ("vm", "vm-1500-1280"):
         vm = analyse(ROOT / "runs" / f"field-2026-{store}")
         assert {s.status for s in vm.scenarios} <= {"done", "failed"}
-        assert {s.vpn.split()[0].split("/")[0] for s in vm.scenarios} <= {"libreswan", "l2tp", "pptp"}
+        assert {s.vpn for s in vm.scenarios} <= {"libreswan", "l2tp", "pptp"}
+        assert {s.measured_in for s in vm.scenarios} == {"vm"}
         assert _generated((ROOT / "docs" / "field.md").read_text(), f"{FIELD_TABLE}-{store}") == markdown(vm)
     assert _generated(README.read_text(), f"{FIELD_TABLE}-vm") == markdown(analyse(ROOT / "runs" / "field-2026-vm"))
 

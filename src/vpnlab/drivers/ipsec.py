@@ -82,8 +82,8 @@ class IpsecOptions(Options):
                             "default: the implementation's, or for a tunnel inside another what fits in it)")
     dpd_delay_s: int | None = Field(None, ge=1, le=3600, description=(
         "dead-peer detection: an IKE probe after this many seconds without traffic from the peer (default: off, "
-        "both implementations' default); behind a NAT each probe also refreshes the mapping and shows the "
-        "gateway the client's new address"))
+        "both implementations' default); behind a NAT each probe also refreshes the mapping, and with "
+        "strongSwan's `mobike: false` moves the gateway to the NAT's new address"))
 
     @field_validator("esp", mode="before")
     @classmethod

@@ -36,7 +36,6 @@ SERVER = "/usr/libexec/softether/vpnserver/vpnserver"
 CLIENT = "/usr/libexec/softether/vpnclient/vpnclient"
 CLIENT_ADMIN_PORT = 9931  # the client daemon listens here once it takes commands (vpncmd finds it as "localhost")
 SERVER_ADMIN_PORT = 5555  # the server's listener that vpncmd configures it through ("localhost:5555"), deleted last
-STOP_GRACE_S = 30  # how long down() waits for a daemon's PID namespace to end (it ends as soon as it can)
 DEFAULT_LISTENERS = (443, 992, 1194, SERVER_ADMIN_PORT)  # the server's TCP listeners out of the box
 # The fixed places SoftEther writes: private, empty ones for each daemon and vpncmd (/run too, by private_run)
 # Its logs go to $1, a folder of the tunnel's on the node (made 0700 and opened before anything hides it).
@@ -116,11 +115,10 @@ class SoftEtherTunnel(Tunnel):
         for node, proc, _ in reversed(self.processes):
             # unshare ignores SIGTERM. SIGKILL to its child, the first process of the PID namespace,
             # ends every process in it before it is reaped (devices closed, nothing left to adopt);
-            # unshare then exits by itself, and stop() reaps it. Its grace is long: on a loaded machine
-            # the namespace once took over 3 s to end, unshare was killed first, and a worker outlived down().
+            # unshare then exits by itself, and stop() reaps it.
             for first in descendants(node, proc.pid)[:1]:
                 node.run(["kill", "-KILL", str(first)], check=False)
-            node.stop(proc, grace=STOP_GRACE_S)
+            node.stop(proc)
         self.processes.clear()
         super().down()
 

@@ -159,8 +159,8 @@ class RunState:
                 time.sleep(0.02)
             if _alive(pid, start):
                 _signal(pid, signal.SIGKILL)
-                # a killed process ends at once when the machine is idle; under a loaded suite one took over
-                # the second this once waited, and outlived the tunnel's down()
+                # a killed process ends at once on an idle machine, later on a loaded one: wait for it to be
+                # gone rather than return with it still there
                 deadline = time.monotonic() + KILLED_EXIT_WAIT_S
                 while _alive(pid, start) and time.monotonic() < deadline:
                     _reap(pid)
