@@ -5,13 +5,14 @@ carry each repetition's round (the paired test's block) and position, and the co
 import csv
 import io
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from vpnlab.report import export
-from vpnlab.analyse.analysed import Analysed
+from vpnlab.analyse.analysed import Analysed, analyse
 from vpnlab.analyse.analysis import MIN_BLOCKS
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
@@ -85,3 +86,33 @@ def test_every_exported_comparison_is_recomputed_from_the_exported_samples(tmp_p
         assert float(row["p"]) == pytest.approx(p, rel=1e-6), row
         assert 100 * (ratio - 1) == pytest.approx(float(row["relative_diff_pct"]), rel=1e-6, abs=1e-9)
         assert (row["paired"] == "True") == paired
+
+
+SEEDS_DOC = Path(__file__).parents[1] / "docs" / "seeds.md"
+RUNS = Path(__file__).parents[1] / "runs"
+
+
+def recompute_block() -> str:
+    """docs/seeds.md's recomputation, as a reader would copy it."""
+    text = SEEDS_DOC.read_text()
+    start = text.index("```python\n", text.index("**Recompute a verdict from the export alone.**")) + len("```python\n")
+    return text[start:text.index("```", start)]
+
+
+@pytest.mark.parametrize("run", ["small-business-2011", "taneja-2019"])
+def test_the_seed_docs_recompute_every_compared_finding_from_the_export(tmp_path, monkeypatch, run):
+    """small-business-2011 has findings per Mbit/s of link and a side averaging nine cells; taneja-2019
+    a Holm family of 23. Every compared finding's estimate and Holm-adjusted p come out as vpnlab's."""
+    analysed = analyse(RUNS / run)
+    for table, name in (("samples", "samples.csv"), ("findings", "findings.csv")):
+        with open(tmp_path / name, "w") as fh:
+            export.write(analysed, "csv", fh, table)
+    monkeypatch.chdir(tmp_path)
+    names: dict = {}
+    exec(compile(recompute_block(), str(SEEDS_DOC), "exec"), names)
+    family = names["family"]
+    assert len(family) >= 10 and (family.holm_family_size == len(family)).all()
+    assert np.allclose(family.estimate_here, family.estimate, rtol=1e-9)
+    assert np.allclose(family.holm_p_here, family.holm_p, rtol=1e-9)
+    if run == "small-business-2011":
+        assert family.per_link_rate.any() and (family.a_scenarios.str.split().str.len() > 1).any()

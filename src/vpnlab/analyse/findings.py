@@ -150,6 +150,10 @@ class Judgement:
     short_of_rule: list[str] = field(default_factory=list)  # sides not yet measured to their repetition rule
     held: str = ""                   # why pptpd's GRE hold shaped a side ('' when it did not): not comparable
     changed: str = ""                # how the finding differs from the one the run was stored with (changes)
+    a_ids: tuple[str, ...] = ()      # the scenarios each side averages per round (the export's findings table)
+    b_ids: tuple[str, ...] = ()
+    paired: bool | None = None       # paired by round (True) or Welch on all values (False); None: no test
+    family_size: int = 0             # Holm's family this finding's p was corrected in (0: not in it)
     _test: object = field(default=None, repr=False)
     _tost: object = field(default=None, repr=False)
     _ratio: object = field(default=None, repr=False)  # a difference's mean B / mean A (stats.ratio_of_means)
@@ -216,7 +220,7 @@ def decide(out: list[Judgement]) -> None:
     family = [j for j in out if j._test is not None and j.verdict not in (NOT_COMPARABLE, CALIBRATION) and not j.held]
     family += [j for j in out if j._test is None and j.verdict == "inconclusive" and j.metric and not j.held]
     for j, p in zip(family, holm([j.p for j in family])):
-        j.holm_p = p
+        j.holm_p, j.family_size = p, len(family)
     for j, p in zip(family, holm([j._tost.p if j._tost is not None else None for j in family])):
         j.tost_holm_p = p
     for j in out:
@@ -272,11 +276,12 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: 
     if missing:
         return Judgement(finding, "not comparable here", f"not in this run's results: {'; '.join(missing)}")
     kind = sa[0].workload
+    a_ids, b_ids = tuple(r.id for r in sa), tuple(r.id for r in sb)
     metric = finding.metric or (KINDS[kind].primary if kind in KINDS else None)
     places = {r.measured_in for r in sa + sb}
     j = Judgement(finding, "inconclusive", "", metric=metric or "", a_label=_label(sa, finding.a),
                   b_label=_label(sb, finding.b), unit=catalog.metric(metric).unit if metric else "",
-                  measured_in=places.pop() if len(places) == 1 else "host and VM")
+                  measured_in=places.pop() if len(places) == 1 else "host and VM", a_ids=a_ids, b_ids=b_ids)
     failed = [r for r in sa + sb if r.status == "failed"]
     if failed:
         j.verdict, j.reason = "not comparable here", "; ".join(
@@ -456,7 +461,7 @@ def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
     """The primary test of B against A on the rounds both completed (a ratio where the metric is
     positive, else a difference), its TOST, and the seed's grade where the finding asks for one."""
     a, b, paired = matched(a_vals, b_vals)
-    j.n_a, j.n_b = len(a), len(b)
+    j.n_a, j.n_b, j.paired = len(a), len(b), paired
     j.outliers = sum(outlier_flags(a)) + sum(outlier_flags(b)) if len(a) > 2 and len(b) > 2 else 0
     j.mean_a = sum(a) / len(a) if a else None
     j.mean_b = sum(b) / len(b) if b else None

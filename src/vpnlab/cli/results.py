@@ -116,11 +116,12 @@ def export(
     output: str = typer.Option(STDOUT, "--output", "-o", help="file to write, - for standard output (the "
                                "default); an existing file is refused without --force"),
     table: str = typer.Option("samples", "--table",
-                              help="samples (one row per sample per metric), summary, or comparisons"),
+                              help="samples (one row per sample per metric), summary, comparisons, or "
+                              "findings (a seed study's verdicts, with what recomputes them)"),
     force: bool = typer.Option(False, "--force", help="replace an existing regular file given as --output"),
 ):
-    """Every sample (long format), the per-scenario summary, or the comparisons. Reads the store
-    only; writes only --output."""
+    """Every sample (long format), the per-scenario summary, the comparisons, or a seed study's
+    findings. Reads the store only; writes only --output."""
     from ..report import export as exporter
     from ..analyse.analysed import analyse
 

@@ -121,7 +121,29 @@ def _named_p(row: dict) -> dict:
     return {("p" if key == "welch_p" else key): value for key, value in row.items()} | {"welch_p": row["welch_p"]}
 
 
-TABLES = {"samples": rows, "summary": summary_rows, "comparisons": comparison_rows}
+def finding_rows(analysed: Analysed) -> list[dict]:
+    """A seed study's findings, one row each: its verdict and what a reader needs to recompute it from the
+    samples table alone: each side's scenarios (averaged per round over the rounds all of them completed),
+    the metric, the direction and margin, the seed's B/A, whether the test paired rounds, its p and Holm's
+    (over the findings whose holm_family_size is not 0). docs/seeds.md shows how, with scipy."""
+    section = analysed.against
+    return [] if section is None else [_finding_row(j) for j in section.rows]
+
+
+def _finding_row(j) -> dict:
+    f = j.finding
+    return {
+        "finding_id": f.id, "verdict": j.verdict, "metric": j.metric, "scale": j.scale,
+        "direction": f.direction, "margin_pct": f.margin_pct, "seed_ratio": f.seed_ratio,
+        "a_scenarios": " ".join(j.a_ids), "b_scenarios": " ".join(j.b_ids), "a_label": j.a_label,
+        "b_label": j.b_label, "per_link_rate": f.per_link_rate, "paired": j.paired, "n_a": j.n_a, "n_b": j.n_b,
+        "estimate": j.estimate, "low": j.low, "high": j.high, "method": j.method, "p": j.p, "holm_p": j.holm_p,
+        "tost_holm_p": j.tost_holm_p, "holm_family_size": j.family_size, "measured_in": j.measured_in,
+        "emulated": j.emulated, "reason": j.reason, "changed": j.changed,
+    }
+
+
+TABLES = {"samples": rows, "summary": summary_rows, "comparisons": comparison_rows, "findings": finding_rows}
 
 
 def strict(data):
