@@ -269,6 +269,12 @@ def test_a_finding_naming_no_scenario_is_found():
     assert len(problems) == 1 and "findings[0] (x).b.vpn" in problems[0] and "wireguard" in problems[0]
 
 
+def test_a_tunnels_metric_on_the_no_vpn_side_is_found():
+    study = parse_study(BAD.replace("faster", "higher").replace("    direction:", "    metric: overhead_bytes\n    direction:"))
+    assert findings.plan_problems(study) == [
+        "findings[0] (x).a.vpn: overhead_bytes is a tunnel's, and no VPN has none"]
+
+
 @pytest.mark.parametrize("name", SEEDS)
 def test_every_seed_study_loads_with_findings_that_name_its_scenarios(name):
     study = load_builtin(name)
@@ -542,6 +548,21 @@ def test_a_difference_from_an_a_near_zero_reproduces_the_direction_alone():
     j = judged_together([(a, b)], [difference_finding("up", seed_ratio=3.0)], True, "udp_loss_pct")["up"]
     assert j.holm_p < 0.05 and j.verdict == "reproduced"
     assert "no interval of B/A above zero (A's mean is not clearly above zero" in j.reason and "direction alone" in j.reason
+
+def test_a_size_on_the_wire_the_same_in_every_round_is_exact_and_decides():
+    # PPTP's 44 B and OpenVPN's 72 B in each of 5 rounds (small-business-2011's store): B - A = 28 B exactly,
+    # p = 0 (scipy's t test also gives it); the other way it contradicts; any spread leaves the t test
+    up, down = difference_finding("up"), difference_finding("down", direction="lower")
+    exact = judged_together([([44.0] * 5, [72.0] * 5)] * 2, [up, down], True, "overhead_bytes")
+    assert (exact["up"].estimate, exact["up"].low, exact["up"].high, exact["up"].holm_p) == (28.0, 28.0, 28.0, 0.0)
+    assert exact["up"].verdict == "reproduced" and exact["down"].verdict == "contradicted"
+    assert exact["up"].method == findings.EXACT
+    spread = judged_together([([44.0, 44, 45, 44, 44], [72.0] * 5)], [up], True, "overhead_bytes")["up"]
+    assert spread.method != findings.EXACT and 0 < spread.p < 1e-6
+    for metric in ("udp_jitter_ms", "overhead_bytes"):  # a delay is not exact; equal sides are no difference
+        same = judged_together([([44.0] * 5, [72.0 if metric != "overhead_bytes" else 44.0] * 5)], [up], True, metric)["up"]
+        assert same.method != findings.EXACT and same.verdict == "inconclusive"
+
 
 def test_a_calibration_is_shown_but_not_a_check(tmp_path):
     study = STUDY.replace("    graded: throughput\n", "    graded: throughput\n    calibration: the link was set from it\n", 1)

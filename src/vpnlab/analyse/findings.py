@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 from .. import catalog
@@ -65,7 +65,8 @@ RULE = ("reproduced = the difference goes the seed's way, is significant (p < 0.
         "hold; the seed's own hardware limit), with the reason; calibration, not a check = a finding that set "
         "a condition of the study (its result is shown, outside Holm's family). A side may be the mean of "
         "several scenarios, per round, where the seed averaged its cells. Primary test: paired t on log(B/A) "
-        "per round (Welch on logs when the rounds differ), on B - A for metrics that can be zero. Flagged "
+        "per round (Welch on logs when the rounds differ), on B - A for metrics that can be zero; a size on the wire "
+        "the same in every round on each side (a byte count, no sampling spread) is exact, p = 0. Flagged "
         "samples are kept, never re-run as the seeds did, and counted unless the study fixes otherwise before "
         "the run (analysis: flagged_samples).")
 
@@ -106,7 +107,11 @@ def plan_problems(study) -> list[str]:
                 if workload not in workloads:
                     problems.append(f"{where}.workload: no workload labelled {workload!r}; the plan has: "
                                     f"{', '.join(workloads)}")
-        if finding.metric and finding.a:
+        if finding.metric and catalog.metric(finding.metric).level == "tunnel":
+            problems += [f"findings[{i}] ({finding.id}).{name}.vpn: {finding.metric} is a tunnel's, and no VPN has none"
+                         for name in ("a", "b") if getattr(finding, name) and
+                         any(s.vpn.label in getattr(finding, name).vpns and s.vpn.is_baseline for s in scenarios)]
+        elif finding.metric and finding.a:
             kinds = {s.workload.kind for s in scenarios if s.workload.label in finding.a.workloads}
             for kind in sorted(kinds - set(catalog.metric(finding.metric).producers.split(", "))):
                 problems.append(f"findings[{i}] ({finding.id}).metric: {finding.metric} is not recorded by a "
@@ -476,7 +481,7 @@ def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
     else:
         test = difference_ms(a, b, paired=paired)
         j._ratio = ratio_of_means(a, b, paired=paired)
-    j._test = test
+    j._test = test = _exact_on_the_wire(test, j.metric, a, b)
     j.scale, j.estimate, j.low, j.high = test.scale, test.estimate, test.low, test.high
     j.p, j.method = test.p, test.method
     if positive and j.finding.graded and test.low is not None and not j.emulated:  # (the emulator's CPU: no grade)
@@ -484,6 +489,18 @@ def _test(j: Judgement, a_vals: list, b_vals: list) -> None:
         grade = grade_range(test.low, test.high, kind, len(b), len(a),
                             baseline_ms=j.mean_a if kind == "latency" else None)
         j.grade = grade.grade or grade.reason
+
+
+EXACT = "exact: each side the same size on the wire in every round (a byte count has no sampling spread)"
+
+
+def _exact_on_the_wire(test, metric: str, a: list, b: list):
+    """A size on the wire (comparability.WIRE) the same in every round on each side, the two sides apart,
+    is known exactly: B - A (or B/A) with no interval to speak of and p = 0, as scipy's t test also gives.
+    Any spread leaves the t test as it was."""
+    if test.p is not None or metric not in comparability.WIRE or len(set(a)) != 1 or len(set(b)) != 1 or a[0] == b[0]:
+        return test
+    return replace(test, low=test.estimate, high=test.estimate, p=0.0, statistic=math.inf, method=EXACT, note="")
 
 
 def _decide(j: Judgement, family_size: int) -> None:
