@@ -118,6 +118,10 @@ CASES = [
          ("vpns[0].profile",), cli=False),
     Case("fips-non-fips-cipher", "name: t\nvpns: [{driver: openvpn, profile: fips, options: {cipher: BF-CBC}}]\n"
          "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher", "FIPS"), cli=False),
+    Case("openvpn-static-key-aead", "name: t\nvpns: [{driver: openvpn, options: {key: static}}]\n"
+         "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher", "static key carries CBC ciphers only"), cli=False),
+    Case("openvpn-static-key-fips", "name: t\nvpns: [{driver: openvpn, profile: fips, options: {key: static, "
+         "cipher: AES-256-CBC}}]\nworkloads: [{kind: ping}]\n", ("vpns[0].options.key", "no TLS"), cli=False),
     Case("nebula-unknown-cipher", "name: t\nvpns: [{driver: nebula, options: {cipher: aes128}}]\n"
          "workloads: [{kind: ping}]\n", ("vpns[0].options.cipher",), cli=False),
     Case("nebula-fips", "name: t\nvpns: [{driver: nebula, profile: fips}]\nworkloads: [{kind: ping}]\n",

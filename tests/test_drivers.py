@@ -20,6 +20,8 @@ VPNS = """
   - driver: openvpn
     options: {cipher: BF-CBC, auth: MD5, compression: lzo}
   - driver: openvpn
+    options: {key: static, cipher: DES-EDE3-CBC, auth: SHA1}
+  - driver: openvpn
     profile: fips
     options: {cipher: AES-128-CBC, compression: lz4-v2}
   - driver: strongswan

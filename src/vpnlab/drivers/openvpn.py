@@ -1,13 +1,14 @@
-"""OpenVPN 2.x in TLS point-to-point mode with a per-run PKI.
+"""OpenVPN 2.x with a per-run PKI (TLS, client/server), or a per-run static key (`key: static`).
 
-The left site is the TLS client, the right site the TLS server. Data cipher,
-HMAC, compression and transport are the knobs the seed studies turned.
+The left site is the client, the right site the server. Data cipher, HMAC, compression, transport
+and the key mode are the knobs the seed studies turned (Jaha 2014 ran OpenVPN 2.0.9 with a static key).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import secrets
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -49,8 +50,11 @@ class OpenVpnOptions(Options):
                             "inside another what fits in it); TCP's MSS is clamped to fit it")
     socket_buffer: int | None = Field(None, ge=4096, le=64 * 1024 * 1024, description="--sndbuf and --rcvbuf in "
                                       "bytes (default: the system's)")
+    key: Literal["tls", "static"] = Field("tls", description="tls: a TLS handshake with per-run certificates; "
+                                          "static: a pre-shared static key, no handshake (--secret, CBC ciphers "
+                                          "only; deprecated in 2.6, to go in 2.7)")
 
-    omit_at_default = ("mtu", "socket_buffer")
+    omit_at_default = ("mtu", "socket_buffer", "key")
 
     @field_validator("cipher", "auth", mode="before")
     @classmethod
@@ -74,8 +78,9 @@ def _both_ends(options: OpenVpnOptions, profile: str, dev: str, mtu: int | None)
     """The arguments server and client share: device, data channel, compression, MTU, TLS policy."""
     cipher, auth = effective(options, profile)
     args = ["--dev-type", "tun", "--dev", dev, "--verb", "3", "--suppress-timestamps",
-            "--dh", "none", "--data-ciphers", cipher, "--data-ciphers-fallback", cipher,
             "--ping", "10", "--ping-restart", "60", "--mute-replay-warnings"]
+    args += (["--cipher", cipher] if options.key == "static" else
+             ["--dh", "none", "--data-ciphers", cipher, "--data-ciphers-fallback", cipher])
     if auth:
         args += ["--auth", auth]
     if cipher in LEGACY_CIPHERS:
@@ -103,6 +108,55 @@ def _security(cipher: str) -> str:
     return "fips" if cipher in FIPS_CIPHERS else "weak" if CIPHERS[cipher][0] == 8 else "strong"  # 64-bit blocks
 
 
+def _tls_ends(left, right, options: OpenVpnOptions, env: TunnelEnv, common: list, udp: bool) -> tuple[list, list]:
+    """The server's and the client's arguments in client/server mode over TLS, with a per-run PKI."""
+    pki = make_pki(right.underlay_ip)
+    server_pki = pki.install("server", lambda name, data: env.write(right.node, name, data))
+    client_pki = pki.install("client", lambda name, data: env.write(left.node, name, data))
+    # Client/server mode: the server pushes the client its address the moment the handshake
+    # ends, and the tunnel is up. In point-to-point mode OpenVPN 2.6 waited for the next tick of
+    # a whole-second timer instead (and a TCP server looks for a new connection once a second):
+    # 1.1-2.2 s of every set-up. Ciphers, key exchange and data-channel packets (P_DATA_V2 with
+    # a peer-id) are the same in both modes.
+    ccd = env.write(right.node, "ccd/vpnlab-client",  # named after the client certificate's CN (pki.py)
+                    f"ifconfig-push {left.tunnel_ip} 255.255.255.0\n"  # the layer's /24 (topology.py)
+                    + "".join(f"iroute {net.network_address} {net.netmask}\n"  # its LANs, site-to-site
+                              for net in map(ipaddress.ip_network, left.subnets)))
+    server = common + ["--mode", "server", "--tls-server", "--ca", server_pki.ca,
+                       "--cert", server_pki.cert, "--key", server_pki.key,
+                       "--proto", "udp" if udp else "tcp-server", "--lport", options.port,
+                       "--topology", "subnet", "--ifconfig", right.tunnel_ip, "255.255.255.0",
+                       "--push", "topology subnet", "--client-config-dir", PurePosixPath(ccd).parent]
+    client = common + ["--client", "--remote-cert-tls", "server", "--ca", client_pki.ca,
+                       "--cert", client_pki.cert, "--key", client_pki.key,
+                       "--proto", "udp" if udp else "tcp-client",
+                       "--remote", right.underlay_ip, options.port, "--nobind"]
+    return server, client
+
+
+def static_key() -> str:
+    """A new OpenVPN static key file (2048 random bits: two keys each way, cipher and HMAC), as
+    `openvpn --genkey secret` writes one."""
+    hexed = secrets.token_hex(256)
+    return ("-----BEGIN OpenVPN Static key V1-----\n" + "".join(f"{hexed[i:i + 32]}\n" for i in range(0, 512, 32))
+            + "-----END OpenVPN Static key V1-----\n")
+
+
+def _static_ends(left, right, options: OpenVpnOptions, env: TunnelEnv, common: list, udp: bool) -> tuple[list, list]:
+    """The server's and the client's arguments in point-to-point mode with one pre-shared static key
+    (direction 0 at the server, 1 at the client: each way its own keys). No handshake: each end is up
+    once the other's first packet arrived (about 5 s after the client starts, measured)."""
+    key = static_key()
+    server = common + ["--secret", env.write(right.node, "static.key", key), "0",
+                       "--proto", "udp" if udp else "tcp-server", "--lport", options.port,
+                       "--ifconfig", right.tunnel_ip, left.tunnel_ip]
+    client = common + ["--secret", env.write(left.node, "static.key", key), "1",
+                       "--proto", "udp" if udp else "tcp-client",
+                       "--remote", right.underlay_ip, options.port, "--nobind",
+                       "--ifconfig", left.tunnel_ip, right.tunnel_ip]
+    return server, client
+
+
 class OpenVpn(Driver):
     name = "openvpn"
     summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
@@ -125,6 +179,10 @@ class OpenVpn(Driver):
         cipher, auth = effective(options, profile)
         if options.auth and CIPHERS[cipher][1]:
             return f"options.auth: {options.auth} applies only to CBC ciphers; {cipher} authenticates itself"
+        if options.key == "static" and CIPHERS[cipher][1]:
+            return f"options.cipher: a static key carries CBC ciphers only ({cipher} needs TLS's per-session keys)"
+        if options.key == "static" and profile == "fips":
+            return "options.key: the fips profile holds TLS to FIPS 140's algorithms; a static key has no TLS"
         if profile == "fips":
             if cipher not in FIPS_CIPHERS:
                 return f"options.cipher: {cipher} is not FIPS 140-approved (use AES-128/256-GCM or -CBC)"
@@ -141,6 +199,8 @@ class OpenVpn(Driver):
             parts.append(f"mtu-{options.mtu}")
         if options.socket_buffer:
             parts.append(f"buffers-{options.socket_buffer // 1024}k")
+        if options.key == "static":
+            parts.append("static-key")
         if profile != "default":
             parts.append(profile)
         return " ".join(parts)
@@ -151,7 +211,8 @@ class OpenVpn(Driver):
         lines = [f"# {self.describe(options, profile)}: the same at both ends",
                  f"proto {options.transport}" + ("  # tcp-server at the server, tcp-client at the client"
                                                  if options.transport == "tcp" else ""),
-                 f"data-ciphers {cipher}", f"data-ciphers-fallback {cipher}"]
+                 *([f"secret static.key  # 0 at the server, 1 at the client", f"cipher {cipher}"]
+                   if options.key == "static" else [f"data-ciphers {cipher}", f"data-ciphers-fallback {cipher}"])]
         lines += [f"auth {auth}" if options.auth else marked_unset(f"auth {auth}")] if auth else []
         lines += ["providers legacy default"] if cipher in LEGACY_CIPHERS else []
         if options.compression != "off":
@@ -168,10 +229,11 @@ class OpenVpn(Driver):
         for line in stated_lines(text):
             words = line.split("#", 1)[0].split()
             key, value = (words[0], words[1]) if len(words) > 1 else (None, None)
-            target = {"proto": "transport", "data-ciphers": "cipher", "auth": "auth", "compress": "compression",
-                      "tun-mtu": "mtu", "sndbuf": "socket_buffer"}.get(key)
+            target = {"proto": "transport", "data-ciphers": "cipher", "cipher": "cipher", "auth": "auth",
+                      "compress": "compression", "tun-mtu": "mtu", "sndbuf": "socket_buffer", "secret": "key"}.get(key)
             if target:
-                found[target] = "tcp" if target == "transport" and value.startswith("tcp") else value
+                found[target] = ("tcp" if target == "transport" and value.startswith("tcp") else
+                                 "static" if target == "key" else value)
         return OpenVpnOptions.model_validate(found)
 
     def implementations(self, options):
@@ -183,12 +245,14 @@ class OpenVpn(Driver):
         cipher, auth = effective(options, profile)
         block, aead = CIPHERS[cipher]
         outer = 20 + (8 if options.transport == "udp" else 32 + 2)  # IPv4 + UDP, or TCP w/ timestamps + length
-        opcode = 4  # P_DATA_V2: opcode and peer-id
+        static = options.key == "static"
+        opcode = 0 if static else 4  # P_DATA_V2: opcode and peer-id; a static key's packets have no opcode
+        packet_id = 8 if static else 4  # a static key's packet-id carries a timestamp (the long form)
         # lzo framing always adds a flag byte; lz4-v2 adds none to a packet it leaves uncompressed.
         plain = inner_len + (1 if options.compression == "lzo" else 0)
         if aead:
             return outer + opcode + 4 + 16 + plain - inner_len  # packet-id, tag
-        encrypted = -(-(4 + plain + 1) // block) * block  # packet-id + payload + PKCS#7 padding
+        encrypted = -(-(packet_id + plain + 1) // block) * block  # packet-id + payload + PKCS#7 padding
         return outer + opcode + HMAC_BYTES[auth] + block + encrypted - inner_len  # ... + IV
 
     def ports(self, options):
@@ -199,31 +263,11 @@ class OpenVpn(Driver):
         mtu = env.mtu(options, None)  # None: OpenVPN's own 1500, with MSS clamped for 1492-byte outer packets
         (server_port,) = self.ports(options).gateway  # its packets on the WAN
         tunnel = Tunnel(env, server_port, mtu=mtu or 1500)
-        pki = make_pki(right.underlay_ip)
-        server_pki = pki.install("server", lambda name, data: env.write(right.node, name, data))
-        client_pki = pki.install("client", lambda name, data: env.write(left.node, name, data))
         common = _both_ends(options, profile, dev, mtu)
         udp = options.transport == "udp"
-        # Client/server mode: the server pushes the client its address the moment the handshake
-        # ends, and the tunnel is up. In point-to-point mode OpenVPN 2.6 waited for the next tick of
-        # a whole-second timer instead (and a TCP server looks for a new connection once a second):
-        # 1.1-2.2 s of every set-up. Ciphers, key exchange and data-channel packets (P_DATA_V2 with
-        # a peer-id) are the same in both modes.
-        ccd = env.write(right.node, "ccd/vpnlab-client",  # named after the client certificate's CN (pki.py)
-                        f"ifconfig-push {left.tunnel_ip} 255.255.255.0\n"  # the layer's /24 (topology.py)
-                        + "".join(f"iroute {net.network_address} {net.netmask}\n"  # its LANs, site-to-site
-                                  for net in map(ipaddress.ip_network, left.subnets)))
-        server = common + ["--mode", "server", "--tls-server", "--ca", server_pki.ca,
-                           "--cert", server_pki.cert, "--key", server_pki.key,
-                           "--proto", "udp" if udp else "tcp-server", "--lport", options.port,
-                           "--topology", "subnet", "--ifconfig", right.tunnel_ip, "255.255.255.0",
-                           "--push", "topology subnet", "--client-config-dir", PurePosixPath(ccd).parent]
-        client = common + ["--client", "--remote-cert-tls", "server", "--ca", client_pki.ca,
-                           "--cert", client_pki.cert, "--key", client_pki.key,
-                           "--proto", "udp" if udp else "tcp-client",
-                           "--remote", right.underlay_ip, options.port, "--nobind"]
+        ends = (_static_ends if options.key == "static" else _tls_ends)(left, right, options, env, common, udp)
         logs = {}
-        for site, argv in ((right, server), (left, client)):
+        for site, argv in zip((right, left), ends):
             log = env.log(f"openvpn-{site.node.role}")
             proc = site.node.spawn(["openvpn", *argv], log, what="openvpn")
             tunnel.processes.append((site.node, proc, log))
@@ -244,8 +288,14 @@ class OpenVpn(Driver):
     def algorithms(self, options, profile, implementation=""):
         """TLS 1.3 (OpenSSL 3: both ends speak it; fips allows 1.2 too) with TLS_AES_256_GCM_SHA384 and
         the per-run ECDSA P-256 certificates (pki.py) in both profiles. The key exchange is OpenSSL's
-        default X25519, under fips P-256. The data channel: the cipher, and the HMAC of CBC ciphers."""
+        default X25519, under fips P-256. The data channel: the cipher, and the HMAC of CBC ciphers. A
+        static key has no control channel: the one key, given to both ends beforehand, is all there is."""
         cipher, auth = effective(options, profile)
+        if options.key == "static":
+            return Algorithms(control="none (static key)", key_exchange="none (pre-shared static key)",
+                              authentication="pre-shared static key", data=f"OpenVPN over {options.transport.upper()}",
+                              data_cipher=cipher_name(cipher), data_integrity=integrity_name(auth),
+                              source="openvpn driver")
         return Algorithms(control="TLS 1.3", key_exchange="ECDH P-256" if profile == "fips" else "X25519",
                           authentication="ECDSA P-256 SHA-256", control_cipher="AES-256-GCM",
                           data=f"OpenVPN over {options.transport.upper()}", data_cipher=cipher_name(cipher),
