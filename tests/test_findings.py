@@ -593,7 +593,7 @@ def test_the_verdict_table_row_through_the_cli(tmp_path):
 PPTP_STUDY = """
 name: p
 repetitions: 4
-vpns: [{driver: none}, {driver: pptp}]
+vpns: [{driver: none}, {driver: pptp}, {driver: wireguard}]
 links: [{name: lossy, rate_mbit: 20, delay_ms: 1, loss_pct: 0.1}, {name: clean, rate_mbit: 20}]
 workloads: [{kind: tcp}, {kind: transfer, protocol: http, data: random, size: 1M}]
 findings:
@@ -603,6 +603,8 @@ findings:
      a: {vpn: none, link: lossy, workload: http-random-1M}, b: {vpn: pptp mppe-128, link: lossy, workload: http-random-1M}}
   - {id: tcp-clean, quote: q, where: w, seed: s, direction: lower,
      a: {vpn: none, link: clean, workload: tcp}, b: {vpn: pptp mppe-128, link: clean, workload: tcp}}
+  - {id: overhead-lossy, quote: q, where: w, seed: s, direction: lower, metric: overhead_bytes,
+     a: {vpn: wireguard, link: lossy, workload: tcp}, b: {vpn: pptp mppe-128, link: lossy, workload: tcp}}
 """
 
 
@@ -615,11 +617,13 @@ def pptp_store(tmp_path, retransmits: float, measured_in: str = "host"):
     run = store.start_run(version="t", kernel="k", hostname="h", capabilities={}, tool_versions={},
                           study_name="p", study_text=PPTP_STUDY)
     for scenario in plan.scenarios:
-        scenario.implementations = ["pptpd"] if scenario.vpn.layers else []
+        scenario.implementations = [{"pptp": "pptpd", "wireguard": "wireguard-go"}[scenario.vpn.driver]] if scenario.vpn.layers else []
         store.add_scenario(scenario, measured_in=measured_in)
     for round_no in range(1, 5):
         for position, s in enumerate(plan.scenarios):
             values = {"throughput_mbps": (15 if s.vpn.layers else 19) * rng.lognormal(0, 0.01)}
+            if s.vpn.layers:
+                values["overhead_bytes"] = 44.0 if s.vpn.driver == "pptp" else 80.0
             if s.workload.kind == "tcp":
                 values["retransmits"] = retransmits
             store.record_repetition(run, s.id, round_no, values, {}, [], round_no, position)
@@ -640,6 +644,8 @@ def test_pptp_towards_the_gateway_over_a_link_that_drops_is_not_comparable(tmp_p
     assert result["download-lossy"].verdict == "reproduced", result["download-lossy"].reason
     clean = result["tcp-clean"]
     assert (clean.verdict == "not comparable here") == (retransmits > 0), clean.reason
+    overhead = result["overhead-lossy"]  # a tunnel's per-packet size is not what the hold moves
+    assert overhead.verdict == "reproduced" and overhead.estimate == -36, overhead.reason
 
 
 def test_a_held_comparison_emulation_leaves_undecided_says_so_first(tmp_path):

@@ -298,8 +298,8 @@ def _judge_one(finding: Finding, rows: list, values: dict, flagged: dict, seen: 
     if not metric:
         j.verdict, j.reason = "not comparable here", f"the workload kind {kind!r} is unknown here"
         return j
-    if j.verdict != "not comparable here":
-        j.held = _held_by_pptpd(sa + sb, values)
+    if j.verdict != "not comparable here" and metric not in comparability.WIRE - comparability.STREAM_WIRE:
+        j.held = _held_by_pptpd(sa + sb, values)  # (a tunnel's per-packet sizes are the same however it was held)
     if j.emulated and j.verdict != NOT_COMPARABLE:
         _bound_by_emulation(j, metric, sa, sb, seen)
     a_vals = _mean_by_round([_per_rate(values.get((r.id, metric), []), r, finding) for r in sa])
