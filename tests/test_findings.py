@@ -18,6 +18,7 @@ from vpnlab.measure.window import software_flags
 from vpnlab.core.errors import StudyError
 from vpnlab.plan.scenarios import make_plan
 from vpnlab.store import Store
+from vpnlab.store.results_dir import read_store
 from vpnlab.plan.stored import StoredStudy
 from vpnlab.plan.study import builtin_studies, load_builtin, parse_study
 from vpnlab.report.verdict_table import row
@@ -743,3 +744,16 @@ def test_the_docs_row_of_each_committed_seed_run_is_what_vpnlab_verdicts_prints(
     """docs/seeds.md's verdict row for each seed study run in full under runs/ is generated from its
     committed store, not written by hand: regenerate it with `vpnlab verdicts runs/SEED` when either changes."""
     assert row(ROOT / "runs" / seed) in (ROOT / "docs" / "seeds.md").read_text().splitlines()
+
+
+def test_a_run_under_other_conditions_than_the_study_now_states_says_so_per_finding():
+    """small-business-2011's committed run left the links' queue at tbf's default (50 ms); the study now
+    states 28 and 112 ms: every scenario on them says so. A change of findings alone moves no condition."""
+    ran = StoredStudy.read(BAD.replace("faster", "higher").replace("workloads: [{kind: tcp}]", "links: [{name: l, rate_mbit: 8}]\nworkloads: [{kind: tcp}]"))
+    now = StoredStudy.read(ran.text.replace("rate_mbit: 8}", "rate_mbit: 8, queue_ms: 28}"))
+    moved = findings.conditions_changed(ran, now)
+    assert set(moved.values()) == {"link queue_ms 50.0 -> 28.0"} and len(moved) == 2
+    assert findings.conditions_changed(ran, StoredStudy.read(ran.text.replace("seed: s", "seed: t"))) == {}
+    section = findings.against_the_original(read_store(ROOT / "runs" / "small-business-2011"))
+    assert all("other conditions than the study now states (link queue_ms 50.0 ->" in j.changed
+               for j in section.rows if j.a_ids)

@@ -40,6 +40,8 @@ from .judging import values_of
 from ..plan.scenarios import make_plan
 from ..plan.seed_findings import Choice, Choices, Finding, Findings, Side, pick, side_rows
 from ..plan.stored import StoredStudy
+from ..plan.study import parse_study
+from ..core.errors import VpnlabError
 from .stats import (difference_ms, grade_range, holm, outlier_flags, paired_log_ratio, ratio_of_means,
                     repetitions_needed, tost_log_ratio, verdict, welch_log_ratio)
 
@@ -656,8 +658,13 @@ def against_the_original(store) -> Section | None:
     if not judged:
         return None
     changed, removed = changes(ran, judging) if reencoded else ({}, [])
+    moved = conditions_changed(ran, judging) if reencoded else {}
+    labels = {r.id: (r.vpn_label, r.link_label, r.workload_label) for r in store.scenarios()}
     for j in judged:
-        j.changed = changed.get(j.finding.id, "")
+        ran_otherwise = sorted({moved[labels[i]] for i in j.a_ids + j.b_ids if labels[i] in moved})
+        j.changed = "; ".join(filter(None, [changed.get(j.finding.id, ""), *(
+            f"measured under other conditions than the study now states ({what}): a new run measures them"
+            for what in ran_otherwise)]))
     counts = {v: sum(j.verdict == v for j in judged) for v in VERDICTS}
     return Section(RULE, judged, counts, ran.choices, reencoded, comparability.RULE, removed=removed)
 
@@ -679,6 +686,26 @@ def changes(ran: StoredStudy, judging: StoredStudy) -> tuple[dict[str, str], lis
             notes[f.id] = f"encoded otherwise when this run was stored: {what} ({CHANGELOG})"
     ids = {f.id for f in judging.findings}
     return notes, [i for i in before if i not in ids]
+
+
+def conditions_changed(ran: StoredStudy, judging: StoredStudy) -> dict[tuple[str, str, str], str]:
+    """(VPN, link, workload labels) -> how the study that judges a run states that scenario otherwise than
+    the run's own study did ('link queue_ms 50.0 -> 28.0'): the run measured other conditions than the
+    findings were written for. Empty where either study no longer plans (an older vpnlab's)."""
+    try:
+        before, after = ({(s.vpn_label, s.link.label, s.workload.label): s.key for s in make_plan(parse_study(t)).scenarios}
+                         for t in (ran.text, judging.text))
+    except VpnlabError:
+        return {}
+    return {labels: ", ".join(_key_changes(before[labels], key)) for labels, key in after.items()
+            if labels in before and before[labels] != key}
+
+
+def _key_changes(old, new, path: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [c for k in sorted(old.keys() | new.keys())
+                for c in _key_changes(old.get(k), new.get(k), f"{path} {k}".strip())]
+    return [] if old == new else [f"{path} {old} -> {new}"]
 
 
 def _change(name: str, old, new) -> str:

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..analyse.analysed import analyse
-from ..analyse.findings import CHANGELOG, VERDICTS, Judgement, changes, judge
+from ..analyse.findings import CHANGELOG, VERDICTS, Judgement, changes, conditions_changed, judge
 from ..core.schema import CONTROL
 from ..store import Stored
 
@@ -27,6 +27,11 @@ def row(directory: Path) -> str:
     if changed or removed:
         encoding = (f" (findings as this vpnlab encodes them, judged on the stored samples; {len(changed)} changed or "
                     f"added and {len(removed)} removed since the run: {CHANGELOG})")
+    moved = conditions_changed(analysed.study, judging) if reencoded else {}
+    if moved:
+        encoding += (f"; {len(moved)} of its scenarios ran under other conditions than the study now states "
+                     f"({'; '.join(sorted(set(moved.values())))}): the findings on them judge what was measured, "
+                     "and a new run measures the study's")
     text = f"| `{runs[-1]['study_name']}` | {ran} | {verdicts_text(judged)}{encoding} |"
     return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
