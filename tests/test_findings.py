@@ -708,7 +708,8 @@ def test_a_run_stored_with_older_findings_says_which_changed(tmp_path):
     differs from the one the run was stored with says how and cites the changelog, one the run lacked
     says so, one the run had that is gone is named, and the rest carry no note."""
     current = builtin_studies()["fave-2018"]
-    same_bytes = current[current.index("  - id: openvpn-fips-same-bytes"):]
+    start = current.index("  - id: openvpn-fips-same-bytes")
+    same_bytes = current[start:current.index("  - id:", start + 1)]  # that one finding
     older = current.replace(same_bytes, "").replace("seed_ratio: 1.113\n", "seed_ratio: 1.113\n    margin_pct: 5\n")
     older += "  - {id: gone-finding, quote: q, where: w, seed: s, direction: higher, not_comparable: no such thing}\n"
     assert StoredStudy.read(older).findings != StoredStudy.read(current).findings
