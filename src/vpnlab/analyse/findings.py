@@ -110,9 +110,10 @@ def plan_problems(study) -> list[str]:
                     problems.append(f"{where}.workload: no workload labelled {workload!r}; the plan has: "
                                     f"{', '.join(workloads)}")
         if finding.metric and catalog.metric(finding.metric).level == "tunnel":
+            baselines = {s.vpn.label for s in scenarios if s.vpn.is_baseline}
+            sides = [(name, side) for name, side in (("a", finding.a), ("b", finding.b)) if side]
             problems += [f"findings[{i}] ({finding.id}).{name}.vpn: {finding.metric} is a tunnel's, and no VPN has none"
-                         for name in ("a", "b") if getattr(finding, name) and
-                         any(s.vpn.label in getattr(finding, name).vpns and s.vpn.is_baseline for s in scenarios)]
+                         for name, side in sides if baselines & set(side.vpns)]
         elif finding.metric and finding.a:
             kinds = {s.workload.kind for s in scenarios if s.workload.label in finding.a.workloads}
             for kind in sorted(kinds - set(catalog.metric(finding.metric).producers.split(", "))):
@@ -500,7 +501,8 @@ def _exact_on_the_wire(test, metric: str, a: list, b: list):
     """A size on the wire (comparability.WIRE) the same in every round on each side, the two sides apart,
     is known exactly: B - A (or B/A) with no interval to speak of and p = 0, as scipy's t test also gives.
     Any spread leaves the t test as it was."""
-    if test.p is not None or metric not in comparability.WIRE or len(set(a)) != 1 or len(set(b)) != 1 or a[0] == b[0]:
+    constant_apart = len(set(a)) == 1 and len(set(b)) == 1 and a[0] != b[0]
+    if test.p is not None or metric not in comparability.WIRE or not constant_apart:
         return test
     return replace(test, low=test.estimate, high=test.estimate, p=0.0, statistic=math.inf, method=EXACT, note="")
 
@@ -692,9 +694,11 @@ def conditions_changed(ran: StoredStudy, judging: StoredStudy) -> dict[tuple[str
     """(VPN, link, workload labels) -> how the study that judges a run states that scenario otherwise than
     the run's own study did ('link queue_ms 50.0 -> 28.0'): the run measured other conditions than the
     findings were written for. Empty where either study no longer plans (an older vpnlab's)."""
+    def planned(text: str) -> dict:
+        return {(s.vpn_label, s.link.label, s.workload.label): s.key for s in make_plan(parse_study(text)).scenarios}
+
     try:
-        before, after = ({(s.vpn_label, s.link.label, s.workload.label): s.key for s in make_plan(parse_study(t)).scenarios}
-                         for t in (ran.text, judging.text))
+        before, after = planned(ran.text), planned(judging.text)
     except VpnlabError:
         return {}
     return {labels: ", ".join(_key_changes(before[labels], key)) for labels, key in after.items()
