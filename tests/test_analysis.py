@@ -542,3 +542,25 @@ def test_table_vi_grades_the_workloads_the_studys_graded_findings_name(tmp_path)
                                             * (1 + r / 1000)}, study=study)[0].close()
     headings, rows = report.build(tmp_path).table_vi["unshaped"]
     assert headings[0] == "UDP throughput (udp-20M-1400B)"
+
+
+def test_the_seeds_own_table_vi_grades_each_graded_findings_whole_sweep(tmp_path):
+    """Jaha 2014's Table VI gives one figure per VPN over a sweep: with the seed's grading, each column is a
+    graded finding's B workloads, the VPN's mean of their means against no VPN's mean of the same."""
+    from vpnlab.report import html as report
+
+    study = ("name: s\nrepetitions: 3\nvpns: [{driver: none}, {driver: wireguard}]\n"
+             "workloads: [{kind: udp, rate_mbit: [1, 20]}]\nanalysis: {seed_grading: jaha-2014}\nfindings:\n"
+             "  - {id: f, quote: q, where: w, seed: s, a: {vpn: none, workload: [udp-1M-1400B, udp-20M-1400B]},\n"
+             "     b: {vpn: wireguard, workload: [udp-1M-1400B, udp-20M-1400B]}, direction: lower, graded: throughput}\n")
+    # wireguard carries 0.9 of 1 Mbit/s and 0.5 of 20: (0.9 + 10) / (1 + 20) = 51.9%, where one workload says 90%
+    generated_store(tmp_path, lambda s, r: {"throughput_mbps": s.workload.rate_mbit
+                                            * ((0.9 if s.workload.rate_mbit == 1 else 0.5) if "wire" in s.label else 1)},
+                    study=study)[0].close()
+    built = report.build(tmp_path)
+    (headings, rows), = built.seed_table_vi.values()
+    assert headings == ["UDP throughput (mean of 2: udp-1M-1400B, udp-20M-1400B)"]
+    (_, (cell,)), = rows
+    from vpnlab.analyse.stats.grades import band
+    assert cell.text == f"51.9% ({band(10.9 / 21, 'throughput')})" and cell.colour
+    assert built.table_vi != built.seed_table_vi  # vpnlab's own grades one workload a column

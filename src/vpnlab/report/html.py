@@ -334,8 +334,10 @@ def compose(analysed: Analysed, directory: Path) -> Report:
     graded = [w for f in analysed.study.findings if f.graded for w in f.b.workloads]
     report.table_vi = _table_vi(scenarios, stat, report.links, _graded_cell, graded)
     if settings.seed_grading == "jaha-2014":
-        report.seed_table_vi = _table_vi(scenarios, stat, report.links,
-                                         _seed_cell(scenarios, stat, settings.latency_floor_ms), graded)
+        sweeps = _graded_sweeps(analysed.study.findings, scenarios)
+        report.seed_table_vi = (_seed_sweep_table(scenarios, stat, report.links, sweeps, settings.latency_floor_ms)
+                                if sweeps else _table_vi(scenarios, stat, report.links,
+                                                         _seed_cell(scenarios, stat, settings.latency_floor_ms), graded))
     _short_table_labels(report)
     _figures(report, scenarios, stat)
     report.figures[:0] = _cost_figures(scenarios, stat, report.labels)  # where the link does not limit: first
@@ -520,6 +522,59 @@ def _seed_cell(scenarios: list, stat: dict, floor_ms: float):
         return _coloured(text, band(ratio, "throughput" if share else "latency"), ", ".join(filter(None, caveats)))
 
     return cell
+
+
+def _graded_sweeps(study_findings: list, scenarios: list) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(heading, metric, workloads) of each graded finding's B side, once each: the seed's Table VI grades
+    one figure per VPN over a whole sweep (Jaha 2014: every window and stream count, every packet size)."""
+    kind_of = {s.workload_label: s.workload for s in scenarios}
+    out = []
+    for f in study_findings:
+        kind = KINDS.get(kind_of.get(f.b.workloads[0], "")) if f.graded and f.b else None
+        if kind is None:
+            continue
+        metric = f.metric or kind.primary
+        heading = dict(kind.graded).get(metric, metric)
+        entry = (f"{heading} (mean of {len(f.b.workloads)}: {', '.join(f.b.workloads)})", metric, tuple(f.b.workloads))
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def _seed_sweep_table(scenarios: list, stat: dict, links: list, sweeps: list, floor_ms: float) -> dict:
+    """Table VI as the seed graded it: per VPN and sweep, the mean of its workloads' means against no VPN's
+    mean of the same workloads, graded by the seed's bands (the figure is the emulator's where one is)."""
+    by_id = {s.id: s for s in scenarios}
+    tables = {}
+    for link in links:
+        vpns = sorted({s.vpn_label for s in scenarios if s.link_label == link and not s.is_baseline})
+        rows = [(vpn, [_seed_sweep_cell([s for s in scenarios if s.link_label == link and s.vpn_label == vpn
+                                         and s.workload_label in workloads], stat, by_id, metric, workloads, floor_ms)
+                       for _, metric, workloads in sweeps]) for vpn in vpns]
+        if rows:
+            tables[link] = ([heading for heading, _, _ in sweeps], rows)
+    return tables
+
+
+def _seed_sweep_cell(members: list, stat: dict, by_id: dict, metric: str, workloads: tuple, floor_ms: float) -> Cell:
+    ours = [stat.get((s.id, metric)) for s in members]
+    bases = [stat.get((baseline_of(s, by_id), metric)) for s in members]
+    if len(members) < len(workloads) or not all(x is not None and x.n for x in ours + bases):
+        return Cell("-", warn="not every workload of the sweep was measured here with its no-VPN baseline")
+    mean, base = statistics.fmean(x.mean for x in ours), statistics.fmean(x.mean for x in bases)
+    share = catalog.metric(metric).judged == "share"
+    if base <= 0:
+        return Cell("-", warn=f"no VPN's mean is {fmt(base)}: no multiple of it")
+    ratio = mean / base
+    text = f"{100 * ratio:.3g}%" if share else f"{ratio:.3g}x"
+    bound = next((x.emulation_bound for x in ours + bases if x.emulation_bound), "")
+    if bound:
+        return Cell(text, warn=f"{bound}: no grade, by the seed's rule either")
+    caveats = [f"n = {min(x.n for x in ours)} and {min(x.n for x in bases)}: vpnlab grades from {MIN_N} on both "
+               "sides"] if min(x.n for x in ours + bases) < MIN_N else []
+    if not share and catalog.metric(metric).unit == "ms" and base < floor_ms:
+        caveats.append(f"no VPN's {fmt(base)} ms is below the {floor_ms:g} ms floor: this multiple mostly grades noise")
+    return _coloured(text, band(ratio, "throughput" if share else "latency"), ", ".join(caveats))
 
 
 def _short_table_labels(report: Report) -> None:
