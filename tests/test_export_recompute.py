@@ -102,7 +102,7 @@ def recompute_block() -> str:
 @pytest.mark.parametrize("run", ["small-business-2011", "taneja-2019"])
 def test_the_seed_docs_recompute_every_compared_finding_from_the_export(tmp_path, monkeypatch, run):
     """small-business-2011 has findings per Mbit/s of link and a side averaging nine cells; taneja-2019
-    a Holm family of 23. Every compared finding's estimate and Holm-adjusted p come out as vpnlab's."""
+    a Holm family of 40. Every compared finding's estimate and Holm-adjusted p come out as vpnlab's."""
     analysed = analyse(RUNS / run)
     for table, name in (("samples", "samples.csv"), ("findings", "findings.csv")):
         with open(tmp_path / name, "w") as fh:
