@@ -159,7 +159,7 @@ def _static_ends(left, right, options: OpenVpnOptions, env: TunnelEnv, common: l
 
 class OpenVpn(Driver):
     name = "openvpn"
-    summary = "OpenVPN (TLS, per-run PKI): cipher, auth, compression, UDP or TCP"
+    summary = "OpenVPN (TLS with a per-run PKI, or a static key): cipher, auth, compression, UDP or TCP"
     tools = (Tool("openvpn", "openvpn", ("openvpn", "--version")), OPENSSL)
     Options = OpenVpnOptions
     mesh = "hub"  # a server that its clients reach each other through (the default up_mesh)

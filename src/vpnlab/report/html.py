@@ -497,29 +497,15 @@ def _graded_cell(sc, s: Summary | None) -> Cell:
 
 
 def _seed_cell(scenarios: list, stat: dict, floor_ms: float):
-    """The seed's own grade (Jaha 2014, Table VI): the ratio of the means to no VPN's, every metric
-    graded, latency, jitter and loss as multiples, without vpnlab's rules; where one of them would
-    withhold the grade, the cell says why the seed's grade should be read with care."""
+    """The seed's own grade (Jaha 2014, Table VI) of one workload's cell (_seed_grade), every metric
+    graded, latency, jitter and loss as multiples."""
     by_id = {s.id: s for s in scenarios}
 
     def cell(sc, s: Summary | None) -> Cell:
         base = stat.get((baseline_of(sc, by_id), s.metric)) if sc and s else None
         if base is None or base.n == 0:
             return Cell("-", warn="no valid no-VPN baseline measured in the same place")
-        share = catalog.metric(s.metric).judged == "share"
-        if base.mean <= 0:
-            return Cell("-", warn=f"no VPN's mean is {fmt(base.mean)} {s.unit}: no multiple of it")
-        ratio = s.mean / base.mean
-        text = f"{100 * ratio:.3g}%" if share else f"{ratio:.3g}x"
-        if s.emulation_bound:  # the seed's rule would grade the emulator
-            return Cell(text, warn=f"{s.emulation_bound}: no grade, by the seed's rule either")
-        caveats = [trust(s)]
-        if min(s.n, base.n) < MIN_N:
-            caveats.append(f"n = {s.n} and {base.n}: vpnlab grades from {MIN_N} on both sides")
-        if not share and s.unit == "ms" and base.mean < floor_ms:
-            caveats.append(f"no VPN's {fmt(base.mean)} ms is below the {floor_ms:g} ms floor: this multiple "
-                           "mostly grades noise (vpnlab's own table shows the added ms instead)")
-        return _coloured(text, band(ratio, "throughput" if share else "latency"), ", ".join(filter(None, caveats)))
+        return _seed_grade([s], [base], floor_ms)
 
     return cell
 
@@ -543,7 +529,7 @@ def _graded_sweeps(study_findings: list, scenarios: list) -> list[tuple[str, str
 
 def _seed_sweep_table(scenarios: list, stat: dict, links: list, sweeps: list, floor_ms: float) -> dict:
     """Table VI as the seed graded it: per VPN and sweep, the mean of its workloads' means against no VPN's
-    mean of the same workloads, graded by the seed's bands (the figure is the emulator's where one is)."""
+    mean of the same workloads (_seed_grade)."""
     by_id = {s.id: s for s in scenarios}
     tables = {}
     for link in links:
@@ -561,20 +547,31 @@ def _seed_sweep_cell(members: list, stat: dict, by_id: dict, metric: str, worklo
     bases = [stat.get((baseline_of(s, by_id), metric)) for s in members]
     if len(members) < len(workloads) or not all(x is not None and x.n for x in ours + bases):
         return Cell("-", warn="not every workload of the sweep was measured here with its no-VPN baseline")
+    return _seed_grade(ours, bases, floor_ms)
+
+
+def _seed_grade(ours: list[Summary], bases: list[Summary], floor_ms: float) -> Cell:
+    """The seed's grade of a VPN's summaries (one workload's, or a sweep's) against no VPN's of the same
+    workloads: the ratio of their means' means, without vpnlab's rules; where one of them would withhold
+    the grade, the cell says why the seed's grade should be read with care."""
+    first = ours[0]
     mean, base = statistics.fmean(x.mean for x in ours), statistics.fmean(x.mean for x in bases)
-    share = catalog.metric(metric).judged == "share"
+    share = catalog.metric(first.metric).judged == "share"
     if base <= 0:
-        return Cell("-", warn=f"no VPN's mean is {fmt(base)}: no multiple of it")
+        return Cell("-", warn=f"no VPN's mean is {fmt(base)} {first.unit}: no multiple of it")
     ratio = mean / base
     text = f"{100 * ratio:.3g}%" if share else f"{ratio:.3g}x"
     bound = next((x.emulation_bound for x in ours + bases if x.emulation_bound), "")
-    if bound:
+    if bound:  # the seed's rule would grade the emulator
         return Cell(text, warn=f"{bound}: no grade, by the seed's rule either")
-    caveats = [f"n = {min(x.n for x in ours)} and {min(x.n for x in bases)}: vpnlab grades from {MIN_N} on both "
-               "sides"] if min(x.n for x in ours + bases) < MIN_N else []
-    if not share and catalog.metric(metric).unit == "ms" and base < floor_ms:
-        caveats.append(f"no VPN's {fmt(base)} ms is below the {floor_ms:g} ms floor: this multiple mostly grades noise")
-    return _coloured(text, band(ratio, "throughput" if share else "latency"), ", ".join(caveats))
+    caveats = [trust(x) for x in ours]
+    n_ours, n_base = min(x.n for x in ours), min(x.n for x in bases)
+    if min(n_ours, n_base) < MIN_N:
+        caveats.append(f"n = {n_ours} and {n_base}: vpnlab grades from {MIN_N} on both sides")
+    if not share and first.unit == "ms" and base < floor_ms:
+        caveats.append(f"no VPN's {fmt(base)} ms is below the {floor_ms:g} ms floor: this multiple "
+                       "mostly grades noise (vpnlab's own table shows the added ms instead)")
+    return _coloured(text, band(ratio, "throughput" if share else "latency"), ", ".join(filter(None, caveats)))
 
 
 def _short_table_labels(report: Report) -> None:
